@@ -1,0 +1,3 @@
+from airig.cli import main
+
+main()

@@ -1,0 +1,68 @@
+"""``python -m airig.brain`` serves the API; ``--check`` is the container healthcheck."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import urllib.error
+import urllib.request
+
+from pydantic import ValidationError
+
+from airig.brain.jsonlog import setup_json_logging
+from airig.brain.settings import BrainSettings
+from airig.errors import AirigError
+
+log = logging.getLogger("airig.brain")
+
+
+def check(settings: BrainSettings) -> int:
+    """0 when this container's brain answers /health with status ok."""
+    url = f"http://127.0.0.1:{settings.listen_port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            body = json.load(response)
+    except (OSError, ValueError, urllib.error.URLError) as exc:
+        print(f"brain unhealthy: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0 if body.get("status") == "ok" else 1
+
+
+def serve(settings: BrainSettings) -> int:
+    import uvicorn
+
+    from airig.brain.app import create_app
+
+    app = create_app(settings)
+    log.info("brain listening", extra={"host": settings.listen_host, "port": settings.listen_port})
+    uvicorn.run(
+        app,
+        host=settings.listen_host,
+        port=settings.listen_port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airig.brain")
+    parser.add_argument("--check", action="store_true", help="exit 0 when the brain is healthy")
+    args = parser.parse_args(argv)
+    setup_json_logging()
+    try:
+        settings = BrainSettings()
+        return check(settings) if args.check else serve(settings)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        log.error("invalid brain setting", extra={"setting": first["loc"], "error": first["msg"]})
+    except AirigError as exc:
+        log.error(exc.message, extra={"hint": exc.hint})
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

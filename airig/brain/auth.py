@@ -1,0 +1,101 @@
+"""Scoped bearer tokens.
+
+- admin: the ``BRAIN_ADMIN_TOKEN`` from the environment, or a stored admin token.
+- submit: stored tokens created by an admin (``POST /v1/tokens``); submit and read plans.
+- worker: traded for the bootstrap token at registration; acts only on its own leases.
+Stored tokens are kept as SHA-256 hashes (they are 256-bit random, so no slow hash is
+needed); comparisons with the environment secrets are constant-time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from airig.brain.db import Database
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+@dataclass(frozen=True)
+class Principal:
+    scope: str  # admin | submit | worker | bootstrap
+    name: str
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def store_token(db: Database, scope: str, name: str) -> str:
+    token = new_token()
+    with db.tx() as conn:
+        conn.execute(
+            "INSERT INTO tokens (token_hash, scope, name, created_at) VALUES (?, ?, ?, ?)",
+            (hash_token(token), scope, name, time.time()),
+        )
+    return token
+
+
+def identify(request: Request, token: str) -> Principal | None:
+    """Who holds this token, or None."""
+    settings = request.app.state.settings
+    if hmac.compare_digest(token, settings.admin_token):
+        return Principal("admin", "admin")
+    if hmac.compare_digest(token, settings.bootstrap_token):
+        return Principal("bootstrap", "bootstrap")
+    digest = hash_token(token)
+    db: Database = request.app.state.db
+    with db.read() as conn:
+        row = conn.execute("SELECT scope, name FROM tokens WHERE token_hash = ?", (digest,))
+        found = row.fetchone()
+        if found:
+            return Principal(found["scope"], found["name"])
+        row = conn.execute("SELECT id FROM workers WHERE token_hash = ?", (digest,))
+        worker = row.fetchone()
+    return Principal("worker", worker["id"]) if worker else None
+
+
+def _principal(
+    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    if creds is None or not creds.credentials:
+        raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+    found = identify(request, creds.credentials)
+    if found is None:
+        raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
+    return found
+
+
+def require(*scopes: str):
+    """A FastAPI dependency that admits only the given scopes."""
+
+    def check(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+        if principal.scope not in scopes:
+            raise HTTPException(403, f"this token's scope ({principal.scope}) cannot do that")
+        return principal
+
+    return check
+
+
+admin_only = require("admin")
+submitter = require("admin", "submit")
+worker_only = require("worker")
+bootstrap_only = require("bootstrap")
+
+# Annotated dependencies, so routes need no call in their argument defaults.
+AdminDep = Annotated[Principal, Depends(admin_only)]
+SubmitterDep = Annotated[Principal, Depends(submitter)]
+WorkerDep = Annotated[Principal, Depends(worker_only)]
+BootstrapDep = Annotated[Principal, Depends(bootstrap_only)]

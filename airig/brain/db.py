@@ -1,0 +1,134 @@
+"""SQLite in WAL mode: one connection, one writer, explicit transactions.
+
+The brain is the only process that opens the database. A single connection guarded by a
+lock makes every transaction serial (SQLite allows one writer anyway) and keeps
+read-modify-write sequences such as claims atomic without retry loops on SQLITE_BUSY.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS plans (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    idempotency_key TEXT UNIQUE,
+    body_hash TEXT NOT NULL,
+    submitted_by TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    fixes_json TEXT NOT NULL DEFAULT '[]',
+    cancelled INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    plan_id TEXT NOT NULL REFERENCES plans(id),
+    key TEXT NOT NULL,
+    name TEXT NOT NULL,
+    type TEXT NOT NULL,
+    task_class TEXT NOT NULL,
+    payload_json TEXT NOT NULL,
+    model TEXT,
+    priority INTEGER NOT NULL,
+    trusted INTEGER NOT NULL,
+    sensitive INTEGER NOT NULL,
+    timeout_s REAL NOT NULL,
+    retry_count INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    task_errors INTEGER NOT NULL DEFAULT 0,
+    infra_errors INTEGER NOT NULL DEFAULT 0,
+    lease_id TEXT,
+    worker_id TEXT,
+    lease_expires_at REAL,
+    attempt_deadline REAL,
+    created_at REAL NOT NULL,
+    ready_at REAL,
+    not_before REAL,
+    started_at REAL,
+    finished_at REAL,
+    output_json TEXT,
+    output_file TEXT,
+    files_json TEXT NOT NULL DEFAULT '[]',
+    metrics_json TEXT NOT NULL DEFAULT '{}',
+    result_hash TEXT,
+    error_type TEXT,
+    error TEXT,
+    reason TEXT,
+    UNIQUE (plan_id, key)
+);
+CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state, task_class);
+CREATE TABLE IF NOT EXISTS deps (
+    task_id INTEGER NOT NULL REFERENCES tasks(id),
+    depends_on INTEGER NOT NULL REFERENCES tasks(id),
+    PRIMARY KEY (task_id, depends_on)
+);
+CREATE INDEX IF NOT EXISTS deps_upstream ON deps(depends_on);
+CREATE TABLE IF NOT EXISTS workers (
+    id TEXT PRIMARY KEY,
+    token_hash TEXT NOT NULL,
+    classes_json TEXT NOT NULL,
+    gpu_index INTEGER,
+    gpus_json TEXT NOT NULL DEFAULT '[]',
+    models_json TEXT NOT NULL DEFAULT '[]',
+    registered_at REAL NOT NULL,
+    last_heartbeat REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    token_hash TEXT PRIMARY KEY,
+    scope TEXT NOT NULL,
+    name TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    event_type TEXT NOT NULL,
+    plan_id TEXT,
+    task_id INTEGER,
+    body_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_plan ON events(plan_id);
+"""
+
+
+class Database:
+    """The brain's store handle. Use ``tx()`` for writes and ``read()`` for reads."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        # FULL: a committed completion must survive a power cut, or it could run twice.
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.execute("PRAGMA busy_timeout=5000")
+        self._conn.executescript(SCHEMA)
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; rolled back whole on any exception."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,211 @@
+"""Claims and the fenced worker writes (start, renew, complete, fail, release).
+
+Every write names (task id, attempt, lease id) and the calling worker; anything else than
+the live lease of that worker raises ``StaleLease`` (HTTP 409) and changes nothing. The
+exact report that ended an attempt may be replayed (a worker retrying after a timeout)
+and is answered as if it were new, without a second commit.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from typing import Any
+
+from airig.brain import results, states
+from airig.brain.events import Outbox
+from airig.brain.retry import TASK, RetryPolicy
+from airig.brain.scheduling import (
+    Candidate,
+    SchedulingPolicy,
+    WorkerView,
+    eligible_classes,
+    order_candidates,
+)
+from airig.brain.settings import BrainSettings
+from airig.protocol import CompleteRequest, FailRequest, LeaseRef
+from airig.protocol import TaskState as S
+
+
+class StaleLease(Exception):
+    """The write does not belong to the live lease of this worker."""
+
+
+def check_fence(task: sqlite3.Row, worker_id: str, ref: LeaseRef) -> None:
+    if (
+        task["state"] not in S.LIVE_LEASE
+        or task["worker_id"] != worker_id
+        or task["attempt"] != ref.attempt
+        or task["lease_id"] != ref.lease_id
+    ):
+        raise StaleLease(
+            f"task {task['id']} attempt {ref.attempt} is not leased to {worker_id} "
+            f"(state {task['state']}, attempt {task['attempt']})"
+        )
+
+
+def is_replay(task: sqlite3.Row, worker_id: str, ref: LeaseRef, report_hash: str) -> bool:
+    return (
+        task["state"] not in S.LIVE_LEASE
+        and task["worker_id"] == worker_id
+        and task["attempt"] == ref.attempt
+        and task["lease_id"] == ref.lease_id
+        and task["result_hash"] == report_hash
+    )
+
+
+def _candidates(conn: sqlite3.Connection, classes: set[str]) -> list[Candidate]:
+    marks = ",".join("?" * len(classes))
+    rows = conn.execute(
+        f"""SELECT id, task_class, priority, ready_at, model FROM tasks
+            WHERE state = 'READY' AND task_class IN ({marks})""",
+        tuple(sorted(classes)),
+    ).fetchall()
+    return [
+        Candidate(r["id"], r["task_class"], r["priority"], r["ready_at"] or 0.0, r["model"])
+        for r in rows
+    ]
+
+
+def rendered_payload(conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings):
+    """The task's payload with upstream results templated in."""
+
+    def output_of(key: str) -> dict:
+        row = conn.execute(
+            "SELECT output_json, output_file FROM tasks WHERE plan_id = ? AND key = ?",
+            (task["plan_id"], key),
+        ).fetchone()
+        return results.load_output(settings.results_dir, row["output_json"], row["output_file"])
+
+    return results.render(json.loads(task["payload_json"]), output_of)
+
+
+def claim(
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    worker_id: str,
+    view: WorkerView,
+    now: float,
+    settings: BrainSettings,
+    policy: SchedulingPolicy,
+) -> tuple[sqlite3.Row, dict[str, Any]] | None:
+    """Lease the best READY task for this worker: (row, rendered payload), or None."""
+    states.promote_due(conn, outbox, now)
+    for candidate in order_candidates(
+        _candidates(conn, eligible_classes(view.classes)), view, now, policy
+    ):
+        task = states.get_task(conn, candidate.task_id)
+        try:
+            payload = rendered_payload(conn, task, settings)
+        except (KeyError, OSError, ValueError) as exc:
+            states.fail_terminal(
+                conn, outbox, task, now, "template_error", str(exc), "payload template"
+            )
+            continue
+        leased = states.transition(
+            conn, outbox, task, S.LEASED, now, "task_leased",
+            attempt=task["attempt"] + 1, lease_id=uuid.uuid4().hex, worker_id=worker_id,
+            lease_expires_at=now + settings.lease_s, result_hash=None,
+            attempt_deadline=now + task["timeout_s"] + settings.runtime_grace_s,
+        )  # fmt: skip
+        return leased, payload
+    return None
+
+
+def start(
+    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, worker_id: str,
+    ref: LeaseRef, now: float,
+) -> sqlite3.Row:  # fmt: skip
+    check_fence(task, worker_id, ref)
+    if task["state"] == S.RUNNING:
+        return task
+    outbox.count("schedule_to_start", now - (task["ready_at"] or now))
+    return states.transition(conn, outbox, task, S.RUNNING, now, "task_started", started_at=now)
+
+
+def renew(
+    conn: sqlite3.Connection, task: sqlite3.Row, worker_id: str, ref: LeaseRef,
+    now: float, lease_s: float,
+) -> float:  # fmt: skip
+    check_fence(task, worker_id, ref)
+    expires = now + lease_s
+    conn.execute("UPDATE tasks SET lease_expires_at = ? WHERE id = ?", (expires, task["id"]))
+    return expires
+
+
+def _tokens(metrics: dict[str, Any]) -> Any:
+    return metrics.get("tokens_generated", metrics.get("eval_count"))
+
+
+def complete(
+    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, worker_id: str,
+    report: CompleteRequest, now: float, settings: BrainSettings,
+) -> sqlite3.Row:  # fmt: skip
+    digest = results.result_hash(report.output, report.files)
+    if is_replay(task, worker_id, report, digest):
+        return task
+    check_fence(task, worker_id, report)
+    output_json, output_file = results.store_output(
+        settings.results_dir, task["plan_id"], task["key"], report.output,
+        settings.result_inline_bytes,
+    )  # fmt: skip
+    started = task["started_at"] or now
+    done = states.transition(
+        conn, outbox, task, S.SUCCEEDED, now, "task_completed",
+        {"duration_ms": round((now - started) * 1000), "tokens_generated": _tokens(report.metrics)},
+        output_json=output_json, output_file=output_file, result_hash=digest,
+        files_json=json.dumps(report.files), metrics_json=json.dumps(report.metrics),
+        error=None, error_type=None, reason=None,
+    )  # fmt: skip
+    states.release_dependents(conn, outbox, done, now)
+    if done["type"] == "llm":
+        outbox.samples.append(training_sample(conn, done, report, settings, "succeeded"))
+    return done
+
+
+def training_sample(
+    conn: sqlite3.Connection, task: sqlite3.Row, report: Any, settings: BrainSettings,
+    outcome: str,
+) -> dict[str, Any]:  # fmt: skip
+    payload = rendered_payload(conn, task, settings)
+    output = getattr(report, "output", {}) or {}
+    return {
+        "timestamp": task["finished_at"],
+        "plan": task["plan_id"],
+        "task_id": task["key"],
+        "model": task["model"] or payload.get("model"),
+        "prompt": payload.get("prompt") or json.dumps(payload.get("messages", "")),
+        "response": output.get("text"),
+        "error": getattr(report, "message", None),
+        "outcome": outcome,
+        "metrics": getattr(report, "metrics", {}),
+        "sensitive": bool(task["sensitive"]),
+    }
+
+
+def fail(
+    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, worker_id: str,
+    report: FailRequest, now: float, policy: RetryPolicy, settings: BrainSettings,
+) -> sqlite3.Row:  # fmt: skip
+    digest = results.result_hash({"error_type": report.error_type, "m": report.message}, [])
+    if is_replay(task, worker_id, report, digest):
+        return task
+    check_fence(task, worker_id, report)
+    after = states.retry_or_fail(
+        conn, outbox, task, now, policy, TASK, report.error_type, report.message,
+        report.retryable, result_hash=digest,
+    )  # fmt: skip
+    if task["type"] == "llm":
+        outbox.samples.append(training_sample(conn, after, report, settings, "failed"))
+    return after
+
+
+def release(
+    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, worker_id: str,
+    ref: LeaseRef, reason: str, now: float,
+) -> sqlite3.Row:  # fmt: skip
+    check_fence(task, worker_id, ref)
+    return states.transition(
+        conn, outbox, task, S.READY, now, "task_released", ready_at=now, reason=reason
+    )

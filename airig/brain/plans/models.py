@@ -1,0 +1,36 @@
+"""Plan and task definitions as submitted (after parsing, before validation)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class TaskSpec(BaseModel):
+    """One task of a plan. Unknown fields are errors (a typo must not be ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=TASK_ID_PATTERN)
+    name: str = Field("", max_length=200)
+    type: str = Field(min_length=1, max_length=32)
+    task_class: str | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    priority: int = Field(5, ge=1, le=10)
+    retry_count: int = Field(3, ge=0, le=20)
+    timeout_s: float | None = Field(None, gt=0, le=7 * 86400)
+    model: str | None = Field(None, min_length=1, max_length=200)
+    trust: Literal["trusted", "untrusted"] = "trusted"
+    sensitive: bool = False
+
+
+class PlanSpec(BaseModel):
+    """A validated plan, ready to be stored."""
+
+    name: str
+    tasks: list[TaskSpec]
+    fixes: list[dict[str, str]] = Field(default_factory=list)

@@ -1,0 +1,66 @@
+"""Store a validated plan: all tasks in one transaction, roots READY, the rest PENDING."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import uuid
+
+from airig.brain.events import Outbox, record
+from airig.brain.plans.models import PlanSpec
+from airig.protocol import TaskState as S
+
+
+def body_hash(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def find_by_idempotency_key(conn: sqlite3.Connection, key: str) -> sqlite3.Row | None:
+    return conn.execute("SELECT * FROM plans WHERE idempotency_key = ?", (key,)).fetchone()
+
+
+def insert_plan(
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    plan: PlanSpec,
+    tainted: set[str],
+    now: float,
+    *,
+    submitted_by: str,
+    digest: str,
+    idempotency_key: str | None,
+    default_timeout_s: float,
+) -> str:
+    plan_id = uuid.uuid4().hex[:12]
+    conn.execute(
+        """INSERT INTO plans (id, name, idempotency_key, body_hash, submitted_by, created_at,
+               fixes_json) VALUES (?, ?, ?, ?, ?, ?, ?)""",
+        (plan_id, plan.name, idempotency_key, digest, submitted_by, now, json.dumps(plan.fixes)),
+    )
+    ids: dict[str, int] = {}
+    for spec in plan.tasks:
+        state = S.PENDING if spec.depends_on else S.READY
+        cursor = conn.execute(
+            """INSERT INTO tasks (plan_id, key, name, type, task_class, payload_json, model,
+                   priority, trusted, sensitive, timeout_s, retry_count, state, created_at,
+                   ready_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (
+                plan_id, spec.id, spec.name, spec.type, spec.task_class,
+                json.dumps(spec.payload), spec.model, spec.priority,
+                int(spec.id not in tainted), int(spec.sensitive),
+                spec.timeout_s or default_timeout_s, spec.retry_count, state, now,
+                now if state == S.READY else None,
+            ),
+        )  # fmt: skip
+        ids[spec.id] = cursor.lastrowid
+    for spec in plan.tasks:
+        conn.executemany(
+            "INSERT INTO deps (task_id, depends_on) VALUES (?, ?)",
+            [(ids[spec.id], ids[dep]) for dep in spec.depends_on],
+        )
+    rows = conn.execute("SELECT * FROM tasks WHERE plan_id = ?", (plan_id,)).fetchall()
+    for row in rows:
+        record(conn, outbox, "task_submitted", row, now, to=row["state"])
+    outbox.work_ready = True
+    return plan_id

@@ -1,0 +1,200 @@
+"""Plan validation: every error of every task at once, or a plan that can be stored.
+
+Checks: task fields (id, class, priority range, ...), known type, payload schema per type
+(from ``airig.executors.schemas``), size limits (413), duplicate and unknown ids, cycles,
+templates that name a task outside ``depends_on``, and taint: a task reading an untrusted
+task's output through a template is untrusted too, and an untrusted shell task is
+refused (a command never comes from untrusted data).
+
+A missing ``task_class`` is inferred as the seed cluster did and reported as a fix.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from airig.brain import results
+from airig.brain.plans.models import PlanSpec, TaskSpec
+from airig.executors.schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
+from airig.protocol import TASK_CLASSES
+
+# The seed's keyword rules, checked in this order.
+CLASS_KEYWORDS = (
+    ("script", ("whisper", "transcrib", "embed", "cuda", "gpu")),
+    ("llm", ("ollama", "generate", "llm")),
+)
+# Types that only make sense in one class; shell and noop tasks are classed by content.
+CONTENT_CLASSED_TYPES = {"shell", "noop"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_tasks: int = 5000
+    max_payload_bytes: int = 262_144
+
+
+@dataclass
+class PlanInvalid(Exception):
+    """The plan was refused; ``errors`` names the task and field of each problem."""
+
+    errors: list[dict[str, Any]]
+    too_large: bool = False
+    fixes: list[dict[str, str]] = field(default_factory=list)
+
+
+def infer_class(raw: dict[str, Any]) -> tuple[str, str]:
+    """(task_class, why) for a task without one."""
+    task_type = str(raw.get("type", ""))
+    if task_type in DEFAULT_CLASS_FOR_TYPE and task_type not in CONTENT_CLASSED_TYPES:
+        return DEFAULT_CLASS_FOR_TYPE[task_type], f"type {task_type!r}"
+    payload = raw.get("payload") or {}
+    text = " ".join(
+        str(part) for part in (raw.get("name", ""), raw.get("id", ""), json.dumps(payload))
+    ).lower()
+    for task_class, keywords in CLASS_KEYWORDS:
+        for keyword in keywords:
+            if keyword in text:
+                return task_class, f"keyword {keyword!r}"
+    return "cpu", "no GPU or LLM keyword"
+
+
+def _error(task: str | None, where: str, message: str) -> dict[str, Any]:
+    return {"task": task, "field": where, "message": message}
+
+
+def _check_payload(spec: TaskSpec, errors: list[dict[str, Any]]) -> None:
+    schema = PAYLOAD_SCHEMAS.get(spec.type)
+    if schema is None:
+        known = ", ".join(sorted(PAYLOAD_SCHEMAS))
+        errors.append(_error(spec.id, "type", f"unknown type {spec.type!r} (known: {known})"))
+        return
+    if spec.model and "model" in schema.model_fields and "model" not in spec.payload:
+        spec.payload["model"] = spec.model
+    if not spec.model and isinstance(spec.payload.get("model"), str):
+        spec.model = spec.payload["model"]
+    try:
+        schema.model_validate(spec.payload)
+    except ValidationError as exc:
+        for item in exc.errors():
+            where = ".".join(str(part) for part in ("payload", *item["loc"]))
+            errors.append(_error(spec.id, where, item["msg"]))
+
+
+def _check_task(
+    raw: Any, limits: Limits, fixes: list[dict[str, str]], errors: list[dict[str, Any]]
+) -> tuple[TaskSpec | None, bool]:
+    """The parsed task (or None) and whether it broke a size limit."""
+    if not isinstance(raw, dict):
+        errors.append(_error(None, "tasks", f"a task must be a mapping, got {raw!r:.60}"))
+        return None, False
+    task_id = str(raw.get("id", "?"))
+    size = len(json.dumps(raw.get("payload", {}), default=str).encode())
+    if size > limits.max_payload_bytes:
+        errors.append(
+            _error(task_id, "payload", f"{size} bytes; the limit is {limits.max_payload_bytes}")
+        )
+        return None, True
+    try:
+        spec = TaskSpec.model_validate(raw)
+    except ValidationError as exc:
+        for item in exc.errors():
+            errors.append(_error(task_id, ".".join(map(str, item["loc"])), item["msg"]))
+        return None, False
+    spec.name = spec.name or spec.id
+    if spec.task_class is None:
+        spec.task_class, why = infer_class(raw)
+        fixes.append(
+            {"task": spec.id, "field": "task_class", "fix": f"inferred {spec.task_class!r}",
+             "reason": why}
+        )  # fmt: skip
+    elif spec.task_class not in TASK_CLASSES:
+        errors.append(
+            _error(spec.id, "task_class", f"{spec.task_class!r} is not one of {TASK_CLASSES}")
+        )
+    if (spec.task_class == "resource") != (spec.type == "resource"):
+        errors.append(_error(spec.id, "task_class", "class 'resource' goes with type 'resource'"))
+    _check_payload(spec, errors)
+    return spec, False
+
+
+def _check_graph(
+    specs: list[TaskSpec], raw_ids: list[str], errors: list[dict[str, Any]]
+) -> list[str]:
+    """Dependency errors; the task ids in topological order when the graph is sound.
+
+    ``raw_ids`` holds every submitted id, so a task that failed its own checks does not
+    also make its dependents report an unknown dependency.
+    """
+    seen: set[str] = set()
+    for task_id in raw_ids:
+        if task_id in seen:
+            errors.append(_error(task_id, "id", "duplicate task id"))
+        seen.add(task_id)
+    graph: dict[str, set[str]] = {}
+    for spec in specs:
+        for dep in spec.depends_on:
+            if dep == spec.id:
+                errors.append(_error(spec.id, "depends_on", "a task cannot depend on itself"))
+            elif dep not in seen:
+                errors.append(_error(spec.id, "depends_on", f"unknown task {dep!r}"))
+        for ref in sorted(results.references(spec.payload) - set(spec.depends_on)):
+            errors.append(
+                _error(spec.id, "payload", f"template names {ref!r}, which is not in depends_on")
+            )
+        graph[spec.id] = {d for d in spec.depends_on if d in seen and d != spec.id}
+    for task_id in seen - set(graph):
+        graph[task_id] = set()
+    try:
+        return list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        cycle = " -> ".join(exc.args[1])
+        errors.append(_error(exc.args[1][0], "depends_on", f"dependency cycle: {cycle}"))
+        return []
+
+
+def _check_taint(specs: dict[str, TaskSpec], order: list[str], errors: list) -> set[str]:
+    tainted: set[str] = set()
+    for task_id in order:
+        spec = specs.get(task_id)
+        if spec is None:
+            continue
+        sources = results.references(spec.payload) & tainted
+        if spec.trust == "untrusted" or sources:
+            tainted.add(task_id)
+            if spec.type == "shell":
+                why = "it is untrusted" if spec.trust == "untrusted" else f"it reads {sources}"
+                errors.append(
+                    _error(task_id, "trust", f"a shell task never runs tainted input ({why})")
+                )
+    return tainted
+
+
+def validate_plan(data: dict[str, Any], limits: Limits) -> tuple[PlanSpec, set[str]]:
+    """The plan and its tainted task ids, or PlanInvalid with every error."""
+    raw_tasks = data.get("tasks") or []
+    if len(raw_tasks) > limits.max_tasks:
+        error = _error(None, "tasks", f"{len(raw_tasks)} tasks; the limit is {limits.max_tasks}")
+        raise PlanInvalid([error], too_large=True)
+    errors: list[dict[str, Any]] = []
+    fixes: list[dict[str, str]] = []
+    extra = set(data) - {"name", "tasks", "description"}
+    if extra:
+        errors.append(_error(None, "plan", f"unknown plan fields: {sorted(extra)}"))
+    specs, too_large = [], False
+    for raw in raw_tasks:
+        spec, oversized = _check_task(raw, limits, fixes, errors)
+        too_large |= oversized
+        if spec is not None:
+            specs.append(spec)
+    raw_ids = [str(raw["id"]) for raw in raw_tasks if isinstance(raw, dict) and "id" in raw]
+    order = _check_graph(specs, raw_ids, errors)
+    tainted = _check_taint({s.id: s for s in specs}, order, errors) if order else set()
+    if errors:
+        raise PlanInvalid(errors, too_large=too_large, fixes=fixes)
+    name = str(data.get("name") or "plan")[:200]
+    return PlanSpec(name=name, tasks=specs, fixes=fixes), tainted

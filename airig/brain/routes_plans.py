@@ -1,0 +1,199 @@
+"""Submitter routes: plans, their tasks and results, cancellation, tokens."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi.responses import FileResponse, JSONResponse
+
+from airig.brain import results, states
+from airig.brain.auth import AdminDep, SubmitterDep, store_token
+from airig.brain.events import Outbox
+from airig.brain.plans import submit
+from airig.brain.plans.parse import PlanSyntaxError, detect_format, parse_plan
+from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
+from airig.brain.routes_workers import brain_of
+from airig.protocol import TaskState as S
+from airig.protocol import TokenRequest
+
+router = APIRouter(prefix="/v1", tags=["plans"])
+
+
+def plan_status(counts: dict[str, int], cancelled: bool) -> str:
+    if any(state not in S.TERMINAL for state in counts):
+        return "running"
+    if cancelled:
+        return "cancelled"
+    return "succeeded" if set(counts) <= {S.SUCCEEDED} else "failed"
+
+
+def _task_view(row: sqlite3.Row, deps: list[str]) -> dict[str, Any]:
+    return {
+        "id": row["key"], "uid": row["id"], "name": row["name"], "type": row["type"],
+        "task_class": row["task_class"], "state": row["state"], "priority": row["priority"],
+        "attempt": row["attempt"], "worker_id": row["worker_id"], "model": row["model"],
+        "trusted": bool(row["trusted"]), "depends_on": deps, "error": row["error"],
+        "error_type": row["error_type"], "reason": row["reason"],
+        "started_at": row["started_at"], "finished_at": row["finished_at"],
+        "files": json.loads(row["files_json"]), "metrics": json.loads(row["metrics_json"]),
+    }  # fmt: skip
+
+
+def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> dict:
+    rows = conn.execute(
+        "SELECT * FROM tasks WHERE plan_id = ? ORDER BY id", (plan["id"],)
+    ).fetchall()
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    view = {
+        "id": plan["id"], "name": plan["name"], "created_at": plan["created_at"],
+        "status": plan_status(counts, bool(plan["cancelled"])), "counts": counts,
+        "fixes": json.loads(plan["fixes_json"]), "task_total": len(rows),
+    }  # fmt: skip
+    if with_tasks:
+        deps = conn.execute(
+            """SELECT d.task_id, u.key FROM deps d JOIN tasks u ON u.id = d.depends_on
+               WHERE u.plan_id = ?""",
+            (plan["id"],),
+        ).fetchall()
+        by_task: dict[int, list[str]] = {}
+        for dep in deps:
+            by_task.setdefault(dep["task_id"], []).append(dep["key"])
+        view["tasks"] = [_task_view(row, by_task.get(row["id"], [])) for row in rows]
+    return view
+
+
+def _load_plan(conn: sqlite3.Connection, plan_id: str) -> sqlite3.Row:
+    plan = conn.execute("SELECT * FROM plans WHERE id = ?", (plan_id,)).fetchone()
+    if plan is None:
+        raise HTTPException(404, f"no plan {plan_id}")
+    return plan
+
+
+@router.post("/plans", status_code=201)
+async def submit_plan(
+    request: Request,
+    who: SubmitterDep,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> Any:
+    """Submit a plan as JSON, YAML or Markdown (by Content-Type, else sniffed)."""
+    brain = brain_of(request)
+    raw = await request.body()
+    if len(raw) > brain.settings.max_plan_bytes:
+        raise HTTPException(413, f"plan is larger than {brain.settings.max_plan_bytes} bytes")
+    body = raw.decode("utf-8", errors="replace")
+    digest = submit.body_hash(body)
+    if idempotency_key:
+        with brain.db.read() as conn:
+            known = submit.find_by_idempotency_key(conn, idempotency_key)
+            if known is not None:
+                if known["body_hash"] != digest:
+                    raise HTTPException(409, "Idempotency-Key was used for a different plan")
+                return JSONResponse(plan_view(conn, known, with_tasks=True), status_code=200)
+    try:
+        data = parse_plan(body, detect_format(request.headers.get("content-type"), body))
+        limits = Limits(brain.settings.max_tasks, brain.settings.max_payload_bytes)
+        plan, tainted = validate_plan(data, limits)
+    except PlanSyntaxError as exc:
+        raise HTTPException(422, {"message": str(exc), "errors": []}) from None
+    except PlanInvalid as exc:
+        status = 413 if exc.too_large else 422
+        detail = {"message": "plan refused", "errors": exc.errors, "fixes": exc.fixes}
+        raise HTTPException(status, detail) from None
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict:
+        if idempotency_key and (known := submit.find_by_idempotency_key(conn, idempotency_key)):
+            return plan_view(conn, known, with_tasks=True)  # a concurrent twin won the race
+        plan_id = submit.insert_plan(
+            conn, outbox, plan, tainted, now, submitted_by=who.name, digest=digest,
+            idempotency_key=idempotency_key, default_timeout_s=brain.settings.default_timeout_s,
+        )  # fmt: skip
+        return plan_view(conn, _load_plan(conn, plan_id), with_tasks=True)
+
+    return brain.write(change)
+
+
+@router.get("/plans")
+def list_plans(request: Request, _: SubmitterDep, limit: int = 50) -> dict:
+    brain = brain_of(request)
+    with brain.db.read() as conn:
+        rows = conn.execute(
+            "SELECT * FROM plans ORDER BY created_at DESC LIMIT ?", (max(1, min(limit, 500)),)
+        ).fetchall()
+        return {"plans": [plan_view(conn, row, with_tasks=False) for row in rows]}
+
+
+@router.get("/plans/{plan_id}")
+def get_plan(plan_id: str, request: Request, _: SubmitterDep) -> dict:
+    with brain_of(request).db.read() as conn:
+        return plan_view(conn, _load_plan(conn, plan_id), with_tasks=True)
+
+
+@router.post("/plans/{plan_id}/cancel")
+def cancel_plan(plan_id: str, request: Request, _: SubmitterDep) -> dict:
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict:
+        _load_plan(conn, plan_id)
+        return {"cancelled": states.cancel_plan(conn, outbox, plan_id, now)}
+
+    return brain_of(request).write(change)
+
+
+def _task_row(conn: sqlite3.Connection, plan_id: str, key: str) -> sqlite3.Row:
+    row = conn.execute(
+        "SELECT * FROM tasks WHERE plan_id = ? AND key = ?", (plan_id, key)
+    ).fetchone()
+    if row is None:
+        raise HTTPException(404, f"no task {key} in plan {plan_id}")
+    return row
+
+
+@router.post("/plans/{plan_id}/tasks/{key}/cancel")
+def cancel_task(plan_id: str, key: str, request: Request, _: SubmitterDep) -> dict:
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict:
+        task = _task_row(conn, plan_id, key)
+        return {"cancelled": states.cancel_task(conn, outbox, task, now, "cancelled by user")}
+
+    return brain_of(request).write(change)
+
+
+@router.get("/plans/{plan_id}/tasks/{key}/result")
+def task_result(plan_id: str, key: str, request: Request, _: SubmitterDep) -> dict:
+    brain = brain_of(request)
+    with brain.db.read() as conn:
+        row = _task_row(conn, plan_id, key)
+    if row["state"] != S.SUCCEEDED:
+        raise HTTPException(409, f"task {key} is {row['state']}, not SUCCEEDED")
+    output = results.load_output(brain.settings.results_dir, row["output_json"], row["output_file"])
+    return {"output": output, "files": json.loads(row["files_json"])}
+
+
+@router.get("/plans/{plan_id}/tasks/{key}/files/{name}")
+def task_file(plan_id: str, key: str, name: str, request: Request, _: SubmitterDep) -> FileResponse:
+    brain = brain_of(request)
+    if not results.SAFE_NAME.match(name):
+        raise HTTPException(404, "no such file")
+    path = results.task_dir(brain.settings.results_dir, plan_id, key) / name
+    if not path.is_file():
+        raise HTTPException(404, "no such file")
+    return FileResponse(path)
+
+
+@router.get("/plans/{plan_id}/events")
+def plan_events(plan_id: str, request: Request, _: SubmitterDep) -> dict:
+    with brain_of(request).db.read() as conn:
+        _load_plan(conn, plan_id)
+        rows = conn.execute(
+            "SELECT body_json FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)
+        ).fetchall()
+    return {"events": [json.loads(row["body_json"]) for row in rows]}
+
+
+@router.post("/tokens", status_code=201)
+def create_token(body: TokenRequest, request: Request, _: AdminDep) -> dict:
+    """A new scoped token, shown once; only its hash is stored."""
+    token = store_token(brain_of(request).db, body.scope, body.name or body.scope)
+    return {"token": token, "scope": body.scope}

@@ -1,0 +1,173 @@
+"""Worker-facing task routes: long-poll claim and the fenced lease writes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+
+from airig.brain import leases, results
+from airig.brain.auth import WorkerDep
+from airig.brain.events import Outbox
+from airig.brain.routes_workers import brain_of
+from airig.brain.scheduling import WorkerView
+from airig.brain.service import Brain
+from airig.protocol import (
+    Assignment,
+    ClaimRequest,
+    CompleteRequest,
+    FailRequest,
+    LeaseRef,
+    LeaseStatus,
+    ReleaseRequest,
+)
+
+router = APIRouter(prefix="/v1", tags=["worker tasks"])
+
+
+def _view(brain: Brain, worker_id: str, body: ClaimRequest) -> WorkerView:
+    with brain.db.read() as conn:
+        row = conn.execute("SELECT classes_json FROM workers WHERE id = ?", (worker_id,))
+        found = row.fetchone()
+    if found is None:
+        raise HTTPException(401, "worker is not registered")
+    classes = tuple(json.loads(found["classes_json"]))
+    return WorkerView(classes=classes, resident_models=frozenset(body.resident_models))
+
+
+def _assignment(task: sqlite3.Row, payload: dict[str, Any]) -> Assignment:
+    return Assignment(
+        task_id=task["id"], plan_id=task["plan_id"], key=task["key"], name=task["name"],
+        type=task["type"], task_class=task["task_class"], payload=payload,
+        model=task["model"], trusted=bool(task["trusted"]), sensitive=bool(task["sensitive"]),
+        timeout_s=task["timeout_s"], attempt=task["attempt"], lease_id=task["lease_id"],
+        lease_expires_at=task["lease_expires_at"],
+    )  # fmt: skip
+
+
+@router.post("/claims", response_model=Assignment, responses={204: {"description": "no work"}})
+def claim(body: ClaimRequest, request: Request, worker: WorkerDep):
+    """Long-poll: lease the best task for this worker, waiting up to ``wait_s`` for one."""
+    brain = brain_of(request)
+    view = _view(brain, worker.name, body)
+    deadline = time.monotonic() + body.wait_s
+    while True:
+        found = brain.write(
+            lambda conn, outbox, now: leases.claim(
+                conn, outbox, worker.name, view, now, brain.settings, brain.scheduling
+            )
+        )
+        if found is not None:
+            return _assignment(*found)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Response(status_code=204)
+        # Woken at once by new READY work; the cap catches due retries.
+        brain.wait_for_work(min(left, 1.0))
+
+
+def _fenced(
+    request: Request, task_id: int, change: Callable[[sqlite3.Connection, Outbox, float, Any], Any]
+) -> Any:
+    """Run a fenced write on one task: 404 when unknown, 409 when the lease is stale."""
+    brain = brain_of(request)
+
+    def guarded(conn: sqlite3.Connection, outbox: Outbox, now: float) -> Any:
+        task = leases.states.get_task(conn, task_id)
+        if task is None:
+            raise HTTPException(404, f"no task {task_id}")
+        return change(conn, outbox, now, task)
+
+    try:
+        return brain.write(guarded)
+    except leases.StaleLease as exc:
+        brain.metrics.stale_reports.inc()
+        raise HTTPException(409, str(exc)) from None
+
+
+@router.post("/tasks/{task_id}/start", response_model=LeaseStatus)
+def start(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
+    task = _fenced(request, task_id, lambda c, o, now, t: leases.start(c, o, t, w.name, body, now))
+    return LeaseStatus(lease_expires_at=task["lease_expires_at"], state=task["state"])
+
+
+@router.post("/tasks/{task_id}/heartbeat", response_model=LeaseStatus)
+def renew(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
+    """Renew this attempt's lease; 409 tells the worker to abort (lost, cancelled, timed out)."""
+    lease_s = brain_of(request).settings.lease_s
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float, task: Any) -> LeaseStatus:
+        expires = leases.renew(conn, task, w.name, body, now, lease_s)
+        return LeaseStatus(lease_expires_at=expires, state=task["state"])
+
+    return _fenced(request, task_id, change)
+
+
+@router.put("/tasks/{task_id}/files/{name}")
+async def upload_file(
+    task_id: int,
+    name: str,
+    request: Request,
+    w: WorkerDep,
+    attempt: Annotated[int, Query(ge=1)],
+    lease_id: Annotated[str, Query(min_length=1)],
+) -> dict:
+    """Store one output file of the live attempt under the results volume."""
+    brain = brain_of(request)
+    if not results.SAFE_NAME.match(name):
+        raise HTTPException(422, "file name must be a plain name ([A-Za-z0-9._-])")
+    body = await request.body()
+    if len(body) > brain.settings.max_file_bytes:
+        raise HTTPException(413, "file is larger than BRAIN_MAX_FILE_BYTES")
+    ref = LeaseRef(attempt=attempt, lease_id=lease_id)
+    with brain.db.read() as conn:
+        task = leases.states.get_task(conn, task_id)
+    if task is None:
+        raise HTTPException(404, f"no task {task_id}")
+    try:
+        leases.check_fence(task, w.name, ref)
+    except leases.StaleLease as exc:
+        brain.metrics.stale_reports.inc()
+        raise HTTPException(409, str(exc)) from None
+    folder = results.task_dir(brain.settings.results_dir, task["plan_id"], task["key"])
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{name}.{lease_id}.part"
+    partial.write_bytes(body)
+    partial.replace(folder / name)
+    return {"stored": str((folder / name).relative_to(brain.settings.results_dir))}
+
+
+@router.post("/tasks/{task_id}/complete")
+def complete(task_id: int, body: CompleteRequest, request: Request, w: WorkerDep) -> dict:
+    settings = brain_of(request).settings
+    task = _fenced(
+        request,
+        task_id,
+        lambda c, o, now, t: leases.complete(c, o, t, w.name, body, now, settings),
+    )
+    return {"state": task["state"]}
+
+
+@router.post("/tasks/{task_id}/fail")
+def fail(task_id: int, body: FailRequest, request: Request, w: WorkerDep) -> dict:
+    brain = brain_of(request)
+    task = _fenced(
+        request,
+        task_id,
+        lambda c, o, now, t: leases.fail(c, o, t, w.name, body, now, brain.retry, brain.settings),
+    )
+    return {"state": task["state"]}
+
+
+@router.post("/tasks/{task_id}/release")
+def release(task_id: int, body: ReleaseRequest, request: Request, w: WorkerDep) -> dict:
+    task = _fenced(
+        request,
+        task_id,
+        lambda c, o, now, t: leases.release(c, o, t, w.name, body, body.reason, now),
+    )
+    return {"state": task["state"]}

@@ -1,0 +1,123 @@
+"""Worker registration, heartbeats and the worker list."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+from fastapi import APIRouter, Request
+
+from airig.brain import states
+from airig.brain.auth import AdminDep, BootstrapDep, WorkerDep, hash_token, new_token
+from airig.brain.events import Outbox
+from airig.brain.retry import INFRA
+from airig.brain.service import Brain
+from airig.protocol import HeartbeatRequest, RegisterRequest, RegisterResponse
+
+router = APIRouter(prefix="/v1/workers", tags=["workers"])
+
+
+def brain_of(request: Request) -> Brain:
+    return request.app.state.brain
+
+
+def _drop_old_leases(
+    conn: sqlite3.Connection, outbox: Outbox, brain: Brain, worker_id: str, now: float
+) -> None:
+    """A worker that registers again has restarted: its old attempts are dead."""
+    rows = conn.execute(
+        "SELECT * FROM tasks WHERE worker_id = ? AND state IN ('LEASED', 'RUNNING')",
+        (worker_id,),
+    ).fetchall()
+    for task in rows:
+        states.retry_or_fail(
+            conn, outbox, task, now, brain.retry, INFRA, "worker_restarted",
+            f"worker {worker_id} registered again during attempt {task['attempt']}",
+        )  # fmt: skip
+
+
+@router.post("/register", response_model=RegisterResponse)
+def register(
+    body: RegisterRequest,
+    request: Request,
+    _: BootstrapDep,
+) -> RegisterResponse:
+    brain = brain_of(request)
+    token = new_token()
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+        _drop_old_leases(conn, outbox, brain, body.name, now)
+        conn.execute(
+            """INSERT INTO workers (id, token_hash, classes_json, gpu_index, gpus_json,
+                   models_json, registered_at, last_heartbeat)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash,
+                   classes_json = excluded.classes_json, gpu_index = excluded.gpu_index,
+                   gpus_json = excluded.gpus_json, models_json = excluded.models_json,
+                   registered_at = excluded.registered_at,
+                   last_heartbeat = excluded.last_heartbeat""",
+            (
+                body.name, hash_token(token), json.dumps(body.classes), body.gpu_index,
+                json.dumps([g.model_dump() for g in body.gpus]),
+                json.dumps(body.resident_models), now, now,
+            ),
+        )  # fmt: skip
+
+    brain.write(change)
+    settings = brain.settings
+    return RegisterResponse(
+        worker_id=body.name,
+        token=token,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+        lease_s=settings.lease_s,
+        claim_wait_s=settings.claim_wait_s,
+    )
+
+
+@router.post("/heartbeat")
+def heartbeat(body: HeartbeatRequest, request: Request, worker: WorkerDep) -> dict:
+    """Liveness, GPU telemetry and resident models; task leases renew separately."""
+    brain = brain_of(request)
+    now = time.time()
+    with brain.db.tx() as conn:
+        conn.execute(
+            """UPDATE workers SET last_heartbeat = ?, gpus_json = ?, models_json = ?
+               WHERE id = ?""",
+            (
+                now, json.dumps([g.model_dump() for g in body.gpus]),
+                json.dumps(body.resident_models), worker.name,
+            ),
+        )  # fmt: skip
+    return {"ok": True, "heartbeat_interval_s": brain.settings.heartbeat_interval_s}
+
+
+@router.get("")
+def list_workers(request: Request, _: AdminDep) -> dict:
+    brain = brain_of(request)
+    settings = brain.settings
+    with brain.db.read() as conn:
+        rows = conn.execute("SELECT * FROM workers ORDER BY id").fetchall()
+        running = conn.execute(
+            """SELECT worker_id, COUNT(*) AS n FROM tasks
+               WHERE state IN ('LEASED', 'RUNNING') GROUP BY worker_id"""
+        ).fetchall()
+    busy = {row["worker_id"]: row["n"] for row in running}
+    now = time.time()
+    return {
+        "workers": [
+            {
+                "id": row["id"],
+                "name": row["id"],
+                "classes": json.loads(row["classes_json"]),
+                "gpu_index": row["gpu_index"],
+                "gpus": json.loads(row["gpus_json"]),
+                "resident_models": json.loads(row["models_json"]),
+                "registered_at": row["registered_at"],
+                "last_heartbeat": row["last_heartbeat"],
+                "alive": now - row["last_heartbeat"] <= settings.lease_s,
+                "running": busy.get(row["id"], 0),
+            }
+            for row in rows
+        ]
+    }

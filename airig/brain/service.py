@@ -1,0 +1,82 @@
+"""The brain's runtime: database, logs, metrics and policies, shared by all routes.
+
+``write`` is the one way state changes: it runs a function inside a transaction, then
+publishes that transaction's events and metrics and wakes long-polling claims when new
+work became READY.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from airig.brain import reaper
+from airig.brain.db import Database
+from airig.brain.events import EventLog, Outbox
+from airig.brain.metrics import BrainMetrics
+from airig.brain.retry import RetryPolicy
+from airig.brain.scheduling import SchedulingPolicy
+from airig.brain.settings import BrainSettings
+
+T = TypeVar("T")
+
+
+class Brain:
+    def __init__(self, settings: BrainSettings) -> None:
+        self.settings = settings
+        settings.results_dir.mkdir(parents=True, exist_ok=True)
+        self.db = Database(settings.db_path)
+        self.events = EventLog(
+            settings.events_file,
+            settings.training_file,
+            known_secrets=(settings.admin_token, settings.bootstrap_token),
+        )
+        self.metrics = BrainMetrics(self.db)
+        self.retry = RetryPolicy(
+            initial_s=settings.retry_initial_s,
+            cap_s=settings.retry_cap_s,
+            infra_budget=settings.infra_retries,
+        )
+        self.scheduling = SchedulingPolicy(
+            aging_step_s=settings.aging_step_s,
+            aging_cap=settings.aging_cap,
+            max_wait_s=settings.max_wait_s,
+        )
+        self.work_ready = threading.Condition()
+        self._reaper: reaper.Reaper | None = None
+
+    def write(self, change: Callable[[sqlite3.Connection, Outbox, float], T]) -> T:
+        outbox = Outbox()
+        with self.db.tx() as conn:
+            result = change(conn, outbox, time.time())
+        self.events.publish(outbox)
+        self.metrics.apply(outbox.metrics)
+        if outbox.work_ready:
+            with self.work_ready:
+                self.work_ready.notify_all()
+        return result
+
+    def wait_for_work(self, timeout_s: float) -> None:
+        with self.work_ready:
+            self.work_ready.wait(timeout_s)
+
+    def start(self) -> None:
+        """Extend live leases once (a restart is no reason to expire them), then reap."""
+        with self.db.tx() as conn:
+            reaper.extend_live_leases(conn, time.time(), self.settings.lease_s)
+        self._reaper = reaper.Reaper(self.reap_once, self.settings.reaper_interval_s)
+        self._reaper.start()
+
+    def reap_once(self) -> None:
+        self.write(lambda conn, outbox, now: reaper.reap(conn, outbox, now, self.retry))
+
+    def stop(self) -> None:
+        if self._reaper:
+            self._reaper.stop()
+            self._reaper.join(timeout=5)
+        with self.work_ready:
+            self.work_ready.notify_all()
+        self.db.close()

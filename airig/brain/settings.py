@@ -1,0 +1,75 @@
+"""The brain's one settings object, read from the environment once per process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from airig.errors import ConfigError
+
+PLACEHOLDER_SECRETS = {"", "change-me"}
+
+
+class BrainSettings(BaseSettings):
+    """Every knob of the brain. Timers are in seconds; tests shorten them through env."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    listen_host: str = Field("0.0.0.0", alias="BRAIN_LISTEN_HOST")
+    listen_port: int = Field(8080, alias="BRAIN_LISTEN_PORT")
+    db_path: Path = Field(Path("/state/brain.db"), alias="BRAIN_DB")
+    results_dir: Path = Field(Path("/results"), alias="BRAIN_RESULTS_DIR")
+    # Event and training-sample logs; empty = next to the database.
+    events_path: Path | None = Field(None, alias="BRAIN_EVENTS_LOG")
+    training_path: Path | None = Field(None, alias="BRAIN_TRAINING_LOG")
+    admin_token: str = Field("", alias="BRAIN_ADMIN_TOKEN")
+    bootstrap_token: str = Field("", alias="WORKER_BOOTSTRAP_TOKEN")
+
+    lease_s: float = Field(30.0, alias="BRAIN_LEASE_S", gt=0)
+    heartbeat_interval_s: float = Field(0.0, alias="BRAIN_HEARTBEAT_S", ge=0)
+    claim_wait_s: float = Field(20.0, alias="BRAIN_CLAIM_WAIT_S", ge=0)
+    reaper_interval_s: float = Field(2.0, alias="BRAIN_REAPER_INTERVAL_S", gt=0)
+    runtime_grace_s: float = Field(30.0, alias="BRAIN_RUNTIME_GRACE_S", ge=0)
+    default_timeout_s: float = Field(1800.0, alias="BRAIN_DEFAULT_TIMEOUT_S", gt=0)
+
+    retry_initial_s: float = Field(2.0, alias="BRAIN_RETRY_INITIAL_S", ge=0)
+    retry_cap_s: float = Field(300.0, alias="BRAIN_RETRY_CAP_S", ge=0)
+    infra_retries: int = Field(5, alias="BRAIN_INFRA_RETRIES", ge=0)
+
+    aging_step_s: float = Field(60.0, alias="BRAIN_AGING_STEP_S", gt=0)
+    aging_cap: float = Field(5.0, alias="BRAIN_AGING_CAP", ge=0)
+    max_wait_s: float = Field(900.0, alias="BRAIN_MAX_WAIT_S", gt=0)
+
+    max_plan_bytes: int = Field(1_048_576, alias="BRAIN_MAX_PLAN_BYTES", gt=0)
+    max_tasks: int = Field(5000, alias="BRAIN_MAX_TASKS", gt=0)
+    max_payload_bytes: int = Field(262_144, alias="BRAIN_MAX_PAYLOAD_BYTES", gt=0)
+    result_inline_bytes: int = Field(65_536, alias="BRAIN_RESULT_INLINE_BYTES", ge=0)
+    max_file_bytes: int = Field(268_435_456, alias="BRAIN_MAX_FILE_BYTES", gt=0)
+
+    @model_validator(mode="after")
+    def _derive(self) -> BrainSettings:
+        if not self.heartbeat_interval_s:
+            self.heartbeat_interval_s = self.lease_s / 3
+        return self
+
+    @property
+    def events_file(self) -> Path:
+        return self.events_path or self.db_path.parent / "events.jsonl"
+
+    @property
+    def training_file(self) -> Path:
+        return self.training_path or self.db_path.parent / "training_samples.jsonl"
+
+    def require_secrets(self) -> None:
+        """Refuse to serve with a missing or placeholder secret."""
+        for env_name, value in (
+            ("BRAIN_ADMIN_TOKEN", self.admin_token),
+            ("WORKER_BOOTSTRAP_TOKEN", self.bootstrap_token),
+        ):
+            if value.strip() in PLACEHOLDER_SECRETS:
+                raise ConfigError(
+                    f"{env_name} is missing or still 'change-me'",
+                    "run the launcher once to generate it into .env, or set it in the env",
+                )

@@ -1,0 +1,205 @@
+"""The `airig` / `python start_services.py` command line (typer + rich).
+
+Thin commands that hand off to plain functions; AirigError is caught here, at the edge,
+and printed as one red line plus a hint (exit 1). No tracebacks, no locals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from airig import __version__
+from airig.compose_plan import build_plan
+from airig.console import console, fail
+from airig.docker_adapter import Docker
+from airig.envfile import ensure_env
+from airig.errors import AirigError, ConfigError
+from airig.launcher import Launcher
+from airig.settings import Settings, load_settings
+from airig.status import checks_table, service_rows, services_table
+
+app = typer.Typer(
+    add_completion=False,
+    invoke_without_command=True,
+    no_args_is_help=False,
+    pretty_exceptions_enable=False,
+    help="airig: a local AI cluster on your GPU rig. With no command: up.",
+)
+
+ProfileOpt = Annotated[
+    str | None, typer.Option("--profile", "-p", help="cpu | gpu-nvidia | gpu-amd (default: detect)")
+]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the docker commands, start nothing.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def repo_root() -> Path:
+    """The kit checkout: $AIRIG_HOME, else the working directory if it is one, else ours."""
+    for candidate in (os.environ.get("AIRIG_HOME"), os.getcwd(), Path(__file__).resolve().parent.parent):
+        if candidate and (Path(candidate) / "01-infra" / "compose.yaml").is_file():
+            return Path(candidate).resolve()
+    raise ConfigError("cannot find the airig checkout", "run from the cloned folder or set AIRIG_HOME")
+
+
+def _settings(profile: str | None = None) -> Settings:
+    return load_settings(repo_root(), {"AIRIG_PROFILE": profile})
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"airig {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    ctx: typer.Context,
+    profile: ProfileOpt = None,
+    dry_run: DryRunOpt = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True)] = False,
+) -> None:
+    if ctx.invoked_subcommand is None:
+        up(profile=profile, dry_run=dry_run)
+
+
+@app.command()
+def up(profile: ProfileOpt = None, dry_run: DryRunOpt = False) -> None:
+    """Detect the hardware, check the host and start all three stacks."""
+    root = repo_root()
+    if not dry_run:
+        _ensure_env(root)
+    settings = _settings(profile)
+    launcher = Launcher(settings, Docker(), console)
+    result = launcher.up(dry_run=dry_run)
+    if dry_run:
+        console.print("[bold]Dry run[/]: these commands would run, in order:")
+        for line in result.commands:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
+    rows = service_rows(launcher.docker, result.plan)
+    console.print(services_table(rows, f"airig is up ({result.plan.profile})"))
+
+
+def _ensure_env(root: Path) -> None:
+    env, example = root / ".env", root / ".env.example"
+    if not env.exists() and sys.stdin.isatty():
+        if not typer.confirm(".env does not exist. Create it from .env.example?", default=True):
+            raise ConfigError(".env is required", "cp .env.example .env, edit it, run again")
+    report = ensure_env(env, example)
+    if report.created:
+        console.print("Created .env from .env.example (edit it to choose models and images).")
+    if report.added_keys:
+        console.print(f"Added new settings to .env: {', '.join(report.added_keys)}")
+    if report.generated_secrets:
+        console.print(f"Generated secrets in .env: {', '.join(report.generated_secrets)} (not shown)")
+
+
+@app.command()
+def down(
+    volumes: Annotated[bool, typer.Option("--volumes", help="Also delete data, state and models.")] = False,
+    keep_models: Annotated[bool, typer.Option("--keep-models", help="With --volumes: keep models.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before deleting models.")] = False,
+) -> None:
+    """Stop and remove every stack (in reverse order) and the shared network."""
+    settings = _settings()
+    if volumes and not keep_models and not yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("--volumes deletes downloaded models", "add --yes to confirm, or --keep-models")
+        if not typer.confirm("Delete all downloaded models too (they take long to pull)?", default=False):
+            keep_models = True
+    launcher = Launcher(settings, Docker(), console)
+    plan = build_plan(settings, "cpu", [])
+    for line in launcher.down(plan, volumes=volumes, keep_models=keep_models):
+        console.print(f"  {line}")
+
+
+@app.command()
+def status(as_json: JsonOpt = False) -> None:
+    """Services, their health and URLs."""
+    settings = _settings()
+    plan = build_plan(settings, "cpu", [])
+    rows = service_rows(Docker(), plan)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        console.print(services_table(rows) if rows else "Nothing is running. Start with: python start_services.py")
+
+
+@app.command()
+def logs(
+    service: Annotated[str | None, typer.Argument(help="e.g. ollama-cpu, brain; all when omitted")] = None,
+    tail: Annotated[int, typer.Option("--tail", "-n")] = 100,
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+) -> None:
+    """Show the logs of one service, or of every stack."""
+    from airig.logs import show_logs
+
+    show_logs(_settings(), Docker(), service, tail, follow)
+
+
+@app.command()
+def doctor(as_json: JsonOpt = False) -> None:
+    """Check everything airig depends on; ✔/✘ with a fix for each."""
+    from airig.doctor import run_doctor
+
+    checks, data = run_doctor(_settings(), Docker())
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        console.print(checks_table(checks))
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
+
+
+@app.command()
+def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
+    """Detect GPUs and whether Docker can use them; show the profile airig would pick."""
+    from airig.hardware import render_table
+    from airig.hardware_choice import choose_profile
+
+    choice = choose_profile(_settings(profile), Docker(), strict=False)
+    if as_json:
+        data = {
+            "profile": choice.profile,
+            "source": choice.source,
+            "reasons": choice.reasons,
+            "fix": choice.fix,
+            "report": choice.report.to_dict(),
+        }
+        print(json.dumps(data, indent=2, default=str))
+        return
+    render_table(choice.report, console)
+    console.print(f"Profile: [bold cyan]{choice.profile}[/] (from {choice.source})")
+    for reason in choice.reasons:
+        console.print(f"  · {reason}")
+    if choice.fix:
+        console.print(f"  [yellow]→ {choice.fix}[/]")
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except AirigError as exc:
+        fail(exc.message, exc.hint)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted")
+        sys.exit(130)
+    except typer.Abort:
+        fail("aborted")
+        sys.exit(1)
+    except Exception as exc:  # click usage errors and the like
+        import click
+
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

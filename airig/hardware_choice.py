@@ -1,0 +1,80 @@
+"""From the launcher's settings to a hardware profile and a GPU layout.
+
+Glue between `airig.hardware` (facts and the decision rules) and the launcher: it
+supplies the flag and .env values, the Docker client and the images to probe with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from airig.compose_plan import GpuSlot
+from airig.docker_adapter import Docker
+from airig.errors import DockerError, HardwareError
+from airig.hardware import HardwareReport, detect
+from airig.hardware.decide import decide_profile
+
+VENDOR_OF = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
+SOURCE_LABEL = {"flag": "--profile flag", "env": "AIRIG_PROFILE", "detected": "detection"}
+
+
+@dataclass
+class Choice:
+    profile: str
+    source: str  # human words: "--profile flag", "AIRIG_PROFILE in .env", "detection"
+    reasons: list[str]
+    fix: str | None
+    gpus: list[GpuSlot]
+    report: HardwareReport
+    host_env: dict[str, str] = field(default_factory=dict)
+
+
+def probe_images(settings) -> list[str]:
+    """Local images a GPU probe may start (nothing is pulled)."""
+    return [settings.get("AIRIG_IMAGE"), settings.get("AIRIG_BASE_IMAGE") or "python:3.12-slim"]
+
+
+def detect_report(settings, docker: Docker, client=None) -> HardwareReport:
+    if client is None:
+        try:
+            client = docker.sdk()
+        except DockerError:
+            client = None  # detection still reports PCI/NVML/KFD facts without Docker
+    return detect(docker_client=client, probe_image=probe_images(settings))
+
+
+def choose_profile(settings, docker: Docker, strict: bool = True, client=None) -> Choice:
+    """flag > environment/.env > detected. ``strict``: a forced, unusable GPU profile
+    raises HardwareError; otherwise (dry-run) it is kept with the reason and the fix."""
+    report = detect_report(settings, docker, client)
+    source = settings.source_of("AIRIG_PROFILE")
+    value = settings.get("AIRIG_PROFILE") or None
+    flag = value if source == "flag" else None
+    env_value = value if source in (".env", "environment") else None
+    try:
+        decision = decide_profile(report, flag=flag, env_value=env_value)
+        profile, reasons, fix = decision.profile, list(decision.reasons), decision.fix
+        label = SOURCE_LABEL[decision.source]
+    except HardwareError as exc:
+        if strict:
+            raise
+        profile, reasons, fix = value, [exc.message], exc.hint
+        label = SOURCE_LABEL["flag" if flag else "env"]
+    if label == "AIRIG_PROFILE":
+        label = f"AIRIG_PROFILE in {source}"
+    gpus = gpu_slots(report, profile)
+    host_env = report.amd.env_values() if profile == "gpu-amd" else {}
+    return Choice(profile, label, reasons, fix, gpus, report, host_env)
+
+
+def gpu_slots(report: HardwareReport, profile: str) -> list[GpuSlot]:
+    """The discrete GPUs of the profile's vendor, one worker each."""
+    vendor = VENDOR_OF.get(profile)
+    if vendor is None:
+        return []
+    chosen = [g for g in report.gpus if g.vendor == vendor and g.kind != "integrated"]
+    slots = []
+    for position, gpu in enumerate(chosen):
+        index = gpu.index if gpu.index is not None else position
+        slots.append(GpuSlot(index, gpu.name, gpu.vram_total_bytes or 0, gpu.render_node or ""))
+    return slots

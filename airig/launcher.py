@@ -1,0 +1,190 @@
+"""`up` and `down`: the launcher's sequence, with rollback.
+
+up:   .env → detect → choose profile (say which source won) → preflight → network →
+      build the kit's image → stacks in order with `compose up --wait` → summary.
+A failed stack names the failing service, shows its last log lines and takes down what
+this run started, so nothing is left half-started. Running `up` twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from airig.compose_plan import ComposePlan, StackPlan, build_plan
+from airig.docker_adapter import Docker, ServiceState
+from airig.errors import DockerError, PreflightError
+from airig.hardware_choice import Choice, choose_profile
+from airig.preflight import Check, disk_check, docker_checks, env_check, port_checks
+from airig.settings import Settings
+
+VOLUMES = {
+    "data": ["airig-data", "airig-results", "airig-brain-state"],
+    "models": ["airig-ollama-models", "airig-comfyui-data", "airig-whisper-models"],
+}
+IMAGE_SERVICE = ("03-agents", "brain")  # the service whose build: makes the kit's image
+
+
+@dataclass
+class UpResult:
+    plan: ComposePlan
+    choice: Choice
+    started: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+
+class Launcher:
+    def __init__(self, settings: Settings, docker: Docker, console: Console) -> None:
+        self.settings, self.docker, self.console = settings, docker, console
+
+    # ------------------------------------------------------------------ up
+    def up(self, dry_run: bool = False) -> UpResult:
+        if not dry_run:
+            _require(docker_checks(self.docker))
+        choice = choose_profile(self.settings, self.docker, strict=not dry_run)
+        if not dry_run and _probe_lacked_image(choice):
+            # A GPU probe needs a local image; on a first run that is the kit's own.
+            self._build(build_plan(self.settings, "cpu", []))
+            choice = choose_profile(self.settings, self.docker, strict=True)
+        self._say_profile(choice)
+        plan = build_plan(self.settings, choice.profile, choice.gpus, choice.host_env)
+        result = UpResult(plan=plan, choice=choice)
+        if dry_run:
+            result.commands = self.commands(plan)
+            return result
+        _require(self.preflight())
+        self._write_generated(plan)
+        self.docker.ensure_network(plan.network)
+        self._build(plan)
+        for stack in plan.stacks:
+            self.console.print(f"[bold]Starting[/] {stack.name} …")
+            self._up_stack(plan, stack, result)
+        return result
+
+    def _build(self, plan: ComposePlan) -> None:
+        self.console.print("[bold]Building[/] the kit's image (cached after the first time)…")
+        self.docker.build(plan.stack(IMAGE_SERVICE[0]), [IMAGE_SERVICE[1]])
+
+    def commands(self, plan: ComposePlan) -> list[str]:
+        """The exact commands `up` runs, in order (for --dry-run)."""
+        lines = [f"docker network create {plan.network}   # if missing"]
+        for path in plan.generated:
+            lines.append(f"# write {path.relative_to(self.settings.root)}")
+        build = plan.stack(IMAGE_SERVICE[0])
+        lines.append(self.docker.command(build, "build", "--quiet", IMAGE_SERVICE[1]))
+        for stack in plan.stacks:
+            lines.append(
+                self.docker.command(
+                    stack, "up", "--detach", "--wait", "--wait-timeout",
+                    str(stack.wait_timeout), "--remove-orphans",
+                )
+            )
+        return lines
+
+    def preflight(self) -> list[Check]:
+        checks = [env_check(self.settings)]
+        docker_root = self.docker.engine_info().get("DockerRootDir")
+        checks.append(disk_check(self.settings, docker_root))
+        checks += port_checks(self.settings, self.own_ports())
+        return checks
+
+    def own_ports(self) -> set[int]:
+        """Host ports already published by airig's containers (a second `up` is fine)."""
+        ports = set()
+        for c in self.docker.sdk().containers.list(filters={"label": "com.docker.compose.project"}):
+            if not c.labels.get("com.docker.compose.project", "").startswith("airig-"):
+                continue
+            for bindings in (c.attrs["NetworkSettings"]["Ports"] or {}).values():
+                ports.update(int(b["HostPort"]) for b in bindings or [])
+        return ports
+
+    def _say_profile(self, choice: Choice) -> None:
+        self.console.print(f"Profile [bold cyan]{choice.profile}[/] (from {choice.source})")
+        for reason in choice.reasons:
+            self.console.print(f"  · {reason}")
+        if choice.fix:
+            self.console.print(f"  [yellow]→ {choice.fix}[/]")
+
+    def _write_generated(self, plan: ComposePlan) -> None:
+        for path, text in plan.generated.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        # `docker compose logs` run inside a stack folder reads that folder's .env: link
+        # each to the one .env at the root so the stacks work by hand too.
+        for stack in plan.stacks:
+            link = self.settings.root / stack.name / ".env"
+            if not link.exists() and not link.is_symlink():
+                link.symlink_to(Path("..") / ".env")
+
+    def _up_stack(self, plan: ComposePlan, stack: StackPlan, result: UpResult) -> None:
+        was_up = _all_healthy(self.docker.services(stack))
+        try:
+            self.docker.up(stack)
+        except DockerError as exc:
+            failing = self.diagnose(stack)
+            started = [s for s in plan.stacks if s.name in result.started or s is stack]
+            if not was_up:
+                self.rollback(started)
+            names = ", ".join(f.service for f in failing) or stack.name
+            raise DockerError(
+                f"{stack.name}: {names} failed to start ({exc.message})",
+                "read the log lines above; fix .env or the host, then run up again",
+            ) from None
+        if not was_up:
+            result.started.append(stack.name)
+
+    def diagnose(self, stack: StackPlan) -> list[ServiceState]:
+        """Print the last log lines of every service that is not up and healthy."""
+        failing = [s for s in self.docker.services(stack) if not _is_ok(s)]
+        for svc in failing:
+            code = "" if svc.exit_code in (None, 0) else f", exit code {svc.exit_code}"
+            self.console.print(f"[red]✘ {svc.service}[/]: {svc.state} {svc.health}{code}")
+            for line in self.docker.logs(stack, svc.service, tail=15).splitlines()[-15:]:
+                self.console.print(f"    {line}", markup=False, highlight=False)
+        return failing
+
+    def rollback(self, stacks: list[StackPlan]) -> None:
+        for stack in reversed(stacks):
+            self.console.print(f"[yellow]Rolling back[/] {stack.name} …")
+            self.docker.down(stack)
+
+    # ------------------------------------------------------------------ down
+    def down(self, plan: ComposePlan, volumes: bool, keep_models: bool) -> list[str]:
+        done = []
+        for stack in reversed(plan.stacks):
+            self.docker.down(stack)
+            done.append(f"{stack.name} down")
+        if volumes:
+            names = VOLUMES["data"] + ([] if keep_models else VOLUMES["models"])
+            done += [f"volume {v} removed" for v in self.docker.remove_volumes(names)]
+        done.append(self.docker.remove_network(plan.network))
+        for path in plan.generated:
+            if path.exists():
+                os.remove(path)
+        return done
+
+
+def _is_ok(s: ServiceState) -> bool:
+    if s.state == "exited":
+        return s.exit_code == 0
+    return s.state == "running" and s.health in ("", "healthy")
+
+
+def _all_healthy(services: list[ServiceState]) -> bool:
+    return bool(services) and all(_is_ok(s) for s in services)
+
+
+def _probe_lacked_image(choice) -> bool:
+    return any(
+        p.status == "not run" and "no probe image" in p.detail
+        for p in choice.report.probes.values()
+    )
+
+
+def _require(checks: list[Check]) -> None:
+    for check in checks:
+        if not check.ok:
+            raise PreflightError(f"{check.name}: {check.detail}", check.fix)

@@ -1,0 +1,96 @@
+"""The verification cache: what was hashed, and what it hashed to.
+
+A second `up` must not re-hash gigabytes that did not change. An entry is trusted only
+while the file still has the same identity: resolved path, size, mtime_ns, ctime_ns and
+inode. A byte flipped in place changes mtime (and ctime even when mtime is restored
+with `touch -r`), a replaced file changes the inode, so any edit forces a re-hash.
+
+The cache lives on the model volume itself (``AIRIG_VERIFY_CACHE``) so the init
+container and the one-off `models verify` container share it. It is written atomically
+(temporary file in the same directory, then ``os.replace``): a crash mid-write leaves
+the previous cache, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What must stay equal for a cached digest to still describe the file."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, stat: os.stat_result) -> FileIdentity:
+        return cls(stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+
+
+class VerifyCache:
+    """A JSON map resolved-path → identity + sha256, loaded once and saved atomically."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._entries: dict[str, dict[str, int | str]] = self._load()
+        self._dirty = False
+
+    def _load(self) -> dict[str, dict[str, int | str]]:
+        if self.path is None or not self.path.is_file():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            # A damaged cache only costs a re-hash; it must never block verification.
+            return {}
+        if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+            return {}
+        entries = data.get("entries")
+        return entries if isinstance(entries, dict) else {}
+
+    def lookup(self, path: Path, identity: FileIdentity) -> str | None:
+        """The cached sha256 of ``path`` if its identity is unchanged, else None."""
+        entry = self._entries.get(str(path))
+        if not isinstance(entry, dict):
+            return None
+        digest = entry.get("sha256")
+        if not isinstance(digest, str):
+            return None
+        stored = {key: entry.get(key) for key in asdict(identity)}
+        return digest if stored == asdict(identity) else None
+
+    def remember(self, path: Path, identity: FileIdentity, sha256: str) -> None:
+        self._entries[str(path)] = {**asdict(identity), "sha256": sha256}
+        self._dirty = True
+
+    def forget(self, path: Path) -> None:
+        if self._entries.pop(str(path), None) is not None:
+            self._dirty = True
+
+    def save(self) -> None:
+        """Write the cache if it changed; drop entries whose file is gone."""
+        if self.path is None or not self._dirty:
+            return
+        self._entries = {p: e for p, e in self._entries.items() if os.path.lexists(p)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = json.dumps({"version": CACHE_VERSION, "entries": self._entries}, indent=0)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._dirty = False

@@ -1,0 +1,125 @@
+"""What every provisioner shares: its report shape, its interface, small file helpers."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from airig.provision.verify import ExpectedFile, FileCheckError, VerifiedFile, Verifier
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    """One verified model: how many bytes in how many files, and whether all came from cache."""
+
+    model: str
+    size: int
+    files: int
+    cached: bool
+
+    @classmethod
+    def of(cls, model: str, files: Sequence[VerifiedFile]) -> ModelReport:
+        return cls(
+            model=model,
+            size=sum(f.size for f in files),
+            files=len(files),
+            cached=bool(files) and all(f.cached for f in files),
+        )
+
+
+@dataclass(frozen=True)
+class Listing:
+    model: str
+    size: int | None
+    configured: bool
+    present: bool
+
+
+def merge_listing(configured: Sequence[str], present: dict[str, int | None]) -> list[Listing]:
+    """Configured models first (present or not), then anything else found on disk."""
+    rows = [Listing(m, present.get(m), True, m in present) for m in configured]
+    rows += [Listing(m, size, False, True) for m, size in present.items() if m not in configured]
+    return rows
+
+
+class Provisioner(Protocol):
+    service: str
+    health_url: str
+    verifier: Verifier
+
+    def configured(self) -> list[str]: ...
+
+    def ensure(self, model: str, force: bool) -> ModelReport: ...
+
+    def verify(self, model: str) -> ModelReport: ...
+
+    def listing(self) -> list[Listing]: ...
+
+
+def remove_corrupt(verifier: Verifier, files: Sequence[ExpectedFile]) -> list[Path]:
+    """Delete every file that exists but holds wrong bytes; return what was deleted.
+
+    A server that finds a blob on disk trusts it (Ollama skips existing blobs on pull), so
+    repairing means removing the bad copy before asking for the model again.
+    """
+    removed = []
+    for expected in files:
+        try:
+            verifier.verify_content(expected)
+        except FileCheckError as exc:
+            if exc.corrupt and os.path.lexists(exc.path):
+                target = exc.path.resolve() if exc.path.is_symlink() else exc.path
+                target.unlink(missing_ok=True)
+                exc.path.unlink(missing_ok=True)
+                removed.append(exc.path)
+    return removed
+
+
+def tree_size(root: Path) -> int:
+    """Bytes under ``root`` (regular files only, symlinks not followed)."""
+    total = 0
+    for directory, _, names in os.walk(root):
+        for name in names:
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except FileNotFoundError:
+                continue  # renamed away between listing and stat: a download finishing
+            if not os.path.islink(os.path.join(directory, name)):
+                total += info.st_size
+    return total
+
+
+class GrowthWatcher:
+    """Reports the growing size of a directory while a blocking download runs.
+
+    Some servers (speaches) and tools (comfy-cli) give no machine-readable progress; the
+    bytes landing on the volume are the honest measure of it.
+    """
+
+    def __init__(
+        self,
+        measure: Callable[[], int],
+        report: Callable[[int], None],
+        interval: float = 0.5,
+    ) -> None:
+        self._measure = measure
+        self._report = report
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._report(self._measure())
+
+    def __enter__(self) -> GrowthWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,1 @@
+"""The worker: registers with the brain, heartbeats, claims tasks, runs them, reports."""

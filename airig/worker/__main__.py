@@ -1,0 +1,64 @@
+"""``python -m airig.worker`` runs a worker; ``--check`` is the container healthcheck.
+
+The check passes when the heartbeat thread wrote a successful beat recently (the state
+file, ``WORKER_STATE_FILE``): the worker registered and the brain answers it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+from pydantic import ValidationError
+
+from airig.brain.jsonlog import setup_json_logging
+from airig.errors import AirigError
+from airig.worker.settings import WorkerSettings
+
+log = logging.getLogger("airig.worker")
+
+
+def check(settings: WorkerSettings, max_age_s: float) -> int:
+    try:
+        state = json.loads(settings.state_file.read_text())
+    except (OSError, ValueError):
+        print("worker unhealthy: no heartbeat has succeeded yet", file=sys.stderr)
+        return 1
+    age = time.time() - float(state.get("at", 0))
+    if not state.get("ok") or age > max_age_s:
+        print(f"worker unhealthy: last good heartbeat {age:.0f}s ago", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airig.worker")
+    parser.add_argument("--check", action="store_true", help="exit 0 when the worker is healthy")
+    parser.add_argument(
+        "--max-age", type=float, default=60.0, help="seconds a heartbeat counts as recent"
+    )
+    args = parser.parse_args(argv)
+    setup_json_logging()
+    try:
+        settings = WorkerSettings()
+        if args.check:
+            return check(settings, args.max_age)
+        settings.require_secrets()
+        from airig.worker.runner import Worker
+
+        worker = Worker(settings)
+        worker.install_signal_handlers()
+        return worker.run()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        log.error("invalid worker setting", extra={"setting": first["loc"], "error": first["msg"]})
+    except AirigError as exc:
+        log.error(exc.message, extra={"hint": exc.hint})
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The worker's HTTP link to the brain.
+
+Transport failures and 5xx answers are retried with capped exponential backoff and full
+jitter, so a brain that is starting or restarting is waited for, never crash-looped on.
+409 means the lease is gone (``LeaseLost``); 401 means the brain no longer knows this
+worker's token (``Unregistered``: register again).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from typing import Any
+
+import requests
+
+from airig.protocol import (
+    Assignment,
+    ClaimRequest,
+    CompleteRequest,
+    FailRequest,
+    HeartbeatRequest,
+    LeaseRef,
+    RegisterRequest,
+    RegisterResponse,
+    ReleaseRequest,
+)
+
+log = logging.getLogger("airig.worker.link")
+
+
+class LeaseLost(Exception):
+    """The brain refused a write for this attempt (409): abort without side effects."""
+
+
+class Unregistered(Exception):
+    """The brain does not know this worker's token (401)."""
+
+
+class BrainUnreachable(Exception):
+    """The brain did not answer before the caller's deadline."""
+
+
+class BrainLink:
+    def __init__(self, base_url: str, bootstrap_token: str, retry_cap_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._bootstrap = bootstrap_token
+        self._token = ""
+        self._retry_cap_s = retry_cap_s
+        self._local = threading.local()  # one requests.Session per thread
+
+    @property
+    def _session(self) -> requests.Session:
+        if not hasattr(self._local, "session"):
+            self._local.session = requests.Session()
+        return self._local.session
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = None,
+        json_body: Any = None,
+        data: bytes | None = None,
+        params: dict | None = None,
+        timeout: float = 15.0,
+        deadline: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> requests.Response:
+        """One request, retried on transport errors and 5xx until ``deadline``."""
+        failures = 0
+        while True:
+            try:
+                response = self._session.request(
+                    method, f"{self.base_url}{path}", json=json_body, data=data, params=params,
+                    headers={"Authorization": f"Bearer {token or self._token}"}, timeout=timeout,
+                )  # fmt: skip
+                if response.status_code < 500:
+                    return self._checked(response)
+                problem = f"HTTP {response.status_code}"
+            except requests.RequestException as exc:
+                problem = type(exc).__name__
+            failures += 1
+            delay = random.uniform(0, min(self._retry_cap_s, 0.2 * 2**failures))
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise BrainUnreachable(f"{method} {path}: {problem}")
+            if failures in (1, 5) or failures % 20 == 0:
+                log.warning("brain not answering, retrying", extra={"path": path, "error": problem})
+            if stop is not None and stop.wait(delay):
+                raise BrainUnreachable(f"{method} {path}: stopping")
+            if stop is None:
+                time.sleep(delay)
+
+    @staticmethod
+    def _checked(response: requests.Response) -> requests.Response:
+        if response.status_code == 409:
+            raise LeaseLost(response.json().get("detail", "lease lost"))
+        if response.status_code == 401:
+            raise Unregistered(response.text[:200])
+        if response.status_code >= 400:
+            raise RuntimeError(f"brain refused: HTTP {response.status_code} {response.text[:300]}")
+        return response
+
+    def register(self, request: RegisterRequest, stop: threading.Event) -> RegisterResponse:
+        response = self._call(
+            "POST", "/v1/workers/register", token=self._bootstrap,
+            json_body=request.model_dump(), stop=stop,
+        )  # fmt: skip
+        registered = RegisterResponse.model_validate(response.json())
+        self._token = registered.token
+        return registered
+
+    def heartbeat(self, body: HeartbeatRequest, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        self._call(
+            "POST", "/v1/workers/heartbeat", json_body=body.model_dump(),
+            timeout=timeout, deadline=deadline,
+        )  # fmt: skip
+
+    def claim(self, body: ClaimRequest, stop: threading.Event) -> Assignment | None:
+        response = self._call(
+            "POST", "/v1/claims", json_body=body.model_dump(), timeout=body.wait_s + 15, stop=stop
+        )
+        if response.status_code == 204:
+            return None
+        return Assignment.model_validate(response.json())
+
+    def lease_write(
+        self, task_id: int, action: str, body: LeaseRef, deadline_s: float = 120.0
+    ) -> dict:
+        """start / heartbeat / complete / fail / release one attempt (retried, fenced)."""
+        response = self._call(
+            "POST", f"/v1/tasks/{task_id}/{action}", json_body=body.model_dump(),
+            deadline=time.monotonic() + deadline_s,
+        )  # fmt: skip
+        return response.json()
+
+    def upload(self, task: Assignment, name: str, content: bytes) -> str:
+        response = self._call(
+            "PUT", f"/v1/tasks/{task.task_id}/files/{name}", data=content,
+            params={"attempt": task.attempt, "lease_id": task.lease_id},
+            timeout=120.0, deadline=time.monotonic() + 300,
+        )  # fmt: skip
+        return response.json()["stored"]
+
+    def complete(self, task: Assignment, body: CompleteRequest) -> dict:
+        return self.lease_write(task.task_id, "complete", body, deadline_s=600.0)
+
+    def fail(self, task: Assignment, body: FailRequest) -> dict:
+        return self.lease_write(task.task_id, "fail", body, deadline_s=600.0)
+
+    def release(self, task: Assignment, body: ReleaseRequest) -> dict:
+        return self.lease_write(task.task_id, "release", body, deadline_s=15.0)

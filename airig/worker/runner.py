@@ -1,0 +1,204 @@
+"""The worker's main loop: register, claim, run one attempt at a time, report.
+
+Graceful stop (SIGTERM / SIGINT): no new claims; the running attempt gets
+``WORKER_STOP_GRACE_S`` to finish and report, otherwise it is cancelled and released to
+the brain (no budget charged) so another worker takes it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from airig.protocol import (
+    Assignment,
+    ClaimRequest,
+    CompleteRequest,
+    FailRequest,
+    HeartbeatRequest,
+    RegisterRequest,
+    ReleaseRequest,
+)
+from airig.worker.gpus import probe_gpus
+from airig.worker.heartbeat import CurrentAttempt, Heartbeat, write_state
+from airig.worker.link import BrainLink, BrainUnreachable, LeaseLost, Unregistered
+from airig.worker.settings import WorkerSettings
+
+log = logging.getLogger("airig.worker")
+
+
+class Worker:
+    def __init__(self, settings: WorkerSettings, link: BrainLink | None = None) -> None:
+        self.settings = settings
+        self.link = link or BrainLink(
+            settings.brain_url, settings.bootstrap_token, settings.retry_cap_s
+        )
+        self.stopping = threading.Event()
+        self.current = CurrentAttempt()
+        self.resident: list[str] = []
+        self.claim_wait_s = 20.0
+        self.heartbeat: Heartbeat | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    def install_signal_handlers(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self.stopping.set())
+
+    def run(self) -> int:
+        self.settings.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.register()
+        except BrainUnreachable:
+            return 0  # asked to stop before the brain ever answered
+        while not self.stopping.is_set():
+            if self.heartbeat and self.heartbeat.needs_register.is_set():
+                self.register()
+            try:
+                task = self.link.claim(
+                    ClaimRequest(wait_s=self.claim_wait_s, resident_models=self.resident),
+                    stop=self.stopping,
+                )
+            except Unregistered:
+                self.register()
+                continue
+            except BrainUnreachable:
+                continue
+            if task is not None:
+                self.execute(task)
+        self.shutdown()
+        return 0
+
+    def register(self) -> None:
+        settings = self.settings
+        request = RegisterRequest(
+            name=settings.name, classes=settings.classes, gpu_index=settings.gpu_index,
+            gpus=probe_gpus(settings.gpu_index), resident_models=self.resident_models(),
+        )  # fmt: skip
+        registered = self.link.register(request, stop=self.stopping)
+        self.claim_wait_s = registered.claim_wait_s
+        log.info(
+            "registered", extra={"worker_id": registered.worker_id, "brain": self.link.base_url}
+        )
+        if self.heartbeat is None:
+            self.heartbeat = Heartbeat(
+                self.link, registered.worker_id, registered.heartbeat_interval_s,
+                self.current, self.telemetry, settings.state_file,
+            )  # fmt: skip
+            self.heartbeat.start()
+        self.heartbeat.needs_register.clear()
+        self.heartbeat.beat()
+
+    def shutdown(self) -> None:
+        if self.heartbeat:
+            self.heartbeat.stop()
+        write_state(self.settings.state_file, self.settings.name, ok=False)
+        log.info("worker stopped")
+
+    # ---------------------------------------------------------------- telemetry
+    def resident_models(self) -> list[str]:
+        """Models loaded in this worker's Ollama (only workers that serve LLMs ask)."""
+        if "llm" not in self.settings.classes:
+            return []
+        try:
+            response = requests.get(f"{self.settings.ollama_url}/api/ps", timeout=2)
+            response.raise_for_status()
+            self.resident = [m["name"] for m in response.json().get("models", [])]
+        except (requests.RequestException, ValueError, KeyError):
+            pass  # keep the last known set; Ollama may be busy loading
+        return self.resident
+
+    def telemetry(self) -> HeartbeatRequest:
+        return HeartbeatRequest(
+            gpus=probe_gpus(self.settings.gpu_index), resident_models=self.resident_models()
+        )
+
+    # ---------------------------------------------------------------- one attempt
+    def execute(self, task: Assignment) -> None:
+        cancel = self.current.begin(task)
+        fields = {"task_uid": task.task_id, "task_id": task.key, "attempt": task.attempt}
+        output_dir = self.settings.work_dir / f"{task.task_id}-{task.attempt}"
+        try:
+            self.link.lease_write(task.task_id, "start", task.lease)
+            output_dir.mkdir(parents=True, exist_ok=True)
+            log.info("attempt started", extra={**fields, "type": task.type})
+            outcome, released = self.run_attempt(task, cancel, output_dir)
+            if released:
+                self.link.release(task, ReleaseRequest(**task.lease.model_dump()))
+                log.info("attempt released", extra=fields)
+            elif not cancel.is_set() or outcome is not None:
+                self.report(task, outcome, output_dir)
+        except LeaseLost as exc:
+            log.warning("lease lost; result dropped", extra={**fields, "error": str(exc)})
+        except (BrainUnreachable, RuntimeError) as exc:
+            log.error("could not report the attempt", extra={**fields, "error": str(exc)})
+        finally:
+            self.current.end()
+            shutil.rmtree(output_dir, ignore_errors=True)
+
+    def run_attempt(self, task: Assignment, cancel: threading.Event, output_dir: Path):
+        """(ExecResult | TaskError | None, released) after the executor thread ends."""
+        from airig.executors import ExecContext, TaskError, run_task
+
+        settings = self.settings
+        ctx = ExecContext(
+            ollama_url=settings.ollama_url, comfyui_url=settings.comfyui_url,
+            whisper_url=settings.whisper_url, data_dir=settings.data_dir,
+            output_dir=output_dir, timeout_s=task.timeout_s, cancel=cancel,
+            trusted=task.trusted, gpu_index=settings.gpu_index,
+        )  # fmt: skip
+        box: dict[str, object] = {}
+
+        def target() -> None:
+            try:
+                box["result"] = run_task(task.type, task.payload, ctx)
+            except TaskError as exc:
+                box["result"] = exc
+
+        thread = threading.Thread(target=target, name=f"attempt-{task.task_id}", daemon=True)
+        thread.start()
+        released, give_up_at = False, None
+        while thread.is_alive():
+            thread.join(0.1)
+            if self.stopping.is_set() and give_up_at is None:
+                give_up_at = time.monotonic() + settings.stop_grace_s
+            if give_up_at is not None and time.monotonic() > give_up_at and not released:
+                released = True
+                cancel.set()
+                thread.join(5.0)  # executors honour cancel promptly; do not wait forever
+                break
+        if cancel.is_set() and not released:
+            return None, False  # lease lost: the brain has moved on; report nothing
+        return box.get("result"), released
+
+    def report(self, task: Assignment, outcome: object, output_dir: Path) -> None:
+        from airig.executors import TaskError
+
+        lease = task.lease.model_dump()
+        if isinstance(outcome, TaskError):
+            body = FailRequest(
+                **lease, error_type=outcome.error_type, retryable=outcome.retryable,
+                message=outcome.message[:8000],
+            )  # fmt: skip
+            state = self.link.fail(task, body)["state"]
+        elif outcome is None:
+            body = FailRequest(**lease, error_type="worker_error", message="no result")
+            state = self.link.fail(task, body)["state"]
+        else:
+            stored = [
+                self.link.upload(task, Path(name).name, (output_dir / name).read_bytes())
+                for name in outcome.files
+            ]
+            body = CompleteRequest(
+                **lease, output=outcome.output, files=stored, metrics=outcome.metrics
+            )
+            state = self.link.complete(task, body)["state"]
+        log.info(
+            "attempt reported",
+            extra={"task_uid": task.task_id, "attempt": task.attempt, "state": state},
+        )

@@ -1,0 +1,60 @@
+"""The worker's one settings object, read from the environment once per process."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from airig.brain.settings import PLACEHOLDER_SECRETS
+from airig.errors import ConfigError
+from airig.protocol import TASK_CLASSES
+
+
+class WorkerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    brain_url: str = Field("http://brain:8080", alias="BRAIN_URL")
+    bootstrap_token: str = Field("", alias="WORKER_BOOTSTRAP_TOKEN")
+    name: str = Field(default_factory=socket.gethostname, alias="WORKER_NAME")
+    classes_csv: str = Field("cpu", alias="WORKER_CLASSES")
+    gpu: str = Field("", alias="WORKER_GPU")
+    ollama_url: str = Field("http://ollama:11434", alias="OLLAMA_URL")
+    comfyui_url: str = Field("http://comfyui:8188", alias="COMFYUI_URL")
+    whisper_url: str = Field("http://whisper:8000", alias="WHISPER_URL")
+    data_dir: Path = Field(Path("/data"), alias="DATA_DIR")
+    work_dir: Path = Field(Path("/tmp/airig-work"), alias="WORKER_WORK_DIR")
+    state_file: Path = Field(Path("/tmp/airig-worker.json"), alias="WORKER_STATE_FILE")
+    # Seconds the worker may finish its attempt after SIGTERM before releasing it.
+    stop_grace_s: float = Field(20.0, alias="WORKER_STOP_GRACE_S", ge=0)
+    # Longest back-off between attempts to reach the brain.
+    retry_cap_s: float = Field(10.0, alias="WORKER_RETRY_CAP_S", gt=0)
+
+    @field_validator("classes_csv")
+    @classmethod
+    def _known_classes(cls, value: str) -> str:
+        unknown = [c for c in _split(value) if c not in TASK_CLASSES]
+        if unknown or not _split(value):
+            raise ValueError(f"WORKER_CLASSES: use some of {', '.join(TASK_CLASSES)}")
+        return value
+
+    @property
+    def classes(self) -> list[str]:
+        return _split(self.classes_csv)
+
+    @property
+    def gpu_index(self) -> int | None:
+        return int(self.gpu) if self.gpu.strip().isdigit() else None
+
+    def require_secrets(self) -> None:
+        if self.bootstrap_token.strip() in PLACEHOLDER_SECRETS:
+            raise ConfigError(
+                "WORKER_BOOTSTRAP_TOKEN is missing or still 'change-me'",
+                "run the launcher once to generate it into .env",
+            )
+
+
+def _split(csv: str) -> list[str]:
+    return [part.strip() for part in csv.split(",") if part.strip()]

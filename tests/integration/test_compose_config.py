@@ -1,0 +1,104 @@
+"""`docker compose config` accepts every stack × profile (needs only the compose binary)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from airig.compose_plan import GpuSlot, build_plan
+from airig.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = ["cpu", "gpu-nvidia", "gpu-amd"]
+
+
+def compose_available() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+
+
+pytestmark = pytest.mark.skipif(not compose_available(), reason="docker compose v2 plugin not installed")
+
+
+def config(plan_stack) -> dict:
+    cmd = ["docker", "compose"]
+    for f in plan_stack.files:
+        cmd += ["-f", str(f)]
+    for e in plan_stack.env_files:
+        cmd += ["--env-file", str(e)]
+    cmd += ["--profile", *plan_stack.profiles, "-p", plan_stack.project, "config", "--format", "json"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def kit(tmp_path):
+    """A copy of the kit's stack folders with .env from .env.example, secrets filled."""
+    for name in ["01-infra", "02-compute", "03-agents"]:
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("wheels", ".env"))
+    env = (ROOT / ".env.example").read_text().replace("change-me", "s3cret")
+    (tmp_path / ".env").write_text(env)
+    (tmp_path / ".env.example").write_text(env)
+    return tmp_path
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_stack_validates(kit, profile):
+    gpus = [GpuSlot(0), GpuSlot(1)] if profile != "cpu" else []
+    plan = build_plan(load_settings(kit), profile, gpus, {"AIRIG_RENDER_GID": "993"})
+    for path, text in plan.generated.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for stack in plan.stacks:
+        model = config(stack)
+        assert model["name"] == stack.project
+        assert model["networks"]["ai"]["name"] == "ai-network"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_compute_variants_per_profile(kit, profile):
+    plan = build_plan(load_settings(kit), profile, [], {"AIRIG_RENDER_GID": "993"})
+    for path, text in plan.generated.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    svcs = config(plan.stack("02-compute"))["services"]
+    active = {n for n in svcs if n.split("-")[0] in ("ollama", "comfyui", "whisper") and "init" not in n}
+    assert active == {f"ollama-{profile}", f"comfyui-{profile}", f"whisper-{profile}"}
+    ollama = svcs[f"ollama-{profile}"]
+    if profile == "gpu-nvidia":
+        dev = ollama["deploy"]["resources"]["reservations"]["devices"][0]
+        assert dev["driver"] == "nvidia" and dev["capabilities"] == ["gpu"]
+        assert svcs["whisper-gpu-nvidia"]["image"].endswith("-cuda")
+    elif profile == "gpu-amd":
+        assert {d["source"] for d in ollama["devices"]} == {"/dev/kfd", "/dev/dri"}
+        assert ollama["image"].endswith("-rocm")
+        assert "993" in ollama["group_add"]  # detected GID overrides .env
+        assert svcs["whisper-gpu-amd"]["image"].endswith("-cpu")  # no ROCm speaches
+    else:
+        assert "deploy" not in ollama and "devices" not in ollama
+    # models-ready waits on every init, every init on its server
+    assert set(svcs["models-ready"]["depends_on"]) == {"ollama-init", "comfyui-init", "whisper-init"}
+    assert ollama["environment"]["OLLAMA_CONTEXT_LENGTH"] == "8192"
+
+
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_gpu_worker_layout(kit, count):
+    gpus = [GpuSlot(i, "GTX 1060 6GB", 6 << 30) for i in range(count)]
+    plan = build_plan(load_settings(kit), "gpu-nvidia", gpus)
+    for path, text in plan.generated.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    svcs = config(plan.stack("03-agents"))["services"]
+    workers = sorted(n for n in svcs if n.startswith("worker-gpu"))
+    assert workers == sorted(f"worker-gpu{i}" for i in range(count))
+    for i in range(count):
+        w = svcs[f"worker-gpu{i}"]
+        assert w["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [str(i)]
+        assert w["environment"]["WORKER_GPU"] == str(i)
+        assert w["image"] == svcs["brain"]["image"]

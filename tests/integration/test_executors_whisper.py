@@ -1,0 +1,105 @@
+"""transcribe and Whisper resource executors against the speaches stand-in (real process)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import wave
+from pathlib import Path
+
+import pytest
+import requests
+
+from airig.executors.base import run_task
+from airig.executors.context import ExecContext, TaskError
+
+# The stand-ins live in tests/standins; tests/ is not a package on sys.path by default.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from standins.conftest_helpers import start_standin  # noqa: E402
+
+MODEL = "Systran/faster-whisper-tiny"
+
+
+@pytest.fixture(scope="module")
+def whisper_url(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    standin = start_standin("whisper", root, {"STANDIN_MODEL_BYTES": "1024"})
+    requests.post(f"{standin.url}/v1/models/{MODEL}", timeout=30).raise_for_status()
+    yield standin.url
+    standin.stop()
+
+
+@pytest.fixture
+def make_ctx(tmp_path, whisper_url):
+    data, out = tmp_path / "data", tmp_path / "out"
+    (data / "audio").mkdir(parents=True)
+    out.mkdir()
+    with wave.open(str(data / "audio" / "one_second.wav"), "wb") as audio:
+        audio.setnchannels(1)
+        audio.setsampwidth(2)
+        audio.setframerate(16000)
+        audio.writeframes(b"\0\0" * 16000)
+
+    def make(**overrides) -> ExecContext:
+        values = dict(
+            ollama_url="http://127.0.0.1:9",
+            comfyui_url="http://127.0.0.1:9",
+            whisper_url=whisper_url,
+            data_dir=data,
+            output_dir=out,
+            timeout_s=20.0,
+            cancel=threading.Event(),
+            trusted=True,
+        )
+        return ExecContext(**{**values, **overrides})
+
+    return make
+
+
+def test_json_transcript_comes_back_and_is_saved(make_ctx):
+    ctx = make_ctx()
+    result = run_task("transcribe", {"audio": "audio/one_second.wav", "model": MODEL}, ctx)
+    assert "1.00 seconds" in result.output["text"]
+    assert result.files == ["transcript.json"]
+    assert (ctx.output_dir / "transcript.json").read_text().startswith("{")
+
+
+def test_verbose_json_carries_segments_and_language(make_ctx):
+    payload = {
+        "audio": "audio/one_second.wav",
+        "model": MODEL,
+        "language": "de",
+        "response_format": "verbose_json",
+    }
+    result = run_task("transcribe", payload, make_ctx())
+    assert result.output["language"] == "de"
+    assert result.output["segments"][0]["end"] == pytest.approx(1.0)
+
+
+def test_plain_text_format(make_ctx):
+    payload = {"audio": "audio/one_second.wav", "model": MODEL, "response_format": "text"}
+    result = run_task("transcribe", payload, make_ctx())
+    assert result.output["text"].startswith("Stand-in transcript")
+    assert result.files == ["transcript.txt"]
+
+
+def test_a_model_not_installed_is_not_retryable(make_ctx):
+    payload = {"audio": "audio/one_second.wav", "model": "Systran/faster-whisper-large-v3"}
+    with pytest.raises(TaskError) as caught:
+        run_task("transcribe", payload, make_ctx())
+    assert (caught.value.error_type, caught.value.retryable) == ("model_not_found", False)
+
+
+def test_missing_audio_and_escapes_are_bad_input(make_ctx, tmp_path):
+    (tmp_path / "outside.wav").write_bytes(b"x")
+    (tmp_path / "data" / "link.wav").symlink_to(tmp_path / "outside.wav")
+    for audio in ("audio/none.wav", "link.wav"):
+        with pytest.raises(TaskError) as caught:
+            run_task("transcribe", {"audio": audio, "model": MODEL}, make_ctx())
+        assert (caught.value.error_type, caught.value.retryable) == ("bad_input", False)
+
+
+def test_unload_of_a_model_that_is_not_loaded_is_a_no_op(make_ctx):
+    payload = {"action": "unload", "service": "whisper", "model": MODEL}
+    result = run_task("resource", payload, make_ctx())
+    assert result.output["unloaded"] and result.output["note"] == "was not loaded"

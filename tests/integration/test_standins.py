@@ -1,0 +1,351 @@
+"""Contract tests of the stand-ins: they must speak the upstream APIs the kit relies on."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import time
+import wave
+from pathlib import Path
+
+import ollama
+import pytest
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # until pytest's pythonpath has tests/
+from standins import conftest_helpers as helpers  # noqa: E402
+
+standins = helpers.standins  # the factory fixture, used by name below
+StandIn = helpers.StandIn
+
+FAST_OLLAMA = {"STANDIN_MODEL_BYTES": "600000", "STANDIN_LOAD_SECONDS": "0.05"}
+
+
+def pull_lines(base: StandIn, model: str) -> list[dict]:
+    resp = requests.post(f"{base.url}/api/pull", json={"model": model}, stream=True, timeout=30)
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"] == "application/x-ndjson"
+    return [json.loads(line) for line in resp.iter_lines() if line]
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- ollama
+def test_ollama_pull_streams_and_writes_a_verifiable_store(standins):
+    server = standins("ollama", env=FAST_OLLAMA)
+    lines = pull_lines(server, "qwen2.5:0.5b")
+
+    statuses = [line["status"] for line in lines]
+    assert statuses[0] == "pulling manifest"
+    assert statuses[-3:] == ["verifying sha256 digest", "writing manifest", "success"]
+    progress = [line for line in lines if "digest" in line]
+    assert progress and all(
+        line["status"] == f"pulling {line['digest'][7:19]}" for line in progress
+    )
+    assert any(line["completed"] < line["total"] for line in progress)  # real progress
+    manifest_path = server.root / "manifests/registry.ollama.ai/library/qwen2.5/0.5b"
+    manifest = json.loads(manifest_path.read_text())
+    for layer in [manifest["config"], *manifest["layers"]]:
+        blob = server.root / "blobs" / layer["digest"].replace(":", "-")
+        assert blob.stat().st_size == layer["size"]
+        assert "sha256:" + sha256_file(blob) == layer["digest"]
+    assert manifest["layers"][0]["size"] == 600000
+    assert not list((server.root / "blobs").glob("*-partial*"))
+
+    tags = requests.get(f"{server.url}/api/tags", timeout=5).json()["models"]
+    assert [(m["name"], m["digest"]) for m in tags] == [
+        ("qwen2.5:0.5b", sha256_file(manifest_path))
+    ]
+
+
+def test_ollama_repull_skips_verified_blobs_and_digests_are_stable(standins, tmp_path):
+    server = standins("ollama", env=FAST_OLLAMA)
+    first = pull_lines(server, "tinyllama")
+    blobs = {p: p.stat().st_mtime_ns for p in (server.root / "blobs").iterdir()}
+    again = pull_lines(server, "tinyllama")
+    layer_lines = [line for line in again if "digest" in line]
+    assert all(line["completed"] == line["total"] for line in layer_lines)  # cache hits
+    assert {p: p.stat().st_mtime_ns for p in blobs} == blobs
+    other = standins("ollama", env=FAST_OLLAMA, root=tmp_path / "second")
+    digests = {line["digest"] for line in first if "digest" in line}
+    assert digests == {
+        line["digest"] for line in pull_lines(other, "tinyllama") if "digest" in line
+    }
+
+
+def test_ollama_unknown_model_is_an_error_line_inside_200(standins):
+    server = standins("ollama", env={**FAST_OLLAMA, "STANDIN_UNKNOWN_MODELS": "ghost"})
+    for model in ("ghost", "nonexistent-model:7b"):
+        lines = pull_lines(server, model)
+        assert lines == [
+            {"status": "pulling manifest"},
+            {"error": "pull model manifest: file does not exist"},
+        ]
+    resp = requests.post(f"{server.url}/api/pull", json={"model": "ghost", "stream": False})
+    assert resp.status_code == 500 and "file does not exist" in resp.json()["error"]
+    assert not (server.root / "manifests").exists()
+    with pytest.raises(ollama.ResponseError, match="file does not exist"):
+        list(ollama.Client(host=server.url).pull("ghost", stream=True))
+
+
+def test_ollama_failure_midstream_leaves_a_partial_blob(standins):
+    server = standins("ollama", env={**FAST_OLLAMA, "STANDIN_FAIL_MIDSTREAM": "flaky"})
+    lines = pull_lines(server, "flaky")
+    assert "error" in lines[-1] and any("completed" in line for line in lines[:-1])
+    assert list((server.root / "blobs").glob("sha256-*-partial"))
+    assert not (server.root / "manifests").exists()
+
+
+def test_ollama_client_disconnect_cancels_and_next_pull_resumes(standins):
+    env = {"STANDIN_MODEL_BYTES": str(2 * 1024 * 1024), "STANDIN_PULL_CHUNK_SECONDS": "0.1"}
+    server = standins("ollama", env=env)
+    with requests.post(f"{server.url}/api/pull", json={"model": "m"}, stream=True) as resp:
+        lines = resp.iter_lines()
+        next(lines), next(lines)  # the manifest line and the first chunk, then hang up
+    time.sleep(1.2)  # an uncancelled pull of 8 chunks would have finished by now
+    assert list((server.root / "blobs").glob("*-partial"))
+    assert not (server.root / "manifests").exists()
+    assert pull_lines(server, "m")[-1] == {"status": "success"}
+    assert not list((server.root / "blobs").glob("*-partial"))
+    manifest = json.loads(
+        (server.root / "manifests/registry.ollama.ai/library/m/latest").read_text()
+    )
+    model_blob = server.root / "blobs" / manifest["layers"][0]["digest"].replace(":", "-")
+    assert "sha256:" + sha256_file(model_blob) == manifest["layers"][0]["digest"]
+
+
+def test_ollama_show_missing_model_is_404(standins):
+    server = standins("ollama", env=FAST_OLLAMA)
+    resp = requests.post(f"{server.url}/api/show", json={"model": "absent:1b"}, timeout=5)
+    assert resp.status_code == 404
+    assert resp.json() == {"error": "model 'absent:1b' not found"}
+    resp = requests.post(f"{server.url}/api/generate", json={"model": "absent", "prompt": "x"})
+    assert resp.status_code == 404
+
+
+def test_ollama_generate_ps_and_unload(standins):
+    server = standins("ollama", env=FAST_OLLAMA)
+    client = ollama.Client(host=server.url)
+    client.pull("qwen2.5:0.5b")
+    first = client.generate(model="qwen2.5:0.5b", prompt="say hello to the rig")
+    assert first.done_reason == "stop" and first.load_duration >= 50_000_000
+    assert first.eval_count > 0 and first.eval_duration > 0
+    assert "5 words: say hello to the rig" in first.response
+    streamed = "".join(
+        c.response for c in client.generate("qwen2.5:0.5b", "say hello to the rig", stream=True)
+    )
+    assert streamed == first.response
+    second = client.generate(model="qwen2.5:0.5b", prompt="again")
+    assert not second.load_duration  # already loaded
+    running = client.ps().models
+    assert [m.model for m in running] == ["qwen2.5:0.5b"]
+    assert running[0].size > 0 and running[0].expires_at is not None
+    unload = client.generate(model="qwen2.5:0.5b", prompt="", keep_alive=0)
+    assert unload.done_reason == "unload"
+    assert client.ps().models == []
+    chat = client.chat("qwen2.5:0.5b", messages=[{"role": "user", "content": "hi there"}])
+    assert "2 words: hi there" in chat.message.content
+
+
+def test_ollama_embed_is_deterministic(standins):
+    server = standins("ollama", env=FAST_OLLAMA)
+    client = ollama.Client(host=server.url)
+    client.pull("nomic-embed-text")
+    one = client.embed(model="nomic-embed-text", input="hello").embeddings
+    two = client.embed(model="nomic-embed-text", input=["hello", "world"]).embeddings
+    assert len(one) == 1 and len(one[0]) == 8
+    assert two[0] == one[0] and two[1] != one[0]
+
+
+def test_ollama_cli_list_is_a_healthcheck(standins):
+    server = standins("ollama", env=FAST_OLLAMA)
+    pull_lines(server, "tinyllama")
+    cli = [sys.executable, str(helpers.STANDINS_DIR / "ollama" / "ollama_cli.py"), "list"]
+    env = {"OLLAMA_HOST": f"127.0.0.1:{server.port}", "PATH": "/usr/bin:/bin"}
+    listed = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=10)
+    assert listed.returncode == 0 and "tinyllama:latest" in listed.stdout
+    server.stop()
+    down = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=10)
+    assert down.returncode == 1 and "could not connect" in down.stderr
+
+
+# ---------------------------------------------------------------------------- whisper
+def wav_bytes(seconds: float, rate: int = 16000) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes(b"\x00\x00" * int(seconds * rate))
+    return buffer.getvalue()
+
+
+def test_whisper_download_200_then_201_and_local_listing(standins):
+    server = standins("whisper", env={"STANDIN_MODEL_BYTES": "4096"})
+    model = "Systran/faster-whisper-small"
+    assert requests.get(f"{server.url}/v1/models", timeout=5).json()["data"] == []
+    first = requests.post(f"{server.url}/v1/models/{model}", timeout=10)
+    assert (first.status_code, first.text) == (200, f"Model '{model}' downloaded")
+    again = requests.post(f"{server.url}/v1/models/{model}", timeout=10)
+    assert (again.status_code, again.text) == (201, f"Model '{model}' already exists")
+    assert [m["id"] for m in requests.get(f"{server.url}/v1/models").json()["data"]] == [model]
+    repo = server.root / "models--Systran--faster-whisper-small"
+    revision = (repo / "refs" / "main").read_text()
+    model_bin = repo / "snapshots" / revision / "model.bin"
+    assert model_bin.is_symlink() and model_bin.resolve().name == sha256_file(model_bin)
+    missing = requests.post(f"{server.url}/v1/models/Systran/nonexistent-tiny", timeout=5)
+    assert missing.status_code == 404 and "not found" in missing.json()["detail"]
+
+
+def test_whisper_transcription(standins):
+    server = standins("whisper", env={"STANDIN_MODEL_BYTES": "4096"})
+    audio = wav_bytes(1.5)
+    form = {"model": "Systran/faster-whisper-small", "language": "en"}
+    files = {"file": ("clip.wav", audio, "audio/wav")}
+    absent = requests.post(f"{server.url}/v1/audio/transcriptions", data=form, files=files)
+    assert absent.status_code == 404 and "is not installed locally" in absent.json()["detail"]
+    requests.post(f"{server.url}/v1/models/{form['model']}", timeout=10)
+    text = requests.post(f"{server.url}/v1/audio/transcriptions", data=form, files=files).json()
+    assert text == {"text": f"Stand-in transcript of 1.50 seconds of wav ({len(audio)} bytes)."}
+    verbose = requests.post(
+        f"{server.url}/v1/audio/transcriptions",
+        files=files,
+        data={**form, "response_format": "verbose_json"},
+    ).json()
+    assert verbose["duration"] == 1.5 and verbose["segments"][0]["end"] == 1.5
+    assert verbose["language"] == "en" and verbose["text"] == text["text"]
+
+
+# ---------------------------------------------------------------------------- comfyui
+GRAPH = {
+    "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "sd15.safetensors"}},
+    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+    "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a rig", "clip": ["4", 1]}},
+    "3": {
+        "class_type": "KSampler",
+        "inputs": {
+            "model": ["4", 0],
+            "seed": 7,
+            "steps": 2,
+            "cfg": 7.0,
+            "sampler_name": "euler",
+            "scheduler": "normal",
+            "positive": ["6", 0],
+            "negative": ["6", 0],
+            "latent_image": ["5", 0],
+            "denoise": 1.0,
+        },
+    },
+    "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
+    "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "airig", "images": ["8", 0]}},
+}
+
+
+def wait_for_history(url: str, prompt_id: str) -> dict:
+    for _ in range(100):
+        history = requests.get(f"{url}/history/{prompt_id}", timeout=5).json()
+        if history:
+            return history[prompt_id]
+        time.sleep(0.05)
+    raise AssertionError("prompt never finished")
+
+
+def test_comfyui_prompt_history_view(standins, tmp_path):
+    root = tmp_path / "ComfyUI"
+    (root / "models" / "checkpoints").mkdir(parents=True)
+    (root / "models" / "checkpoints" / "sd15.safetensors").write_bytes(b"weights")
+    server = standins("comfyui", env={"STANDIN_EXEC_SECONDS": "0.1"}, root=root)
+    stats = requests.get(f"{server.url}/api/system_stats", timeout=5).json()
+    assert stats["devices"][0]["type"] == "cpu"
+    assert requests.get(f"{server.url}/models/checkpoints").json() == ["sd15.safetensors"]
+    queued = requests.post(f"{server.url}/prompt", json={"prompt": GRAPH, "client_id": "t"})
+    assert queued.status_code == 200 and queued.json()["node_errors"] == {}
+    entry = wait_for_history(server.url, queued.json()["prompt_id"])
+    assert entry["status"]["status_str"] == "success" and entry["status"]["completed"]
+    image = entry["outputs"]["9"]["images"][0]
+    assert image["type"] == "output" and image["filename"] == "airig_00001_.png"
+    view = requests.get(f"{server.url}/api/view", params=image, timeout=5)
+    assert view.status_code == 200 and view.content.startswith(b"\x89PNG\r\n\x1a\n")
+    assert view.content == (root / "output" / image["filename"]).read_bytes()
+
+
+def test_comfyui_rejects_missing_checkpoint_and_bad_graphs(standins):
+    server = standins("comfyui", env={"STANDIN_EXEC_SECONDS": "0.1"})
+    bad = requests.post(f"{server.url}/prompt", json={"prompt": GRAPH}, timeout=5)
+    assert bad.status_code == 400
+    body = bad.json()
+    assert body["error"]["type"] == "prompt_outputs_failed_validation"
+    error = body["node_errors"]["4"]["errors"][0]
+    assert error["type"] == "value_not_in_list"
+    assert error["extra_info"]["received_value"] == "sd15.safetensors"
+    assert body["node_errors"]["4"]["dependent_outputs"] == ["9"]
+    no_output = {k: v for k, v in GRAPH.items() if k != "9"}
+    resp = requests.post(f"{server.url}/prompt", json={"prompt": no_output}, timeout=5)
+    assert resp.status_code == 400 and resp.json()["error"]["type"] == "prompt_no_outputs"
+
+
+# ---------------------------------------------------------------------------- filehost
+def test_filehost_range_and_resume(standins):
+    server = standins("filehost", env={"STANDIN_DROP_AFTER_BYTES": "1000"})
+    url = f"{server.url}/files/model.safetensors?size=5000"
+    expected = requests.get(f"{server.url}/files/model.safetensors.sha256?size=5000").text.strip()
+    head = requests.head(url, timeout=5)
+    assert head.headers["Content-Length"] == "5000" and head.headers["Accept-Ranges"] == "bytes"
+    with pytest.raises(requests.exceptions.RequestException):
+        requests.get(url, timeout=5).raise_for_status()  # dropped after 1000 bytes
+    first = requests.get(url, headers={"Range": "bytes=0-999"}, timeout=5)
+    rest = requests.get(url, headers={"Range": "bytes=1000-"}, timeout=5)
+    assert (first.status_code, rest.status_code) == (206, 206)
+    assert rest.headers["Content-Range"] == "bytes 1000-4999/5000"
+    assert hashlib.sha256(first.content + rest.content).hexdigest() == expected
+    assert requests.get(url, timeout=5).content == first.content + rest.content
+    assert requests.get(url, headers={"Range": "bytes=9000-"}, timeout=5).status_code == 416
+
+
+# ---------------------------------------------------------------------------- docker
+def docker_available() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def docker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.docker
+def test_ollama_image_answers_ollama_list_inside_the_container():
+    if not docker_available():
+        pytest.skip("no Docker engine reachable (`docker info` failed)")
+    build = subprocess.run(
+        [str(helpers.STANDINS_DIR / "build.sh"), "ollama"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    name = f"airig-standin-test-{hashlib.sha256(str(time.time()).encode()).hexdigest()[:8]}"
+    run = docker(
+        "run", "-d", "--name", name, "-e", "STANDIN_MODEL_BYTES=4096", "airig-test/ollama:test"
+    )
+    assert run.returncode == 0, run.stderr
+    try:
+        deadline = time.monotonic() + 20
+        while (listed := docker("exec", name, "ollama", "list")).returncode != 0:
+            assert time.monotonic() < deadline, listed.stderr + docker("logs", name).stdout
+            time.sleep(0.2)
+        assert listed.stdout.split() == ["NAME", "ID", "SIZE", "MODIFIED"]
+        assert docker("exec", name, "ollama", "pull", "tinyllama").returncode == 0
+        assert "tinyllama:latest" in docker("exec", name, "ollama", "list").stdout
+        store = docker(
+            "exec", name, "ls", "/root/.ollama/models/manifests/registry.ollama.ai/library"
+        )
+        assert store.stdout.split() == ["tinyllama"]
+    finally:
+        docker("rm", "-f", name)

@@ -1,0 +1,1 @@
+"""Test-only stand-ins for third-party services (see README.md)."""

@@ -1,0 +1,370 @@
+"""Ollama stand-in for tests: the HTTP API the kit uses, on the real on-disk store.
+
+Run: python server.py [--host H] [--port N] [--root MODELS_DIR]
+Defaults follow Ollama: OLLAMA_HOST (127.0.0.1:11434), OLLAMA_MODELS (~/.ollama/models).
+Knobs: STANDIN_MODEL_BYTES, STANDIN_UNKNOWN_MODELS, STANDIN_FAIL_MIDSTREAM,
+STANDIN_LOAD_SECONDS, STANDIN_TOKENS_PER_SECOND, STANDIN_VRAM_FRACTION,
+STANDIN_PULL_CHUNK_SECONDS, STANDIN_OLLAMA_VERSION (see tests/standins/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from runtime import LoadedModel, Runtime, embedding, eval_metrics, parse_keep_alive, reply_words
+from store import ModelName, ModelStore, PullError, is_embedding_model, stream_pull
+
+VERSION = os.environ.get("STANDIN_OLLAMA_VERSION", "0.20.6")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_host(value: str) -> tuple[str, int]:
+    """OLLAMA_HOST as upstream reads it: [scheme://]host[:port], default port 11434."""
+    netloc = urlsplit(value if "://" in value else f"http://{value}")
+    return netloc.hostname or "127.0.0.1", netloc.port or 11434
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: OllamaServer
+
+    def log_message(self, fmt: str, *args: object) -> None:
+        # One JSON object per line, as the kit's services log.
+        print(
+            json.dumps({"time": now_iso(), "service": "ollama-standin", "msg": fmt % args}),
+            flush=True,
+        )
+
+    def send_json(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_text(self, status: int, text: str) -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def stream_ndjson(self, lines: Iterable[dict]) -> None:
+        """Chunked application/x-ndjson, one JSON object per line, as upstream streams."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for line in lines:
+            data = json.dumps(line).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
+    def read_json(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            raise ApiError(400, "missing request body")
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from exc
+        if not isinstance(body, dict):
+            raise ApiError(400, "invalid request body")
+        return body
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.send_text(200, "Ollama is running")
+
+    def do_GET(self) -> None:  # noqa: N802
+        routes = {
+            "/": self.root,
+            "/api/version": self.version,
+            "/api/tags": self.tags,
+            "/api/ps": self.ps,
+        }
+        self.dispatch(routes)
+
+    def do_POST(self) -> None:  # noqa: N802
+        routes = {
+            "/api/pull": self.pull,
+            "/api/show": self.show,
+            "/api/generate": self.generate,
+            "/api/chat": self.chat,
+            "/api/embed": self.embed,
+            "/api/embeddings": self.embeddings,
+        }
+        self.dispatch(routes)
+
+    def dispatch(self, routes: dict) -> None:
+        handler = routes.get(urlsplit(self.path).path)
+        try:
+            if handler is None:
+                raise ApiError(404, "404 page not found")
+            handler()
+        except ApiError as exc:
+            self.send_json(exc.status, {"error": str(exc)})
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away: upstream cancels too
+
+    # ------------------------------------------------------------------ simple reads
+    def root(self) -> None:
+        self.send_text(200, "Ollama is running")
+
+    def version(self) -> None:
+        self.send_json(200, {"version": VERSION})
+
+    def tags(self) -> None:
+        store = self.server.store
+        models = []
+        for name, path in store.list_models():
+            manifest = store.read_manifest(name)
+            if manifest is None:
+                continue
+            models.append(
+                {
+                    "name": name.display,
+                    "model": name.display,
+                    "modified_at": datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(),
+                    "size": sum(layer["size"] for layer in manifest["layers"]),
+                    "digest": hashlib.sha256(path.read_bytes()).hexdigest(),
+                    "details": self.details(manifest),
+                }
+            )
+        self.send_json(200, {"models": models})
+
+    def details(self, manifest: dict) -> dict:
+        config = self.server.store.config_of(manifest)
+        return {
+            "parent_model": "",
+            "format": config.get("model_format", "gguf"),
+            "family": config.get("model_family", ""),
+            "families": config.get("model_families"),
+            "parameter_size": config.get("model_type", ""),
+            "quantization_level": config.get("file_type", ""),
+        }
+
+    def ps(self) -> None:
+        fraction = float(os.environ.get("STANDIN_VRAM_FRACTION", "0"))
+        models = [
+            {
+                "name": m.name,
+                "model": m.name,
+                "size": m.size,
+                "digest": m.digest,
+                "details": m.details,
+                "expires_at": m.expires_at.isoformat(),
+                "size_vram": int(m.size * fraction),
+                "context_length": 8192,
+            }
+            for m in self.server.runtime.running()
+        ]
+        self.send_json(200, {"models": models})
+
+    def model_of(self, body: dict) -> tuple[ModelName, dict]:
+        """The requested model's name and manifest; 404 in upstream's words if absent."""
+        given = str(body.get("model") or body.get("name") or "")
+        try:
+            name = ModelName.parse(given)
+        except ValueError as exc:
+            raise ApiError(404, f"model '{given}' not found") from exc
+        manifest = self.server.store.read_manifest(name)
+        if manifest is None:
+            raise ApiError(404, f"model '{given}' not found")
+        return name, manifest
+
+    def show(self) -> None:
+        name, manifest = self.model_of(self.read_json())
+        details = self.details(manifest)
+        capability = "embedding" if is_embedding_model(name) else "completion"
+        self.send_json(
+            200,
+            {
+                "license": "",
+                "modelfile": f"FROM {name.display}\n",
+                "parameters": "",
+                "template": "{{ .System }}\n{{ .Prompt }}",
+                "details": details,
+                "model_info": {"general.architecture": details["family"]},
+                "capabilities": [capability],
+                "modified_at": now_iso(),
+            },
+        )
+
+    # ------------------------------------------------------------------ pull
+    def pull(self) -> None:
+        body = self.read_json()
+        try:
+            name = ModelName.parse(str(body.get("model") or body.get("name") or ""))
+        except ValueError as exc:
+            raise ApiError(400, "invalid model name") from exc
+        lines: list[dict] = []
+        if body.get("stream", True) is False:
+            # Upstream's waitForStream: the last progress line, or the error as a 500.
+            try:
+                self.server.store.pull(name, lines.append)
+            except PullError as exc:
+                raise ApiError(500, str(exc)) from exc
+            self.send_json(200, lines[-1])
+            return
+        self.stream_ndjson(stream_pull(self.server.store, name))
+
+    # ------------------------------------------------------------------ inference
+    def prepare(self, body: dict) -> tuple[LoadedModel, float, bool]:
+        """Find and load the model; returns it, the load seconds and whether the request
+        asked to unload it afterwards (keep_alive 0)."""
+        name, manifest = self.model_of(body)
+        try:
+            keep_alive = parse_keep_alive(body.get("keep_alive"))
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from exc
+        size = sum(layer["size"] for layer in manifest["layers"])
+        digest = hashlib.sha256(self.server.store.manifest_path(name).read_bytes()).hexdigest()
+        model = LoadedModel(name.display, size, digest, self.details(manifest), datetime.now(UTC))
+        if keep_alive.total_seconds() == 0:
+            return model, 0.0, True
+        return model, self.server.runtime.ensure_loaded(model, keep_alive), False
+
+    def generate(self) -> None:
+        body = self.read_json()
+        prompt = str(body.get("prompt") or "")
+        self.infer(body, prompt, lambda text: {"response": text}, "response")
+
+    def chat(self) -> None:
+        body = self.read_json()
+        messages = body.get("messages") or []
+        user = [m.get("content", "") for m in messages if isinstance(m, dict)]
+        prompt = str(user[-1]) if user else ""
+        self.infer(
+            body,
+            prompt if messages else "",
+            lambda text: {"message": {"role": "assistant", "content": text}},
+            "message",
+        )
+
+    def infer(self, body: dict, prompt: str, content, kind: str) -> None:
+        """generate and chat share everything but the shape of the content field."""
+        model, load_seconds, unload = self.prepare(body)
+        if kind == "response" and is_embedding_model(ModelName.parse(model.name)):
+            raise ApiError(400, f'"{body.get("model")}" does not support generate')
+        base = {"model": body.get("model"), "created_at": now_iso()}
+        if not prompt:
+            # Empty prompt: preload, or unload with keep_alive 0 (upstream's done_reason).
+            if unload:
+                self.server.runtime.unload(model.name)
+            reason = "unload" if unload else "load"
+            self.send_json(200, {**base, **content(""), "done": True, "done_reason": reason})
+            return
+        if unload:
+            load_seconds = self.server.runtime.ensure_loaded(model, parse_keep_alive("1m"))
+        limit = (body.get("options") or {}).get("num_predict")
+        words = reply_words(model.name, prompt, limit)
+        final = {
+            **base,
+            "done": True,
+            "done_reason": "stop",
+            **eval_metrics(prompt, words, load_seconds),
+        }
+        if unload:
+            self.server.runtime.unload(model.name)
+        if body.get("stream", True) is False:
+            self.send_json(200, {**final, **content(" ".join(words))})
+            return
+        parts = [f"{w} " if i < len(words) - 1 else w for i, w in enumerate(words)]
+        chunks = [{**base, **content(p), "done": False} for p in parts]
+        self.stream_ndjson([*chunks, {**final, **content("")}])
+
+    def embed(self) -> None:
+        body = self.read_json()
+        model, load_seconds, unload = self.prepare(body)
+        if unload:
+            load_seconds = self.server.runtime.ensure_loaded(model, parse_keep_alive("1m"))
+            self.server.runtime.unload(model.name)
+        texts = body.get("input", [])
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        vectors = [embedding(model.name, str(text)) for text in texts]
+        self.send_json(
+            200,
+            {
+                "model": body.get("model"),
+                "embeddings": vectors,
+                "total_duration": int(load_seconds * 1e9) + 1000,
+                "load_duration": int(load_seconds * 1e9),
+                "prompt_eval_count": sum(len(str(t).split()) for t in texts),
+            },
+        )
+
+    def embeddings(self) -> None:
+        """The legacy single-prompt endpoint."""
+        body = self.read_json()
+        model, _, _ = self.prepare(body)
+        self.send_json(200, {"embedding": embedding(model.name, str(body.get("prompt", "")))})
+
+
+class OllamaServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], models: Path):
+        super().__init__(address, Handler)
+        model_bytes = int(os.environ.get("STANDIN_MODEL_BYTES", str(2 * 1024 * 1024)))
+        self.store = ModelStore(models, model_bytes)
+        self.runtime = Runtime()
+
+
+def default_models_dir() -> Path:
+    return Path(os.environ.get("OLLAMA_MODELS") or Path.home() / ".ollama" / "models")
+
+
+def main(argv: list[str] | None = None) -> None:
+    host, port = parse_host(os.environ.get("OLLAMA_HOST", "127.0.0.1:11434"))
+    parser = argparse.ArgumentParser(description="Ollama stand-in for tests")
+    parser.add_argument("--host", default=host)
+    parser.add_argument("--port", type=int, default=port)
+    parser.add_argument(
+        "--root", type=Path, default=default_models_dir(), help="models directory (OLLAMA_MODELS)"
+    )
+    args = parser.parse_args(argv)
+    args.root.mkdir(parents=True, exist_ok=True)
+    server = OllamaServer((args.host, args.port), args.root)
+    print(
+        json.dumps(
+            {
+                "time": now_iso(),
+                "service": "ollama-standin",
+                "msg": f"Listening on {args.host}:{args.port} (version {VERSION})",
+            }
+        ),
+        flush=True,
+    )
+    # PID 1 in a container gets no default SIGTERM action: exit cleanly on `docker stop`.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

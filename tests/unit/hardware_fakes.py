@@ -1,0 +1,246 @@
+"""Fixture hosts for the hardware tests: a fake sysfs and /dev tree, NVML and Docker.
+
+The fakes follow the real interfaces (pynvml functions, the docker SDK's ``info()``,
+``images.get``, ``containers.run/get`` and its exceptions); a test checks the NVML names
+against the installed pynvml so the fake cannot drift.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+GIB = 1024**3
+PROBE_IMAGE = "airig-test/base:bookworm"
+
+
+class FakeHost:
+    """A sysfs root and a /dev root under tmp_path."""
+
+    def __init__(self, root: Path) -> None:
+        self.sys = root / "sys"
+        self.dev = root / "dev"
+        (self.sys / "bus" / "pci" / "devices").mkdir(parents=True)
+        self.dev.mkdir()
+
+    def pci(
+        self,
+        address: str,
+        vendor: int,
+        device: int,
+        pci_class: int = 0x030000,
+        driver: str | None = None,
+        vram: int | None = None,
+        vram_used: int | None = None,
+    ) -> FakeHost:
+        path = self.sys / "bus" / "pci" / "devices" / address
+        path.mkdir()
+        (path / "vendor").write_text(f"0x{vendor:04x}\n")
+        (path / "device").write_text(f"0x{device:04x}\n")
+        (path / "class").write_text(f"0x{pci_class:06x}\n")
+        if driver:
+            target = self.sys / "bus" / "pci" / "drivers" / driver
+            target.mkdir(parents=True, exist_ok=True)
+            (path / "driver").symlink_to(target)
+        if vram is not None:
+            (path / "mem_info_vram_total").write_text(f"{vram}\n")
+        if vram_used is not None:
+            (path / "mem_info_vram_used").write_text(f"{vram_used}\n")
+        return self
+
+    def kfd_node(self, number: int, **props: int) -> FakeHost:
+        node = self.sys / "class" / "kfd" / "kfd" / "topology" / "nodes" / str(number)
+        node.mkdir(parents=True)
+        (node / "properties").write_text("".join(f"{k} {v}\n" for k, v in props.items()))
+        return self
+
+    def dev_node(self, relative: str, gid: int) -> Path:
+        """A regular file standing in for a device node; owned by ``gid`` when we may."""
+        path = self.dev / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        if os.geteuid() == 0:
+            os.chown(path, -1, gid)
+        return path
+
+    def amd_nodes(self, render: tuple[str, ...] = ("renderD128",)) -> FakeHost:
+        self.dev_node("kfd", 109)
+        self.dev_node("dri/card0", 44)
+        for name in render:
+            self.dev_node(f"dri/{name}", 109)
+        return self
+
+
+# ------------------------------------------------------------------ NVML
+class FakeNVMLError(Exception):
+    MESSAGES = {3: "Not Supported", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found"}
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return self.MESSAGES.get(self.value, f"NVML error {self.value}")
+
+
+@dataclass
+class FakeCard:
+    name: str
+    bus_id: str  # NVML style: 8-digit domain
+    total: int
+    free: int
+    capability: tuple[int, int]
+    temperature: int | None = 45
+    power_mw: int | None = 120_500
+    utilization: int | None = 7
+
+
+@dataclass
+class _Struct:
+    total: int = 0
+    free: int = 0
+    busId: bytes = b""  # NVML's field name
+    gpu: int = 0
+
+
+@dataclass
+class FakeNvml:
+    """The subset of pynvml that airig calls."""
+
+    cards: list[FakeCard] = field(default_factory=list)
+    init_error: int | None = None
+    driver: str = "550.54.14"
+    shutdowns: int = 0
+
+    NVMLError = FakeNVMLError
+    NVML_ERROR_NOT_SUPPORTED = 3
+    NVML_ERROR_DRIVER_NOT_LOADED = 9
+    NVML_ERROR_LIBRARY_NOT_FOUND = 12
+    NVML_TEMPERATURE_GPU = 0
+
+    def nvmlInit(self) -> None:  # pynvml names, hence camelCase
+        if self.init_error is not None:
+            raise FakeNVMLError(self.init_error)
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.cards)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeCard:
+        return self.cards[index]
+
+    def nvmlDeviceGetName(self, card: FakeCard) -> str:
+        return card.name
+
+    def nvmlDeviceGetMemoryInfo(self, card: FakeCard) -> _Struct:
+        return _Struct(total=card.total, free=card.free)
+
+    def nvmlDeviceGetPciInfo(self, card: FakeCard) -> _Struct:
+        return _Struct(busId=card.bus_id.encode())
+
+    def nvmlDeviceGetCudaComputeCapability(self, card: FakeCard) -> tuple[int, int]:
+        return card.capability
+
+    def nvmlDeviceGetTemperature(self, card: FakeCard, sensor: int) -> int:
+        return _supported(card.temperature)
+
+    def nvmlDeviceGetPowerUsage(self, card: FakeCard) -> int:
+        return _supported(card.power_mw)
+
+    def nvmlDeviceGetUtilizationRates(self, card: FakeCard) -> _Struct:
+        return _Struct(gpu=_supported(card.utilization))
+
+
+def _supported(value: Any) -> Any:
+    if value is None:
+        raise FakeNVMLError(FakeNvml.NVML_ERROR_NOT_SUPPORTED)
+    return value
+
+
+NVML_API = [name for name in vars(FakeNvml) if name.startswith(("nvml", "NVML"))]
+
+
+def gtx1060(bus: int) -> FakeCard:
+    return FakeCard(
+        "NVIDIA GeForce GTX 1060 6GB", f"00000000:{bus:02X}:00.0", 6 * GIB, 5 * GIB, (6, 1)
+    )
+
+
+def rtx3060(bus: int) -> FakeCard:
+    return FakeCard(
+        "NVIDIA GeForce RTX 3060", f"00000000:{bus:02X}:00.0", 12 * GIB, 11 * GIB, (8, 6)
+    )
+
+
+# ------------------------------------------------------------------ Docker
+class FakeContainer:
+    def __init__(self, engine: FakeDocker, name: str) -> None:
+        self.engine, self.name = engine, name
+
+    def remove(self, force: bool = False) -> None:
+        self.engine.removed.append(self.name)
+
+
+class FakeContainers:
+    def __init__(self, engine: FakeDocker) -> None:
+        self.engine = engine
+
+    def run(self, image: str, command: list[str] | None = None, **kwargs: Any) -> bytes:
+        self.engine.runs.append({"image": image, "command": command, **kwargs})
+        if self.engine.run_error is not None:
+            self.engine.left_behind.add(kwargs["name"])
+            raise APIError("500 Server Error", explanation=self.engine.run_error)
+        return b""
+
+    def get(self, name: str) -> FakeContainer:
+        if name not in self.engine.left_behind:
+            raise NotFound(f"No such container: {name}")
+        return FakeContainer(self.engine, name)
+
+
+class FakeImages:
+    def __init__(self, engine: FakeDocker) -> None:
+        self.engine = engine
+
+    def get(self, name: str) -> object:
+        if name not in self.engine.images_present:
+            raise ImageNotFound(f"No such image: {name}")
+        return object()
+
+
+class FakeDocker:
+    """``info()``, ``images.get`` and ``containers.run/get`` of docker.DockerClient."""
+
+    def __init__(
+        self,
+        info: dict[str, Any] | None = None,
+        run_error: str | None = None,
+        images: tuple[str, ...] = (PROBE_IMAGE,),
+        down: bool = False,
+    ) -> None:
+        self._info = info if info is not None else {"Runtimes": {"runc": {"path": "runc"}}}
+        self.run_error = run_error
+        self.images_present = set(images)
+        self.down = down
+        self.runs: list[dict[str, Any]] = []
+        self.removed: list[str] = []
+        self.left_behind: set[str] = set()
+        self.containers = FakeContainers(self)
+        self.images = FakeImages(self)
+
+    def info(self) -> dict[str, Any]:
+        if self.down:
+            raise DockerException("Error while fetching server API version: connection refused")
+        return self._info
+
+
+NVIDIA_ENGINE_ERROR = 'could not select device driver "nvidia" with capabilities: [[gpu]]'

@@ -1,0 +1,82 @@
+"""The compose conventions every stack keeps (style.md #6, #7) — read from the files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+STACKS = ["01-infra", "02-compute", "03-agents"]
+ONE_SHOT = {"volumes-init", "ollama-init", "comfyui-init", "whisper-init"}
+
+
+def services(stack: str) -> dict:
+    return yaml.safe_load((ROOT / stack / "compose.yaml").read_text())["services"]
+
+
+def all_services():
+    return [(stack, name, svc) for stack in STACKS for name, svc in services(stack).items()]
+
+
+@pytest.mark.parametrize(
+    "stack,name,svc", all_services(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_service_conventions(stack, name, svc):
+    assert "container_name" not in svc, f"{stack}/{name}: container_name blocks reruns"
+    image = svc.get("image", "")
+    assert image.startswith("${"), f"{stack}/{name}: image must come from .env, got {image!r}"
+    for port in svc.get("ports", []):
+        # host address and port both from variables: no fixed host ports
+        assert re.fullmatch(
+            r"\$\{AIRIG_BIND_ADDRESS:-127\.0\.0\.1\}:\$\{[A-Z_]+:-\d+\}:\d+", port
+        ), port
+    if name in ONE_SHOT:
+        assert svc.get("restart") == "no"
+    else:
+        assert "healthcheck" in svc, f"{stack}/{name}: long-running services need a healthcheck"
+        assert svc.get("restart") == "unless-stopped"
+    assert svc.get("logging", {}).get("options", {}).get("max-size"), f"{stack}/{name}: rotate logs"
+
+
+def test_every_init_container_has_a_consumer():
+    consumers = {
+        dep
+        for stack in STACKS
+        for svc in services(stack).values()
+        for dep, cond in (svc.get("depends_on") or {}).items()
+        if isinstance(cond, dict) and cond.get("condition") == "service_completed_successfully"
+    }
+    assert ONE_SHOT <= consumers
+
+
+def test_variants_share_the_alias():
+    compute = services("02-compute")
+    for base in ("ollama", "comfyui", "whisper"):
+        variants = [n for n in compute if n.startswith(base + "-") and not n.endswith("init")]
+        assert sorted(v.split("-", 1)[1] for v in variants) == ["cpu", "gpu-amd", "gpu-nvidia"]
+        for v in variants:
+            assert compute[v]["networks"]["ai"]["aliases"] == [base]
+            assert compute[v]["profiles"] == [v.split("-", 1)[1]]
+
+
+def test_env_example_pins_every_image():
+    text = (ROOT / ".env.example").read_text()
+    images = re.findall(r"^[A-Z_]*IMAGE[A-Z_]*=(.+)$", text, re.M)
+    assert images
+    for image in images:
+        if "/" in image or ":" in image:
+            assert not image.endswith(":latest") and ":" in image.split("/")[-1], image
+
+
+def test_ollama_is_tuned_like_the_seed_rig():
+    from dotenv import dotenv_values
+
+    env = dotenv_values(ROOT / ".env.example")
+    assert env["OLLAMA_CONTEXT_LENGTH"] == "8192"
+    assert env["OLLAMA_FLASH_ATTENTION"] == "1"
+    assert env["OLLAMA_KV_CACHE_TYPE"] == "q8_0"
+    assert env["OLLAMA_MAX_LOADED_MODELS"] == "2"
+    assert env["AIRIG_BIND_ADDRESS"] == "127.0.0.1"

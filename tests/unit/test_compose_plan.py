@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import yaml
+
+from airig.compose_plan import GpuSlot, build_plan
+from airig.settings import load_settings
+
+
+def settings(tmp_path, env=""):
+    (tmp_path / ".env").write_text(env)
+    return load_settings(tmp_path)
+
+
+def test_stacks_in_order_with_profile_and_env(tmp_path):
+    plan = build_plan(settings(tmp_path), "cpu", [])
+    assert [s.name for s in plan.stacks] == ["01-infra", "02-compute", "03-agents"]
+    assert [s.project for s in plan.stacks] == ["airig-infra", "airig-compute", "airig-agents"]
+    for s in plan.stacks:
+        assert s.profiles == ("cpu",) and s.env_files == (tmp_path / ".env",)
+        assert s.files == (tmp_path / s.name / "compose.yaml",)
+    assert plan.generated == {}
+
+
+def test_gpu_layout_one_worker_per_gpu_pinned(tmp_path):
+    gpus = [GpuSlot(0, "GTX 1060"), GpuSlot(3, "GTX 1060")]
+    plan = build_plan(settings(tmp_path), "gpu-nvidia", gpus)
+    agents = plan.stack("03-agents")
+    overlay = agents.files[1]
+    services = yaml.safe_load(plan.generated[overlay])["services"]
+    assert set(services) == {"worker-gpu0", "worker-gpu3"}
+    dev = services["worker-gpu3"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert dev == {"driver": "nvidia", "device_ids": ["3"], "capabilities": ["gpu"]}
+    assert services["worker-gpu3"]["environment"]["WORKER_GPU"] == "3"
+
+
+def test_amd_layout_maps_one_render_node_and_host_gids(tmp_path):
+    plan = build_plan(
+        settings(tmp_path, "HSA_OVERRIDE_GFX_VERSION=10.3.0\n"),
+        "gpu-amd",
+        [GpuSlot(0, render_node="/dev/dri/renderD129")],
+        {"AIRIG_RENDER_GID": "993", "AIRIG_VIDEO_GID": "44"},
+    )
+    overlay = plan.stack("03-agents").files[1]
+    worker = yaml.safe_load(plan.generated[overlay])["services"]["worker-gpu0"]
+    assert worker["devices"] == ["/dev/kfd", "/dev/dri/renderD129"]
+    host_env = tmp_path / ".airig" / "host.env"
+    assert plan.generated[host_env] == "AIRIG_RENDER_GID=993\nAIRIG_VIDEO_GID=44\n"
+    assert plan.stack("02-compute").env_files == (tmp_path / ".env", host_env)
+    assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in plan.generated[tmp_path / ".airig" / "gpu-amd.env"]
+
+
+def test_gpu_profile_without_gpus_has_no_overlay(tmp_path):
+    plan = build_plan(settings(tmp_path), "gpu-nvidia", [])
+    assert len(plan.stack("03-agents").files) == 1
