@@ -109,7 +109,9 @@ class BrainClient:
         try:
             body = plan_file.read_bytes()
         except OSError as exc:
-            raise ConfigError(f"cannot read {plan_file}: {exc.strerror}", "check the path") from None
+            raise ConfigError(
+                f"cannot read {plan_file}: {exc.strerror}", "check the path"
+            ) from None
         headers = {"Content-Type": CONTENT_TYPES.get(plan_file.suffix.lower(), "application/yaml")}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key

@@ -64,9 +64,10 @@ def child_env(payload: ShellPayload, ctx: ExecContext) -> dict[str, str]:
         COMFYUI_URL=ctx.comfyui_url,
         WHISPER_URL=ctx.whisper_url,
     )
-    if ctx.gpu_index is not None:
-        env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = str(ctx.gpu_index)
     env.update(payload.env)
+    if ctx.gpu_index is not None:
+        # Last, so a payload cannot move the command onto another worker's GPU.
+        env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = str(ctx.gpu_index)
     return env
 
 
@@ -89,7 +90,7 @@ def execute_shell(payload: ShellPayload, ctx: ExecContext) -> ExecResult:
     start = time.monotonic()
     process = _spawn(argv, cwd, child_env(payload, ctx))
     stdout, stderr = TailBuffer(process.stdout), TailBuffer(process.stderr)
-    stopped_by = _wait(process, ctx)
+    stop_error = _wait(process, ctx)
     _kill_group(process, signal.SIGKILL)  # leftovers of a finished command go too
     output = {
         "exit_code": process.returncode,
@@ -98,9 +99,9 @@ def execute_shell(payload: ShellPayload, ctx: ExecContext) -> ExecResult:
         "stdout_bytes": stdout.total,
         "stderr_bytes": stderr.total,
     }
-    if stopped_by is not None:
-        stopped_by.details.update(output)
-        raise stopped_by
+    if stop_error is not None:
+        stop_error.details.update(output)
+        raise stop_error
     if process.returncode != 0:
         tail = (
             output["stderr_tail"][-ERROR_TAIL_CHARS:].strip()

@@ -5,10 +5,11 @@ while the file still has the same identity: resolved path, size, mtime_ns, ctime
 inode. A byte flipped in place changes mtime (and ctime even when mtime is restored
 with `touch -r`), a replaced file changes the inode, so any edit forces a re-hash.
 
-The cache lives on the model volume itself (``AIRIG_VERIFY_CACHE``) so the init
-container and the one-off `models verify` container share it. It is written atomically
-(temporary file in the same directory, then ``os.replace``): a crash mid-write leaves
-the previous cache, never a torn one.
+It also records which models were verified (``models``): the inventory the
+`models-ready` gate serves. The cache lives on the model volume itself
+(``AIRIG_VERIFY_CACHE``) so the init container and the one-off `models verify`
+container share it. It is written atomically (temporary file in the same directory,
+then ``os.replace``): a crash mid-write leaves the previous cache, never a torn one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 CACHE_VERSION = 1
@@ -41,10 +43,15 @@ class VerifyCache:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._entries: dict[str, dict[str, int | str]] = self._load()
+        data = self._load()
+        entries, models = data.get("entries"), data.get("models")
+        self._entries: dict[str, dict[str, int | str]] = (
+            entries if isinstance(entries, dict) else {}
+        )
+        self._models: dict[str, dict[str, int | str]] = models if isinstance(models, dict) else {}
         self._dirty = False
 
-    def _load(self) -> dict[str, dict[str, int | str]]:
+    def _load(self) -> dict:
         if self.path is None or not self.path.is_file():
             return {}
         try:
@@ -54,8 +61,7 @@ class VerifyCache:
             return {}
         if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
             return {}
-        entries = data.get("entries")
-        return entries if isinstance(entries, dict) else {}
+        return data
 
     def lookup(self, path: Path, identity: FileIdentity) -> str | None:
         """The cached sha256 of ``path`` if its identity is unchanged, else None."""
@@ -76,15 +82,32 @@ class VerifyCache:
         if self._entries.pop(str(path), None) is not None:
             self._dirty = True
 
+    def mark_model(self, model: str, size: int, files: int) -> None:
+        """Record a verified model (the `models-ready` gate serves this inventory)."""
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        self._models[model] = {"size": size, "files": files, "verified_at": stamp}
+        self._dirty = True
+
+    def unmark_model(self, model: str) -> None:
+        if self._models.pop(model, None) is not None:
+            self._dirty = True
+
+    @property
+    def models(self) -> dict[str, dict[str, int | str]]:
+        return dict(self._models)
+
     def save(self) -> None:
         """Write the cache if it changed; drop entries whose file is gone."""
         if self.path is None or not self._dirty:
             return
         self._entries = {p: e for p, e in self._entries.items() if os.path.lexists(p)}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps({"version": CACHE_VERSION, "entries": self._entries}, indent=0)
+        data = {"version": CACHE_VERSION, "models": self._models, "entries": self._entries}
+        payload = json.dumps(data, indent=0)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
         try:
+            # mkstemp creates 0600; the gate reads this file as another user.
+            os.fchmod(fd, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(payload)
                 handle.flush()

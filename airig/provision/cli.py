@@ -29,12 +29,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 INIT_SERVICES = {"ollama": "ollama-init", "whisper": "whisper-init", "comfyui": "comfyui-init"}
 
 ClientFactory = Callable[[], DockerClient]
+SERVER_WAIT_SECONDS = 30
 
 
 class Service(StrEnum):
     ollama = "ollama"
     whisper = "whisper"
     comfyui = "comfyui"
+
+
+ServiceOption = Annotated[
+    list[Service] | None,
+    typer.Option("--service", "-s", help="Only this service (repeatable)."),
+]
 
 
 def default_client(repo_root: Path = REPO_ROOT) -> DockerClient:
@@ -52,6 +59,8 @@ def container_lines(client: DockerClient, service: Service, args: list[str]) -> 
         INIT_SERVICES[service.value],
         command=["-m", "airig.provision", service.value, *args],
         entrypoint="python",
+        # The stack is meant to be up already: fail fast instead of the init's long wait.
+        envs={"AIRIG_SERVER_WAIT_SECONDS": str(SERVER_WAIT_SECONDS)},
         remove=True,
         tty=False,
         stream=True,
@@ -122,10 +131,6 @@ def _edge(action: Callable[[], None], console: Console) -> None:
 def build_models_app(client_factory: ClientFactory = default_client) -> typer.Typer:
     app = typer.Typer(help="List, verify or re-pull the models of the running stack.")
     errors = Console(stderr=True)
-    ServiceOption = Annotated[
-        list[Service] | None,
-        typer.Option("--service", "-s", help="Only this service (repeatable)."),
-    ]
 
     def chosen(services: list[Service] | None) -> list[Service]:
         return list(services) if services else list(Service)

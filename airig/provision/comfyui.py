@@ -9,6 +9,7 @@ stable size, digest) and ComfyUI's ``GET /models/<folder>`` lists it.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import requests
@@ -75,7 +76,8 @@ class ComfyUIProvisioner:
             if final.is_file():
                 raise  # the file is fine but ComfyUI does not list it: a download won't help
         self._download(entry, final)
-        return self.verify(name)
+        # Hashed moments ago in _publish: fresh, even though the verifier read the cache.
+        return replace(self.verify(name), cached=False)
 
     def _download(self, entry: ComfyModel, final: Path) -> None:
         partial = partial_path(final)
@@ -103,8 +105,8 @@ class ComfyUIProvisioner:
         if digest != entry.sha256:
             partial.unlink()
             raise ProvisionError(
-                f"comfyui model {entry.name!r}: sha256 mismatch (expected {entry.sha256[:12]}…, "
-                f"got {digest[:12]}…); the bad download was deleted",
+                f"comfyui model {entry.name!r}: sha256 mismatch (expected {entry.sha256[:12]}..., "
+                f"got {digest[:12]}...); the bad download was deleted",
                 "check the url and sha256 in the manifest",
             )
         os.replace(partial, final)
@@ -132,7 +134,7 @@ class ComfyUIProvisioner:
         if entry.filename not in response.json():
             raise ProvisionError(
                 f"comfyui model {entry.name!r}: ComfyUI does not list it in /models/{entry.folder}",
-                "ComfyUI lists only known extensions (.safetensors, .ckpt, .pt, .pth, .bin, …)",
+                "ComfyUI lists only known extensions (.safetensors, .ckpt, .pt, .pth, .bin, ...)",
             )
 
     def listing(self) -> list[Listing]:

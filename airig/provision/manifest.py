@@ -81,7 +81,7 @@ def load_manifest(path: Path) -> ComfyManifest:
         problems = "; ".join(_describe(e, models) for e in exc.errors())
         raise ConfigError(
             f"ComfyUI model manifest {path}: {problems}",
-            "each entry needs url, folder, filename, sha256 (64 hex) and size (bytes > 0)",
+            "each entry needs url, folder, filename, sha256 (64 hex, quoted) and size (bytes)",
         ) from None
     names = [m.name for m in manifest.models]
     duplicates = sorted({n for n in names if names.count(n) > 1})

@@ -78,7 +78,7 @@ def describe(exc: BaseException) -> str:
         return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     if isinstance(exc, requests.RequestException):
         return f"server unreachable ({type(exc).__name__})"
-    return f"unexpected {type(exc).__name__}: {exc}"
+    return " ".join(f"unexpected {type(exc).__name__}: {exc}".split())  # multi-line → one
 
 
 def process(provisioner: Provisioner, mode: Mode, models: list[str], emitter: Emitter) -> int:
@@ -91,9 +91,11 @@ def process(provisioner: Provisioner, mode: Mode, models: list[str], emitter: Em
             else:
                 report = provisioner.ensure(model, force=mode is Mode.pull)
         except Exception as exc:  # noqa: BLE001 - the edge: every cause becomes one line
+            provisioner.verifier.cache.unmark_model(model)
             emitter.failed(model, describe(exc))
             failures += 1
             continue
+        provisioner.verifier.cache.mark_model(model, report.size, report.files)
         emitter.verified(model, report.size, report.files, report.cached)
     return failures
 
@@ -106,10 +108,10 @@ def run(
     emitter: Emitter | None = None,
 ) -> int:
     """Exit code: 0 when every model verified (or was listed), 1 otherwise."""
-    settings = settings or ProvisionSettings()
     emitter = emitter or Emitter(service.value)
     provisioner: Provisioner | None = None
     try:
+        settings = settings or ProvisionSettings()
         provisioner = build(service, settings, emitter)
         if mode is Mode.list:
             for row in provisioner.listing():

@@ -45,7 +45,9 @@ class CurrentAttempt:
 
 
 def write_state(path: Path, worker_id: str, ok: bool) -> None:
-    tmp = path.with_suffix(".tmp")
+    # A temp name per writer: the runner and the heartbeat thread both write this file, and
+    # a shared temp name let one rename the other's file away (seen in the e2e run).
+    tmp = path.with_name(f"{path.name}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps({"worker_id": worker_id, "ok": ok, "at": time.time()}))
     tmp.replace(path)
 
@@ -79,7 +81,8 @@ class Heartbeat(threading.Thread):
             write_state(self.state_file, self.worker_id, ok=True)
         except Unregistered:
             self.needs_register.set()
-        except (BrainUnreachable, RuntimeError) as exc:
+        except (BrainUnreachable, RuntimeError, OSError) as exc:
+            # never let the thread die: a dead heartbeat makes a healthy worker look lost
             log.warning("heartbeat failed", extra={"error": str(exc)})
 
     def renew_lease(self, timeout: float) -> None:

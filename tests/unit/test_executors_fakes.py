@@ -242,3 +242,20 @@ def test_a_cancelled_attempt_does_not_start(ctx):
     ctx.cancel.set()
     with pytest.raises(TaskError, match="cancelled"):
         run_task("noop", {}, ctx)
+
+
+def test_cancel_mid_stream_closes_the_stream(ctx, fake):
+    closed = threading.Event()
+
+    def endless(**kwargs):
+        try:
+            while True:
+                yield ollama.GenerateResponse(model="m", response="tok ", done=False)
+                ctx.cancel.set()
+        finally:
+            closed.set()  # the client closes the HTTP response here: Ollama stops
+
+    fake.generate = endless
+    with pytest.raises(TaskError, match="cancelled"):
+        run_task("llm", {"model": "m", "prompt": "p"}, ctx)
+    assert closed.wait(1)

@@ -137,6 +137,16 @@ def test_stable_file_passes_the_settle_pause(blob: Path) -> None:
     assert len(pauses) == 1 and 0 < pauses[0] <= 5.0
 
 
+def test_cache_hits_skip_the_pause_but_are_still_restated(tmp_path: Path, blob: Path) -> None:
+    pauses: list[float] = []
+    cache = VerifyCache(tmp_path / "verified.json")
+    check = Verifier(cache, settle_seconds=5.0, sleep=pauses.append)
+    files = [ExpectedFile(blob, len(DATA), DIGEST)]
+    check.verify(files)
+    [result] = check.verify(files)
+    assert result.cached and len(pauses) == 1
+
+
 def test_partial_files_are_recognised() -> None:
     assert is_partial(Path("sha256-abc-partial-0"))
     assert is_partial(Path("model.safetensors.airig-partial"))

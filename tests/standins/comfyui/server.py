@@ -192,6 +192,22 @@ class ComfyServer(ThreadingHTTPServer):
         self.queue = PromptQueue(root / "output", seconds)
 
 
+def mark_as_comfyui_checkout(root: Path) -> None:
+    """The real image's /root/ComfyUI is a git clone of ComfyUI, and comfy-cli accepts a
+    --workspace only when its git remote is ComfyUI's. A minimal .git (the files GitPython
+    needs: HEAD, config, objects/, refs/) gives the stand-in the same property."""
+    git = root / ".git"
+    if git.exists():
+        return
+    (git / "objects").mkdir(parents=True)
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/master\n")
+    (git / "config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
+        '[remote "origin"]\n\turl = https://github.com/comfyanonymous/ComfyUI.git\n'
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="ComfyUI stand-in for tests")
     parser.add_argument("--listen", nargs="?", const="0.0.0.0", default="127.0.0.1")
@@ -204,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         (args.root / folder).mkdir(parents=True, exist_ok=True)
     for folder in (d for dirs in MODEL_FOLDERS.values() for d in dirs):
         (args.root / "models" / folder).mkdir(parents=True, exist_ok=True)
+    mark_as_comfyui_checkout(args.root)
     server = ComfyServer((args.listen, args.port), args.root)
     server.queue.start()
     line = {

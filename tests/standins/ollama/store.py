@@ -293,4 +293,4 @@ def stream_pull(store: ModelStore, name: ModelName) -> Iterator[dict]:
         while (line := lines.get()) is not None:
             yield line
     finally:
-        pass
+        cancelled.set()

@@ -1,0 +1,100 @@
+"""Brain and worker processes on loopback: fencing, a killed worker, a killed brain."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from brain_procs import BOOTSTRAP_TOKEN, Cluster, spawn, wait_until  # noqa: E402
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made = Cluster(tmp_path)
+    yield made
+    made.stop()
+
+
+def noop(task_id, deps=(), **payload):
+    return {"id": task_id, "type": "noop", "depends_on": list(deps), "payload": payload}
+
+
+def test_brain_and_worker_health_checks(cluster):
+    cluster.start_brain()
+    assert cluster.get("/health")["status"] == "ok"
+    worker = cluster.start_worker("w-check")
+    env = {"WORKER_STATE_FILE": str(cluster.root / "w-check.state.json")}
+    check = spawn("airig.worker", "check", env, cluster.root, ("--check",))
+    assert check.process.wait(timeout=20) == 0, check.log()
+    brain_check = spawn(
+        "airig.brain", "brain-check", {"BRAIN_LISTEN_PORT": str(cluster.port)}, cluster.root,
+        ("--check",),
+    )  # fmt: skip
+    assert brain_check.process.wait(timeout=20) == 0, brain_check.log()
+    missing = {"WORKER_STATE_FILE": str(cluster.root / "nothing.json")}
+    assert spawn("airig.worker", "c2", missing, cluster.root, ("--check",)).process.wait(20) == 1
+    assert worker.stop() == 0  # SIGTERM is a clean stop
+
+
+def test_a_stale_report_gets_409(cluster):
+    cluster.start_brain()
+    registered = requests.post(
+        f"{cluster.url}/v1/workers/register",
+        headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"},
+        json={"name": "manual", "classes": ["cpu"]}, timeout=10,
+    ).json()  # fmt: skip
+    me = {"Authorization": f"Bearer {registered['token']}"}
+    plan = cluster.submit({"name": "stale", "tasks": [noop("a")]})
+    task = requests.post(
+        f"{cluster.url}/v1/claims", headers=me, json={"wait_s": 5}, timeout=10
+    ).json()
+    lease = {"attempt": task["attempt"], "lease_id": task["lease_id"]}
+    # No heartbeats: the lease (2 s) expires and the reaper moves the task on.
+    wait_until(
+        lambda: cluster.get(f"/v1/plans/{plan['id']}")["tasks"][0]["state"] != "LEASED",
+        10, "the lease to expire",
+    )  # fmt: skip
+    late = requests.post(
+        f"{cluster.url}/v1/tasks/{task['task_id']}/complete", headers=me,
+        json={**lease, "output": {"text": "too late"}}, timeout=10,
+    )  # fmt: skip
+    assert late.status_code == 409
+    assert "airig_stale_reports_rejected_total 1.0" in requests.get(f"{cluster.url}/metrics").text
+
+
+def test_a_worker_killed_mid_task_completes_once_elsewhere(cluster):
+    cluster.start_brain()
+    first = cluster.start_worker("w-doomed")
+    plan = cluster.submit({"name": "kill-worker", "tasks": [noop("slow", sleep_s=3)]})
+    wait_until(
+        lambda: cluster.get(f"/v1/plans/{plan['id']}")["tasks"][0]["state"] == "RUNNING",
+        15, "the task to start",
+    )  # fmt: skip
+    first.kill()
+    cluster.start_worker("w-rescue")
+    view = cluster.wait_plan(plan["id"], 30)
+    task = view["tasks"][0]
+    assert (view["status"], task["worker_id"], task["attempt"]) == ("succeeded", "w-rescue", 2)
+    assert cluster.completions(plan["id"]) == {"slow": 1}
+
+
+def test_the_brain_killed_mid_plan_restarts_and_the_plan_completes(cluster):
+    cluster.start_brain()
+    for name in ("w1", "w2"):
+        cluster.start_worker(name)
+    tasks = [noop(f"t{i}", sleep_s=0.3) for i in range(8)]
+    tasks += [noop("join", [f"t{i}" for i in range(8)]), noop("last", ["join"], sleep_s=0.2)]
+    plan = cluster.submit({"name": "kill-brain", "tasks": tasks})
+    wait_until(
+        lambda: cluster.get(f"/v1/plans/{plan['id']}")["counts"].get("SUCCEEDED", 0) >= 2,
+        20, "some tasks to finish",
+    )  # fmt: skip
+    cluster.brain.kill()
+    cluster.start_brain()  # same database and results
+    view = cluster.wait_plan(plan["id"], 60)
+    assert view["status"] == "succeeded", view
+    assert cluster.completions(plan["id"]) == {t["id"]: 1 for t in tasks}

@@ -1,0 +1,106 @@
+"""Shared helpers for the brain's unit tests: a Brain on a temp dir, plans, claims."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from airig.brain import leases
+from airig.brain.plans.submit import insert_plan
+from airig.brain.plans.validate import Limits, validate_plan
+from airig.brain.scheduling import WorkerView
+from airig.brain.service import Brain
+from airig.brain.settings import BrainSettings
+from airig.protocol import CompleteRequest, FailRequest, LeaseRef
+
+
+def make_settings(tmp: Path, **overrides: Any) -> BrainSettings:
+    values = {
+        "BRAIN_DB": str(tmp / "state" / "brain.db"),
+        "BRAIN_RESULTS_DIR": str(tmp / "results"),
+        "BRAIN_ADMIN_TOKEN": "admin-secret-token",
+        "WORKER_BOOTSTRAP_TOKEN": "bootstrap-secret-token",
+        "BRAIN_LEASE_S": 10,
+        "BRAIN_RETRY_INITIAL_S": 1,
+        "BRAIN_RETRY_CAP_S": 4,
+        "BRAIN_INFRA_RETRIES": 2,
+    }
+    values.update(overrides)
+    return BrainSettings(**values)
+
+
+def make_brain(tmp: Path, **overrides: Any) -> Brain:
+    return Brain(make_settings(tmp, **overrides))
+
+
+def noop(task_id: str, deps: list[str] | None = None, **fields: Any) -> dict[str, Any]:
+    return {"id": task_id, "type": "noop", "depends_on": deps or [], **fields}
+
+
+def submit(brain: Brain, tasks: list[dict[str, Any]], now: float = 1000.0) -> str:
+    plan, tainted = validate_plan({"name": "t", "tasks": tasks}, Limits())
+    return brain.write(
+        lambda conn, outbox, _: insert_plan(
+            conn, outbox, plan, tainted, now, submitted_by="test", digest="d",
+            idempotency_key=None, default_timeout_s=60.0,
+        )
+    )  # fmt: skip
+
+
+def state_of(brain: Brain, plan_id: str) -> dict[str, str]:
+    with brain.db.read() as conn:
+        rows = conn.execute("SELECT key, state FROM tasks WHERE plan_id = ?", (plan_id,))
+        return {row["key"]: row["state"] for row in rows}
+
+
+def row(brain: Brain, plan_id: str, key: str):
+    with brain.db.read() as conn:
+        return conn.execute(
+            "SELECT * FROM tasks WHERE plan_id = ? AND key = ?", (plan_id, key)
+        ).fetchone()
+
+
+def claim(brain: Brain, now: float, worker: str = "w1", classes=("cpu",), models=()):
+    view = WorkerView(tuple(classes), frozenset(models))
+    found = brain.write(
+        lambda conn, outbox, _: leases.claim(
+            conn, outbox, worker, view, now, brain.settings, brain.scheduling
+        )
+    )
+    return found
+
+
+def ref(task) -> LeaseRef:
+    return LeaseRef(attempt=task["attempt"], lease_id=task["lease_id"])
+
+
+def do(brain: Brain, plan_id: str, key: str, action: str, now: float, worker="w1", **kw):
+    """Apply a fenced worker write to the task's current lease (or the one given)."""
+    task = row(brain, plan_id, key)
+    lease = kw.pop("lease", None) or ref(task)
+
+    def change(conn, outbox, _):
+        current = leases.states.get_task(conn, task["id"])
+        if action == "start":
+            return leases.start(conn, outbox, current, worker, lease, now)
+        if action == "complete":
+            body = CompleteRequest(**lease.model_dump(), output=kw.get("output", {"text": "ok"}))
+            return leases.complete(conn, outbox, current, worker, body, now, brain.settings)
+        if action == "fail":
+            body = FailRequest(**lease.model_dump(), **kw)
+            return leases.fail(
+                conn, outbox, current, worker, body, now, brain.retry, brain.settings
+            )
+        if action == "release":
+            return leases.release(conn, outbox, current, worker, lease, "stop", now)
+        raise ValueError(action)
+
+    return brain.write(change)
+
+
+def events(brain: Brain, plan_id: str) -> list[str]:
+    with brain.db.read() as conn:
+        rows = conn.execute(
+            "SELECT event_type FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)
+        )
+        return [r["event_type"] for r in rows]
