@@ -182,6 +182,24 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
         console.print(f"  [yellow]→ {choice.fix}[/]")
 
 
+def _compute_client():
+    """python-on-whales client of the 02-compute project, for `models`."""
+    settings = _settings()
+    return Docker().client(build_plan(settings, "cpu", []).stack("02-compute"))
+
+
+def _mount_subcommands() -> None:
+    from airig.provision.cli import build_models_app
+
+    from airig.cli_tasks import register
+
+    app.add_typer(build_models_app(_compute_client), name="models")
+    register(app)
+
+
+_mount_subcommands()
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)

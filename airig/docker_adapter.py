@@ -136,9 +136,9 @@ class Docker:
         base = self.client(stack).client_config.docker_compose_cmd
         return shlex.join([str(a) for a in [*base, *args]])
 
-    def build(self, stack: StackPlan, services: list[str]) -> None:
+    def build(self, stack: StackPlan, services: list[str], args: dict[str, str]) -> None:
         with _docker_errors(f"building {', '.join(services)}"):
-            self.client(stack).compose.build(services=services, quiet=True)
+            self.client(stack).compose.build(services=services, build_args=args, quiet=True)
 
     def up(self, stack: StackPlan) -> None:
         with _docker_errors(f"starting {stack.name}"):
@@ -159,10 +159,10 @@ class Docker:
             containers = self.client(stack).compose.ps(all=True)
         return [_state(c) for c in containers]
 
-    def logs(self, stack: StackPlan, service: str | None, tail: int = 40) -> str:
+    def logs(self, stack: StackPlan, service: str | None, tail: int = 40, prefix: bool = True) -> str:
         with _docker_errors(f"reading logs of {stack.name}"):
             return self.client(stack).compose.logs(
-                services=[service] if service else [], tail=str(tail), no_log_prefix=False
+                services=[service] if service else [], tail=str(tail), no_log_prefix=not prefix
             )
 
     def follow_logs(self, stack: StackPlan, service: str | None, tail: int) -> Iterator[str]:

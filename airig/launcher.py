@@ -18,6 +18,7 @@ from airig.compose_plan import ComposePlan, StackPlan, build_plan
 from airig.docker_adapter import Docker, ServiceState
 from airig.errors import DockerError, PreflightError
 from airig.hardware_choice import Choice, choose_profile
+from airig.image_source import image_hash, source_hash
 from airig.preflight import Check, disk_check, docker_checks, env_check, port_checks
 from airig.settings import Settings
 
@@ -25,7 +26,8 @@ VOLUMES = {
     "data": ["airig-data", "airig-results", "airig-brain-state"],
     "models": ["airig-ollama-models", "airig-comfyui-data", "airig-whisper-models"],
 }
-IMAGE_SERVICE = ("03-agents", "brain")  # the service whose build: makes the kit's image
+IMAGE_SERVICE = ("03-agents", "brain")
+INIT_SERVICES = ("ollama-init", "comfyui-init", "whisper-init")  # the service whose build: makes the kit's image
 
 
 @dataclass
@@ -65,8 +67,15 @@ class Launcher:
         return result
 
     def _build(self, plan: ComposePlan) -> None:
-        self.console.print("[bold]Building[/] the kit's image (cached after the first time)…")
-        self.docker.build(plan.stack(IMAGE_SERVICE[0]), [IMAGE_SERVICE[1]])
+        args = {k: self.settings.get(k) for k in ("AIRIG_BASE_IMAGE", "AIRIG_PIP_INSTALL_ARGS")}
+        wanted = source_hash(self.settings.root, args)
+        image = self.settings.get("AIRIG_IMAGE")
+        if image_hash(self.docker.sdk(), image) == wanted:
+            return
+        self.console.print(f"[bold]Building[/] the kit's image {image} …")
+        self.docker.build(
+            plan.stack(IMAGE_SERVICE[0]), [IMAGE_SERVICE[1]], {"AIRIG_SOURCE_HASH": wanted}
+        )
 
     def commands(self, plan: ComposePlan) -> list[str]:
         """The exact commands `up` runs, in order (for --dry-run)."""
@@ -74,7 +83,10 @@ class Launcher:
         for path in plan.generated:
             lines.append(f"# write {path.relative_to(self.settings.root)}")
         build = plan.stack(IMAGE_SERVICE[0])
-        lines.append(self.docker.command(build, "build", "--quiet", IMAGE_SERVICE[1]))
+        lines.append(
+            self.docker.command(build, "build", "--quiet", "--build-arg", "AIRIG_SOURCE_HASH=<hash>",
+                                IMAGE_SERVICE[1]) + "   # only when the sources changed"
+        )  # fmt: skip
         for stack in plan.stacks:
             lines.append(
                 self.docker.command(
@@ -107,6 +119,13 @@ class Launcher:
             self.console.print(f"  · {reason}")
         if choice.fix:
             self.console.print(f"  [yellow]→ {choice.fix}[/]")
+        from airig.provision.fit import check_fit
+
+        models = [m.strip() for m in self.settings.get("AIRIG_OLLAMA_MODELS").split(",") if m.strip()]
+        # each worker owns one GPU, so a model must fit the largest single card
+        largest = max((g.vram_bytes for g in choice.gpus), default=0)
+        for warning in check_fit(models, [largest] if largest else []):
+            self.console.print(f"  [yellow]⚠ {warning}[/]")
 
     def _write_generated(self, plan: ComposePlan) -> None:
         for path, text in plan.generated.items():
@@ -133,8 +152,23 @@ class Launcher:
                 f"{stack.name}: {names} failed to start ({exc.message})",
                 "read the log lines above; fix .env or the host, then run up again",
             ) from None
+        finally:
+            if stack.name == "02-compute":
+                self._show_provisioning(stack)
         if not was_up:
             result.started.append(stack.name)
+
+    def _show_provisioning(self, stack: StackPlan) -> None:
+        """The init containers' structured lines as bars and a model → verified table."""
+        from airig.provision.progress import render
+
+        lines: list[str] = []
+        for service in INIT_SERVICES:
+            try:
+                lines += self.docker.logs(stack, service, tail=100000, prefix=False).splitlines()
+            except DockerError:
+                continue
+        render(lines, self.console)
 
     def diagnose(self, stack: StackPlan) -> list[ServiceState]:
         """Print the last log lines of every service that is not up and healthy."""

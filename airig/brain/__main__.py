@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sqlite3
 import sys
 import urllib.error
 import urllib.request
@@ -36,8 +37,14 @@ def serve(settings: BrainSettings) -> int:
     from airig.brain.app import create_app
 
     app = create_app(settings)
-    log.info("brain listening", extra={"host": settings.listen_host, "port": settings.listen_port})
-    uvicorn.run(
+    brain = app.state.brain
+
+    class BrainServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            brain.begin_shutdown()  # release long-polls before uvicorn waits for them
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
         app,
         host=settings.listen_host,
         port=settings.listen_port,
@@ -45,6 +52,8 @@ def serve(settings: BrainSettings) -> int:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+    log.info("brain listening", extra={"host": settings.listen_host, "port": settings.listen_port})
+    BrainServer(config).run()
     return 0
 
 
@@ -61,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("invalid brain setting", extra={"setting": first["loc"], "error": first["msg"]})
     except AirigError as exc:
         log.error(exc.message, extra={"hint": exc.hint})
+    except (OSError, sqlite3.Error) as exc:
+        hint = "BRAIN_DB and BRAIN_RESULTS_DIR must be on a writable volume"
+        log.error(f"cannot open the brain's state: {exc}", extra={"hint": hint})
     return 2
 
 

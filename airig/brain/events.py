@@ -56,7 +56,7 @@ class Outbox:
     metrics: list[tuple[str, float, dict[str, str]]] = field(default_factory=list)
     work_ready: bool = False
 
-    def count(self, name: str, value: float = 1.0, **labels: str) -> None:
+    def metric(self, name: str, value: float = 1.0, **labels: str) -> None:
         self.metrics.append((name, value, labels))
 
 

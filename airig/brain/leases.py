@@ -120,7 +120,7 @@ def start(
     check_fence(task, worker_id, ref)
     if task["state"] == S.RUNNING:
         return task
-    outbox.count("schedule_to_start", now - (task["ready_at"] or now))
+    outbox.metric("schedule_to_start", now - (task["ready_at"] or now))
     return states.transition(conn, outbox, task, S.RUNNING, now, "task_started", started_at=now)
 
 

@@ -48,7 +48,7 @@ def reap(conn: sqlite3.Connection, outbox: Outbox, now: float, policy: RetryPoli
         (now,),
     ).fetchall()
     for task in expired:
-        outbox.count("lease_expiries")
+        outbox.metric("lease_expiries")
         states.retry_or_fail(
             conn, outbox, task, now, policy, INFRA, "lease_expired",
             f"worker {task['worker_id']} stopped renewing attempt {task['attempt']}",

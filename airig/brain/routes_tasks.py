@@ -64,7 +64,7 @@ def claim(body: ClaimRequest, request: Request, worker: WorkerDep):
         if found is not None:
             return _assignment(*found)
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 or brain.closing.is_set():
             return Response(status_code=204)
         # Woken at once by new READY work; the cap catches due retries.
         brain.wait_for_work(min(left, 1.0))

@@ -46,6 +46,7 @@ class Brain:
             max_wait_s=settings.max_wait_s,
         )
         self.work_ready = threading.Condition()
+        self.closing = threading.Event()
         self._reaper: reaper.Reaper | None = None
 
     def write(self, change: Callable[[sqlite3.Connection, Outbox, float], T]) -> T:
@@ -72,6 +73,12 @@ class Brain:
 
     def reap_once(self) -> None:
         self.write(lambda conn, outbox, now: reaper.reap(conn, outbox, now, self.retry))
+
+    def begin_shutdown(self) -> None:
+        """Answer pending long-polls now, so a stop does not wait out their timeouts."""
+        self.closing.set()
+        with self.work_ready:
+            self.work_ready.notify_all()
 
     def stop(self) -> None:
         if self._reaper:

@@ -29,7 +29,9 @@ class BrainSettings(BaseSettings):
 
     lease_s: float = Field(30.0, alias="BRAIN_LEASE_S", gt=0)
     heartbeat_interval_s: float = Field(0.0, alias="BRAIN_HEARTBEAT_S", ge=0)
-    claim_wait_s: float = Field(20.0, alias="BRAIN_CLAIM_WAIT_S", ge=0)
+    # Long-poll length; short enough that a stopping worker is never stuck in a claim
+    # longer than Docker's default 10 s stop timeout.
+    claim_wait_s: float = Field(5.0, alias="BRAIN_CLAIM_WAIT_S", ge=0)
     reaper_interval_s: float = Field(2.0, alias="BRAIN_REAPER_INTERVAL_S", gt=0)
     runtime_grace_s: float = Field(30.0, alias="BRAIN_RUNTIME_GRACE_S", ge=0)
     default_timeout_s: float = Field(1800.0, alias="BRAIN_DEFAULT_TIMEOUT_S", gt=0)

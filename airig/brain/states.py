@@ -149,7 +149,7 @@ def retry_or_fail(
             _set(conn, task["id"], **columns)
         return fail_terminal(conn, outbox, task, now, error_type, error, reason)
     delay = policy.backoff(failures)
-    outbox.count("retries", kind=kind)
+    outbox.metric("retries", kind=kind)
     return transition(
         conn, outbox, task, S.RETRY_WAIT, now, "task_retry_scheduled",
         {"error": error, "retry_in_s": round(delay, 3)},

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -36,11 +37,14 @@ class Emitter:
         self._stream = stream or sys.stdout
         self._clock = clock
         self._last_progress: dict[str, float] = {}
+        # Watcher threads report progress while the main thread reports results.
+        self._lock = threading.Lock()
 
     def emit(self, event: str, model: str | None, **fields: Any) -> None:
         record = {"event": event, "service": self.service, "model": model, **fields}
-        self._stream.write(json.dumps(record, separators=(", ", ": ")) + "\n")
-        self._stream.flush()
+        with self._lock:
+            self._stream.write(json.dumps(record, separators=(", ", ": ")) + "\n")
+            self._stream.flush()
 
     def progress(self, model: str, completed: int, total: int | None, final: bool = False) -> None:
         now = self._clock()

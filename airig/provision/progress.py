@@ -89,10 +89,13 @@ def _apply(event: dict, summary: Summary, bars: Progress, tasks: dict) -> None:
     service, model = str(event.get("service")), str(event.get("model") or "-")
     key, kind = (service, model), event["event"]
     if kind == "progress":
-        total = event.get("total")
+        total, completed = event.get("total"), event.get("completed") or 0
         if key not in tasks:
-            tasks[key] = bars.add_task(escape(model), total=total, service=escape(service))
-        bars.update(tasks[key], completed=event.get("completed") or 0, total=total)
+            # Start at the first figure: a resumed pull must not show a burst of speed.
+            tasks[key] = bars.add_task(
+                escape(model), total=total, completed=completed, service=escape(service)
+            )
+        bars.update(tasks[key], completed=completed, total=total)
         return
     row = summary.row(service, model)
     if kind == "verified":

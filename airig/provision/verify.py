@@ -151,11 +151,15 @@ class Verifier:
                 f"{path} has {info.st_size} bytes, expected {expected.size}",
                 corrupt=True,
             )
-        if expected.sha256 is None:
-            return VerifiedFile(path, info.st_size, None, cached=False)
         real = path.resolve()
         identity = FileIdentity.of(info)
+        # "" records a file checked without a digest (small HF files): unchanged since.
         cached = self.cache.lookup(real, identity)
+        if expected.sha256 is None:
+            if cached is None:
+                self.cache.remember(real, identity, "")
+            return VerifiedFile(path, info.st_size, None, cached=cached is not None)
+        cached = cached or None  # an identity known without a digest still needs hashing
         digest = cached or sha256_file(real)
         if digest != expected.sha256.lower():
             self.cache.forget(real)

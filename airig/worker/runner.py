@@ -7,6 +7,7 @@ the brain (no budget charged) so another worker takes it at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import signal
@@ -69,7 +70,9 @@ class Worker:
                 continue
             except BrainUnreachable:
                 continue
-            if task is not None:
+            if task is not None and self.stopping.is_set():
+                self.hand_back(task)
+            elif task is not None:
                 self.execute(task)
         self.shutdown()
         return 0
@@ -93,6 +96,12 @@ class Worker:
             self.heartbeat.start()
         self.heartbeat.needs_register.clear()
         self.heartbeat.beat()
+
+    def hand_back(self, task: Assignment) -> None:
+        """A claim granted while stopping goes straight back to the brain."""
+        # If this fails the lease expires and the reaper hands the task to another worker.
+        with contextlib.suppress(LeaseLost, BrainUnreachable, RuntimeError):
+            self.link.release(task, ReleaseRequest(**task.lease.model_dump()))
 
     def shutdown(self) -> None:
         if self.heartbeat:

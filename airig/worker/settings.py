@@ -27,8 +27,9 @@ class WorkerSettings(BaseSettings):
     data_dir: Path = Field(Path("/data"), alias="DATA_DIR")
     work_dir: Path = Field(Path("/tmp/airig-work"), alias="WORKER_WORK_DIR")
     state_file: Path = Field(Path("/tmp/airig-worker.json"), alias="WORKER_STATE_FILE")
-    # Seconds the worker may finish its attempt after SIGTERM before releasing it.
-    stop_grace_s: float = Field(20.0, alias="WORKER_STOP_GRACE_S", ge=0)
+    # Seconds the worker may finish its attempt after SIGTERM before releasing it; with
+    # the release and a claim in flight this fits Docker's default 10 s stop timeout.
+    stop_grace_s: float = Field(4.0, alias="WORKER_STOP_GRACE_S", ge=0)
     # Longest back-off between attempts to reach the brain.
     retry_cap_s: float = Field(10.0, alias="WORKER_RETRY_CAP_S", gt=0)
 

@@ -173,6 +173,10 @@ class Cluster:
         return "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for p in procs if p)
 
     def stop(self) -> None:
-        for proc in [*self.workers.values(), self.brain]:
-            if proc:
-                proc.stop(timeout=8)
+        """SIGTERM everything at once (workers first), then wait for each."""
+        procs = [p for p in [*self.workers.values(), self.brain] if p]
+        for proc in procs:
+            if proc.process.poll() is None:
+                proc.process.terminate()
+        for proc in procs:
+            proc.stop(timeout=8)

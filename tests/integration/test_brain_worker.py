@@ -9,7 +9,7 @@ import pytest
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from brain_procs import BOOTSTRAP_TOKEN, Cluster, spawn, wait_until  # noqa: E402
+from brain_procs import ADMIN, BOOTSTRAP_TOKEN, Cluster, spawn, wait_until  # noqa: E402
 
 
 @pytest.fixture
@@ -98,3 +98,45 @@ def test_the_brain_killed_mid_plan_restarts_and_the_plan_completes(cluster):
     view = cluster.wait_plan(plan["id"], 60)
     assert view["status"] == "succeeded", view
     assert cluster.completions(plan["id"]) == {t["id"]: 1 for t in tasks}
+
+
+def _running(cluster, plan_id):
+    return cluster.get(f"/v1/plans/{plan_id}")["tasks"][0]["state"] == "RUNNING"
+
+
+def test_sigterm_finishes_a_short_attempt(cluster):
+    cluster.start_brain()
+    worker = cluster.start_worker("w-finish")  # stop grace 2 s
+    plan = cluster.submit({"name": "finish", "tasks": [noop("short", sleep_s=1)]})
+    wait_until(lambda: _running(cluster, plan["id"]), 15, "the task to start")
+    assert worker.stop() == 0
+    task = cluster.get(f"/v1/plans/{plan['id']}")["tasks"][0]
+    assert (task["state"], task["worker_id"]) == ("SUCCEEDED", "w-finish")
+
+
+def test_sigterm_releases_a_long_attempt_to_another_worker(cluster):
+    cluster.start_brain()
+    worker = cluster.start_worker("w-leaving")
+    plan = cluster.submit({"name": "release", "tasks": [noop("long", sleep_s=4)]})
+    wait_until(lambda: _running(cluster, plan["id"]), 15, "the task to start")
+    assert worker.stop() == 0
+    events = cluster.get(f"/v1/plans/{plan['id']}/events")["events"]
+    assert "task_released" in [e["event_type"] for e in events]
+    cluster.start_worker("w-staying")
+    view = cluster.wait_plan(plan["id"], 30)
+    assert (view["status"], view["tasks"][0]["worker_id"]) == ("succeeded", "w-staying")
+    assert cluster.completions(plan["id"]) == {"long": 1}
+
+
+def test_cancelling_a_running_plan_stops_the_attempt_on_the_worker(cluster):
+    cluster.start_brain()
+    cluster.start_worker("w-busy")
+    plan = cluster.submit({"name": "cancel", "tasks": [noop("forever", sleep_s=60)]})
+    wait_until(lambda: _running(cluster, plan["id"]), 15, "the task to start")
+    answer = requests.post(f"{cluster.url}/v1/plans/{plan['id']}/cancel", headers=ADMIN, timeout=10)
+    assert answer.json() == {"cancelled": 1}
+    # The next heartbeat gets 409, the worker cancels the sleep and is free again.
+    follow_up = cluster.submit({"name": "after", "tasks": [noop("quick")]})
+    assert cluster.wait_plan(follow_up["id"], 15)["status"] == "succeeded"
+    assert "lease lost" in cluster.workers["w-busy"].log()
+    assert cluster.get(f"/v1/plans/{plan['id']}")["tasks"][0]["state"] == "CANCELLED"

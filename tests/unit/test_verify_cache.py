@@ -117,3 +117,15 @@ def test_entries_of_deleted_files_are_dropped(tmp_path: Path, blob: Path) -> Non
     blob.unlink()
     run(cache_file, other)
     assert str(blob) not in cache_file.read_text()
+
+
+def test_files_without_a_digest_are_remembered_by_identity(tmp_path: Path, blob: Path) -> None:
+    cache_file = tmp_path / "verified.json"
+    for expected_cached in (False, True):
+        cache = VerifyCache(cache_file)
+        [result] = Verifier(cache, settle_seconds=0).verify([ExpectedFile(blob)])
+        cache.save()
+        assert result.cached is expected_cached
+    # Asked later with a digest, the file is hashed, not trusted on identity alone.
+    assert run(cache_file, blob) is False
+    assert run(cache_file, blob) is True

@@ -1,0 +1,132 @@
+"""The worker's swap protocol against the Ollama stand-in, through the real resource executor.
+
+Unload must be confirmed (gone from /api/ps) before the load starts, the VRAM check must
+stand between them, and the durations must be reported.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import requests
+
+from airig.executors.base import run_task
+from airig.executors.context import ExecContext, TaskError
+from airig.worker.swap import run_swap
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from standins.conftest_helpers import start_standin  # noqa: E402
+
+OLD, NEW = "qwen2.5:0.5b", "llama3.2:1b"
+LOAD_S = 0.3
+
+
+@pytest.fixture(scope="module")
+def ollama_url(tmp_path_factory):
+    root = tmp_path_factory.mktemp("swap") / "models"
+    env = {"STANDIN_MODEL_BYTES": "4096", "STANDIN_LOAD_SECONDS": str(LOAD_S)}
+    standin = start_standin("ollama", root, env)
+    for model in (OLD, NEW):
+        body = {"model": model, "stream": False}
+        requests.post(f"{standin.url}/api/pull", json=body, timeout=30).raise_for_status()
+    yield standin.url
+    standin.stop()
+
+
+def loaded(url: str) -> dict[str, dict]:
+    models = requests.get(f"{url}/api/ps", timeout=5).json()["models"]
+    return {m["name"]: m for m in models}
+
+
+@pytest.fixture
+def ctx(ollama_url, tmp_path) -> ExecContext:
+    for model in loaded(ollama_url):
+        run_task(
+            "resource",
+            {"service": "ollama", "action": "unload", "model": model},
+            _ctx(ollama_url, tmp_path),
+        )
+    run_task(
+        "resource",
+        {"service": "ollama", "action": "load", "model": OLD},
+        _ctx(ollama_url, tmp_path),
+    )
+    return _ctx(ollama_url, tmp_path)
+
+
+def _ctx(url: str, tmp_path: Path) -> ExecContext:
+    return ExecContext(
+        ollama_url=url, comfyui_url="http://127.0.0.1:9", whisper_url="http://127.0.0.1:9",
+        data_dir=tmp_path, output_dir=tmp_path, timeout_s=20.0, cancel=threading.Event(),
+        trusted=True,
+    )  # fmt: skip
+
+
+class Recorder:
+    """Wraps the real executor and notes what Ollama had loaded when each step began."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.steps = url, []
+
+    def __call__(self, task_type, payload, ctx):
+        self.steps.append((payload["action"], payload["model"], set(loaded(self.url))))
+        return run_task(task_type, payload, ctx)
+
+
+def test_unload_is_confirmed_before_the_load_starts(ollama_url, ctx):
+    assert OLD in loaded(ollama_url)
+    seen_together, stop = [], threading.Event()
+
+    def watch() -> None:  # the two models must never be resident at the same time
+        while not stop.is_set():
+            if {OLD, NEW} <= set(loaded(ollama_url)):
+                seen_together.append(True)
+            stop.wait(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    recorder = Recorder(ollama_url)
+    checks: list[set[str]] = []
+
+    def free_mb() -> int:
+        checks.append(set(loaded(ollama_url)))  # the VRAM check runs after the unload
+        return 6000
+
+    try:
+        report = run_swap(
+            ctx, "ollama", [OLD], NEW, need_vram_mb=5000, free_mb=free_mb, run=recorder
+        )
+    finally:
+        stop.set()
+        watcher.join()
+    assert [(action, model) for action, model, _ in recorder.steps] == [
+        ("unload", OLD),
+        ("load", NEW),
+    ]
+    assert OLD not in recorder.steps[1][2] and checks == [set()]
+    assert not seen_together
+    now = loaded(ollama_url)
+    assert set(now) == {NEW}
+    assert now[NEW]["expires_at"] > "2200"  # keep_alive -1: only the brain evicts it
+    assert report.load_ms >= LOAD_S * 1000 * 0.9 and OLD in report.unload_ms
+    assert report.metrics()["swap"]["free_vram_mb"] == 6000
+
+
+def test_vram_not_freed_stops_the_swap_before_loading(ollama_url, ctx):
+    recorder = Recorder(ollama_url)
+    with pytest.raises(TaskError) as caught:
+        run_swap(ctx, "ollama", [OLD], NEW, need_vram_mb=5000, free_mb=lambda: 1200,
+                 settle_s=0.3, run=recorder)  # fmt: skip
+    assert caught.value.error_type == "vram_not_freed"
+    assert [action for action, _, _ in recorder.steps] == ["unload"]
+    assert NEW not in loaded(ollama_url)
+
+
+def test_vram_that_frees_late_is_waited_for(ollama_url, ctx):
+    readings = iter([1000, 3000, 5500])
+    report = run_swap(ctx, "ollama", [OLD], NEW, need_vram_mb=5000,
+                      free_mb=lambda: next(readings), settle_s=5)  # fmt: skip
+    assert report.free_vram_mb == 5500 and set(loaded(ollama_url)) == {NEW}
