@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 VENV_PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
-if sys.version_info < (3, 11):
+if sys.version_info < (3, 11):  # noqa: UP036 (this file must run on old Pythons to say so)
     sys.exit(f"airig needs Python 3.11 or newer (this is {sys.version.split()[0]}).")
 
 
@@ -26,12 +26,16 @@ def _in_venv() -> bool:
 
 def _bootstrap() -> None:
     print("First run: installing airig and its dependencies into .venv/ …", flush=True)
-    steps = [[sys.executable, "-m", "venv", str(VENV)],
-             [str(VENV_PY), "-m", "pip", "install", "--quiet", "-e", str(ROOT)]]
+    steps = [
+        [sys.executable, "-m", "venv", str(VENV)],
+        [str(VENV_PY), "-m", "pip", "install", "--quiet", "-e", str(ROOT)],
+    ]
     for step in steps:
         if subprocess.run(step).returncode != 0:
-            sys.exit(f"✘ setting up .venv failed: {' '.join(step)}\n"
-                     "  → install python3-venv (Debian/Ubuntu), check your network, run again")
+            sys.exit(
+                f"✘ setting up .venv failed: {' '.join(step)}\n"
+                "  → install python3-venv (Debian/Ubuntu), check your network, run again"
+            )
 
 
 try:
@@ -39,8 +43,11 @@ try:
 except ImportError:
     if _in_venv() or os.environ.get("AIRIG_NO_BOOTSTRAP"):
         sys.exit("✘ airig's dependencies are missing\n  → run: pip install -e .")
-    if not VENV_PY.exists() or subprocess.run([str(VENV_PY), "-c", "import airig.cli"],
-                                              capture_output=True).returncode != 0:
+    if (
+        not VENV_PY.exists()
+        or subprocess.run([str(VENV_PY), "-c", "import airig.cli"], capture_output=True).returncode
+        != 0
+    ):
         _bootstrap()
     os.execv(str(VENV_PY), [str(VENV_PY), str(Path(__file__).resolve()), *sys.argv[1:]])
 

@@ -35,16 +35,24 @@ app = typer.Typer(
 ProfileOpt = Annotated[
     str | None, typer.Option("--profile", "-p", help="cpu | gpu-nvidia | gpu-amd (default: detect)")
 ]
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the docker commands, start nothing.")]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print the docker commands, start nothing.")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def repo_root() -> Path:
     """The kit checkout: $AIRIG_HOME, else the working directory if it is one, else ours."""
-    for candidate in (os.environ.get("AIRIG_HOME"), os.getcwd(), Path(__file__).resolve().parent.parent):
+    for candidate in (
+        os.environ.get("AIRIG_HOME"),
+        os.getcwd(),
+        Path(__file__).resolve().parent.parent,
+    ):
         if candidate and (Path(candidate) / "01-infra" / "compose.yaml").is_file():
             return Path(candidate).resolve()
-    raise ConfigError("cannot find the airig checkout", "run from the cloned folder or set AIRIG_HOME")
+    raise ConfigError(
+        "cannot find the airig checkout", "run from the cloned folder or set AIRIG_HOME"
+    )
 
 
 def _settings(profile: str | None = None) -> Settings:
@@ -88,30 +96,44 @@ def up(profile: ProfileOpt = None, dry_run: DryRunOpt = False) -> None:
 
 def _ensure_env(root: Path) -> None:
     env, example = root / ".env", root / ".env.example"
-    if not env.exists() and sys.stdin.isatty():
-        if not typer.confirm(".env does not exist. Create it from .env.example?", default=True):
-            raise ConfigError(".env is required", "cp .env.example .env, edit it, run again")
+    asked = not env.exists() and sys.stdin.isatty()
+    if asked and not typer.confirm(
+        ".env does not exist. Create it from .env.example?", default=True
+    ):
+        raise ConfigError(".env is required", "cp .env.example .env, edit it, run again")
     report = ensure_env(env, example)
     if report.created:
         console.print("Created .env from .env.example (edit it to choose models and images).")
     if report.added_keys:
         console.print(f"Added new settings to .env: {', '.join(report.added_keys)}")
     if report.generated_secrets:
-        console.print(f"Generated secrets in .env: {', '.join(report.generated_secrets)} (not shown)")
+        console.print(
+            f"Generated secrets in .env: {', '.join(report.generated_secrets)} (not shown)"
+        )
 
 
 @app.command()
 def down(
-    volumes: Annotated[bool, typer.Option("--volumes", help="Also delete data, state and models.")] = False,
-    keep_models: Annotated[bool, typer.Option("--keep-models", help="With --volumes: keep models.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before deleting models.")] = False,
+    volumes: Annotated[
+        bool, typer.Option("--volumes", help="Also delete data, state and models.")
+    ] = False,
+    keep_models: Annotated[
+        bool, typer.Option("--keep-models", help="With --volumes: keep models.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask before deleting models.")
+    ] = False,
 ) -> None:
     """Stop and remove every stack (in reverse order) and the shared network."""
     settings = _settings()
     if volumes and not keep_models and not yes:
         if not sys.stdin.isatty():
-            raise ConfigError("--volumes deletes downloaded models", "add --yes to confirm, or --keep-models")
-        if not typer.confirm("Delete all downloaded models too (they take long to pull)?", default=False):
+            raise ConfigError(
+                "--volumes deletes downloaded models", "add --yes to confirm, or --keep-models"
+            )
+        if not typer.confirm(
+            "Delete all downloaded models too (they take long to pull)?", default=False
+        ):
             keep_models = True
     launcher = Launcher(settings, Docker(), console)
     plan = build_plan(settings, "cpu", [])
@@ -128,12 +150,18 @@ def status(as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps(rows, indent=2))
     else:
-        console.print(services_table(rows) if rows else "Nothing is running. Start with: python start_services.py")
+        console.print(
+            services_table(rows)
+            if rows
+            else "Nothing is running. Start with: python start_services.py"
+        )
 
 
 @app.command()
 def logs(
-    service: Annotated[str | None, typer.Argument(help="e.g. ollama-cpu, brain; all when omitted")] = None,
+    service: Annotated[
+        str | None, typer.Argument(help="e.g. ollama-cpu, brain; all when omitted")
+    ] = None,
     tail: Annotated[int, typer.Option("--tail", "-n")] = 100,
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
 ) -> None:
@@ -189,9 +217,8 @@ def _compute_client():
 
 
 def _mount_subcommands() -> None:
-    from airig.provision.cli import build_models_app
-
     from airig.cli_tasks import register
+    from airig.provision.cli import build_models_app
 
     app.add_typer(build_models_app(_compute_client), name="models")
     register(app)

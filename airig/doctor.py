@@ -36,7 +36,11 @@ def _profile_check(settings: Settings, docker: Docker, extra: dict) -> Check:
     except AirigError as exc:
         return Check("GPU profile", False, exc.message, exc.hint)
     extra["hardware"] = choice.report.to_dict()
-    extra["profile"] = {"profile": choice.profile, "source": choice.source, "reasons": choice.reasons}
+    extra["profile"] = {
+        "profile": choice.profile,
+        "source": choice.source,
+        "reasons": choice.reasons,
+    }
     detail = f"{choice.profile} (from {choice.source})"
     if choice.profile == "cpu" and choice.fix:
         return Check("GPU profile", False, detail + ": a GPU is present but unusable", choice.fix)

@@ -87,4 +87,4 @@ def _generate_secrets(env: Path) -> list[str]:
 
 def _quote(value: str) -> str:
     # single quotes keep spaces, '#' and '$' literal for both python-dotenv and Compose
-    return f"'{value}'" if any(c in value for c in " #$\"") else value
+    return f"'{value}'" if any(c in value for c in ' #$"') else value

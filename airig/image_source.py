@@ -17,7 +17,9 @@ INPUTS = ("03-agents/Dockerfile", "pyproject.toml", "README.md", ".dockerignore"
 def source_hash(root: Path, build_args: dict[str, str]) -> str:
     digest = hashlib.sha256()
     files = [root / name for name in INPUTS]
-    files += sorted(p for p in (root / "airig").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files += sorted(
+        p for p in (root / "airig").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
     for path in files:
         if path.is_file():
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")

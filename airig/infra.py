@@ -15,6 +15,7 @@ import os
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Annotated
 
 AIRIG_UID = 10001
 WHISPER_UID = 1000  # speaches' "ubuntu" user
@@ -57,8 +58,9 @@ def create_app():
     if not token or token == "change-me":
         raise SystemExit("files: BRAIN_ADMIN_TOKEN is not set (run python start_services.py)")
     bearer = HTTPBearer()
+    Credentials = Annotated[HTTPAuthorizationCredentials, Depends(bearer)]
 
-    def authorised(cred: HTTPAuthorizationCredentials = Depends(bearer)) -> None:
+    def authorised(cred: Credentials) -> None:
         if not hmac.compare_digest(cred.credentials.encode(), token.encode()):
             raise HTTPException(401, "invalid token")
 

@@ -27,7 +27,11 @@ VOLUMES = {
     "models": ["airig-ollama-models", "airig-comfyui-data", "airig-whisper-models"],
 }
 IMAGE_SERVICE = ("03-agents", "brain")
-INIT_SERVICES = ("ollama-init", "comfyui-init", "whisper-init")  # the service whose build: makes the kit's image
+INIT_SERVICES = (
+    "ollama-init",
+    "comfyui-init",
+    "whisper-init",
+)  # the service whose build: makes the kit's image
 
 
 @dataclass
@@ -84,14 +88,26 @@ class Launcher:
             lines.append(f"# write {path.relative_to(self.settings.root)}")
         build = plan.stack(IMAGE_SERVICE[0])
         lines.append(
-            self.docker.command(build, "build", "--quiet", "--build-arg", "AIRIG_SOURCE_HASH=<hash>",
-                                IMAGE_SERVICE[1]) + "   # only when the sources changed"
-        )  # fmt: skip
+            self.docker.command(
+                build,
+                "build",
+                "--quiet",
+                "--build-arg",
+                "AIRIG_SOURCE_HASH=<hash>",
+                IMAGE_SERVICE[1],
+            )
+            + "   # only when the sources changed"
+        )
         for stack in plan.stacks:
             lines.append(
                 self.docker.command(
-                    stack, "up", "--detach", "--wait", "--wait-timeout",
-                    str(stack.wait_timeout), "--remove-orphans",
+                    stack,
+                    "up",
+                    "--detach",
+                    "--wait",
+                    "--wait-timeout",
+                    str(stack.wait_timeout),
+                    "--remove-orphans",
                 )
             )
         return lines
@@ -121,7 +137,9 @@ class Launcher:
             self.console.print(f"  [yellow]→ {choice.fix}[/]")
         from airig.provision.fit import check_fit
 
-        models = [m.strip() for m in self.settings.get("AIRIG_OLLAMA_MODELS").split(",") if m.strip()]
+        models = [
+            m.strip() for m in self.settings.get("AIRIG_OLLAMA_MODELS").split(",") if m.strip()
+        ]
         # each worker owns one GPU, so a model must fit the largest single card
         largest = max((g.vram_bytes for g in choice.gpus), default=0)
         for warning in check_fit(models, [largest] if largest else []):

@@ -9,11 +9,15 @@ from airig.errors import ConfigError
 from airig.settings import Settings
 
 
-def show_logs(settings: Settings, docker: Docker, service: str | None, tail: int, follow: bool) -> None:
+def show_logs(
+    settings: Settings, docker: Docker, service: str | None, tail: int, follow: bool
+) -> None:
     plan = build_plan(settings, "cpu", [])
     stacks = plan.stacks
     if service:
-        stacks = [s for s in plan.stacks if any(_matches(x.service, service) for x in docker.services(s))]
+        stacks = [
+            s for s in plan.stacks if any(_matches(x.service, service) for x in docker.services(s))
+        ]
         if not stacks:
             known = sorted({x.service for s in plan.stacks for x in docker.services(s)})
             raise ConfigError(
@@ -35,4 +39,6 @@ def show_logs(settings: Settings, docker: Docker, service: str | None, tail: int
 
 def _matches(actual: str, wanted: str) -> bool:
     """`ollama` finds the active variant (`ollama-cpu`, `ollama-gpu-nvidia` …)."""
-    return actual == wanted or actual.startswith(f"{wanted}-") and "init" not in actual[len(wanted):]
+    return (
+        actual == wanted or actual.startswith(f"{wanted}-") and "init" not in actual[len(wanted) :]
+    )

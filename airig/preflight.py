@@ -37,7 +37,9 @@ def _run(name: str, fn: Callable[[], str]) -> Check:
 
 def docker_checks(docker: Docker) -> list[Check]:
     checks = [_run("docker command", docker.binary)]
-    daemon = _run("docker daemon", lambda: "Docker " + docker.engine_info().get("ServerVersion", "?"))
+    daemon = _run(
+        "docker daemon", lambda: "Docker " + docker.engine_info().get("ServerVersion", "?")
+    )
     checks.append(daemon)
     compose = _run("compose v2", lambda: "Compose " + ".".join(map(str, docker.compose_version())))
     checks.append(compose)
@@ -46,13 +48,29 @@ def docker_checks(docker: Docker) -> list[Check]:
 
 def env_check(settings: Settings) -> Check:
     if not settings.env_file.is_file():
-        return Check(".env", False, ".env is missing", "cp .env.example .env (up creates it for you)")
+        return Check(
+            ".env", False, ".env is missing", "cp .env.example .env (up creates it for you)"
+        )
     missing = missing_keys(settings.env_file, settings.example_file)
     if missing:
-        return Check(".env", False, f"missing keys: {', '.join(missing)}", "run up: it adds them with defaults")
-    placeholders = [k for k in ("BRAIN_ADMIN_TOKEN", "WORKER_BOOTSTRAP_TOKEN") if settings.get(k) in ("", "change-me")]
+        return Check(
+            ".env",
+            False,
+            f"missing keys: {', '.join(missing)}",
+            "run up: it adds them with defaults",
+        )
+    placeholders = [
+        k
+        for k in ("BRAIN_ADMIN_TOKEN", "WORKER_BOOTSTRAP_TOKEN")
+        if settings.get(k) in ("", "change-me")
+    ]
     if placeholders:
-        return Check(".env", False, f"placeholder secrets: {', '.join(placeholders)}", "run up: it generates them")
+        return Check(
+            ".env",
+            False,
+            f"placeholder secrets: {', '.join(placeholders)}",
+            "run up: it generates them",
+        )
     return Check(".env", True, "present and complete")
 
 
@@ -62,7 +80,12 @@ def disk_check(settings: Settings, docker_root: str | None) -> Check:
     free_gb = shutil.disk_usage(path).free / 1e9
     detail = f"{free_gb:.0f} GB free under {path}"
     if free_gb < need:
-        return Check("free disk", False, detail + f" (need {need})", "free space or lower AIRIG_MIN_FREE_DISK_GB")
+        return Check(
+            "free disk",
+            False,
+            detail + f" (need {need})",
+            "free space or lower AIRIG_MIN_FREE_DISK_GB",
+        )
     return Check("free disk", True, detail)
 
 
@@ -79,8 +102,12 @@ def port_checks(settings: Settings, own_ports: set[int]) -> list[Check]:
         else:
             holder = port_holder(port) or "another program"
             checks.append(
-                Check(f"port {port}", False, f"{address}:{port} ({service}) is taken by {holder}",
-                      f"stop it, or set {key} to a free port in .env")
+                Check(
+                    f"port {port}",
+                    False,
+                    f"{address}:{port} ({service}) is taken by {holder}",
+                    f"stop it, or set {key} to a free port in .env",
+                )
             )
     return checks
 

@@ -68,7 +68,9 @@ class Settings:
         try:
             return int(raw)
         except ValueError:
-            raise ConfigError(f"{key}={raw!r} is not a whole number", f"fix {key} in .env") from None
+            raise ConfigError(
+                f"{key}={raw!r} is not a whole number", f"fix {key} in .env"
+            ) from None
 
     def ports(self) -> dict[str, int]:
         return {key: self.get_int(key) for key in PORTS}
@@ -83,7 +85,10 @@ def load_settings(root: Path, flags: dict[str, str | None] | None = None) -> Set
     env_path = root / ".env"
     layers = [
         (read_env(env_path) if env_path.is_file() else {}, ".env"),
-        ({k: v for k, v in os.environ.items() if k in DEFAULTS or k.startswith("AIRIG_")}, "environment"),
+        (
+            {k: v for k, v in os.environ.items() if k in DEFAULTS or k.startswith("AIRIG_")},
+            "environment",
+        ),
         ({k: v for k, v in (flags or {}).items() if v not in (None, "")}, "flag"),
     ]
     for layer, name in layers:

@@ -52,7 +52,9 @@ def services_table(rows: list[dict], title: str = "airig services") -> Table:
         )
         state = r["state"] if r["state"] != "exited" else f"exited ({r['exit_code']})"
         colour = "green" if ok else "red"
-        table.add_row(r["stack"], r["service"], f"[{colour}]{state}[/]", r["health"], " ".join(r["urls"]))
+        table.add_row(
+            r["stack"], r["service"], f"[{colour}]{state}[/]", r["health"], " ".join(r["urls"])
+        )
     return table
 
 
@@ -70,7 +72,10 @@ def checks_table(checks: list[Check]) -> Table:
 
 def redacted_env(values: dict[str, str]) -> dict[str, str]:
     """The settings for a bug report, secrets replaced."""
-    return {k: ("<redacted>" if k in SECRET_KEYS or "TOKEN" in k or "KEY" in k else v) for k, v in values.items()}
+    return {
+        k: ("<redacted>" if k in SECRET_KEYS or "TOKEN" in k or "KEY" in k else v)
+        for k, v in values.items()
+    }
 
 
 def bundle(checks: list[Check], settings_values: dict[str, str], extra: dict) -> dict:

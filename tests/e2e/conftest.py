@@ -19,8 +19,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = os.environ.get("AIRIG_TEST_BASE_IMAGE", "airig-test/base:bookworm")
-KIT_FILES = ["01-infra", "02-compute", "03-agents", "airig", "pyproject.toml", "README.md",
-             ".env.example", "start_services.py", ".dockerignore"]  # fmt: skip
+KIT_FILES = [
+    "01-infra",
+    "02-compute",
+    "03-agents",
+    "airig",
+    "pyproject.toml",
+    "README.md",
+    ".env.example",
+    "start_services.py",
+    ".dockerignore",
+]
 
 
 def docker_reachable() -> str | None:
@@ -60,14 +69,20 @@ def test_images() -> None:
 class Kit:
     root: Path
 
-    def run(self, *args: str, timeout: int = 900, stdin: str | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, timeout: int = 900, stdin: str | None = None
+    ) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRIG_", "OLLAMA_"))}
         env.update(AIRIG_HOME=str(self.root), COLUMNS="200", AIRIG_NO_BOOTSTRAP="1")
         return subprocess.run(
             [sys.executable, str(self.root / "start_services.py"), *args],
-            cwd=self.root, env=env, capture_output=True, text=True, timeout=timeout,
+            cwd=self.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             input=stdin,
-        )  # fmt: skip
+        )
 
     def env(self) -> dict[str, str]:
         from dotenv import dotenv_values
@@ -108,8 +123,12 @@ def copy_kit(dest: Path) -> Path:
         src = ROOT / name
         if src.is_dir():
             # wheels are ~100 MB: hard links, not copies
-            shutil.copytree(src, dest / name, copy_function=os.link,
-                            ignore=shutil.ignore_patterns("__pycache__", ".env"))  # fmt: skip
+            shutil.copytree(
+                src,
+                dest / name,
+                copy_function=os.link,
+                ignore=shutil.ignore_patterns("__pycache__", ".env"),
+            )
         else:
             shutil.copy2(src, dest / name)
     return dest
@@ -117,23 +136,37 @@ def copy_kit(dest: Path) -> Path:
 
 def airig_leftovers() -> dict[str, list[str]]:
     """Containers, networks and volumes of the kit that exist now."""
+
     def names(*cmd: str) -> list[str]:
         out = subprocess.run(["docker", *cmd], capture_output=True, text=True).stdout
         return [n for n in out.split() if n]
 
     return {
-        "containers": names("ps", "-a", "--filter", "label=com.docker.compose.project",
-                            "--format", "{{.Label \"com.docker.compose.project\"}}:{{.Names}}"),
-        "networks": [n for n in names("network", "ls", "--format", "{{.Name}}") if n == "ai-network"],
-        "volumes": [v for v in names("volume", "ls", "--format", "{{.Name}}") if v.startswith("airig-")],
-    }  # fmt: skip
+        "containers": names(
+            "ps",
+            "-a",
+            "--filter",
+            "label=com.docker.compose.project",
+            "--format",
+            '{{.Label "com.docker.compose.project"}}:{{.Names}}',
+        ),
+        "networks": [
+            n for n in names("network", "ls", "--format", "{{.Name}}") if n == "ai-network"
+        ],
+        "volumes": [
+            v for v in names("volume", "ls", "--format", "{{.Name}}") if v.startswith("airig-")
+        ],
+    }
 
 
 def force_clean() -> None:
     """Remove anything a failed test left, so the next test starts clean."""
     for project in ("airig-agents", "airig-compute", "airig-infra"):
-        ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
-                             capture_output=True, text=True).stdout.split()  # fmt: skip
+        ids = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
         if ids:
             subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
     subprocess.run(["docker", "network", "rm", "ai-network"], capture_output=True)
@@ -145,7 +178,10 @@ def force_clean() -> None:
 def kit(tmp_path, test_images) -> Kit:
     force_clean()
     root = copy_kit(tmp_path / "airig")
-    write_test_env(root, AIRIG_OLLAMA_MODELS="qwen2.5:0.5b,nomic-embed-text",
-                   AIRIG_WHISPER_MODELS="Systran/faster-whisper-tiny")  # fmt: skip
+    write_test_env(
+        root,
+        AIRIG_OLLAMA_MODELS="qwen2.5:0.5b,nomic-embed-text",
+        AIRIG_WHISPER_MODELS="Systran/faster-whisper-tiny",
+    )
     yield Kit(root)
     force_clean()

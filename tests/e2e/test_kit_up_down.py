@@ -17,8 +17,11 @@ def docker_json(*cmd: str):
 
 
 def container_ids() -> set[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project"],
-                         capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project"],
+        capture_output=True,
+        text=True,
+    ).stdout
     return set(out.split())
 
 
@@ -32,8 +35,19 @@ def test_up_runs_every_service_healthy_and_down_removes_everything(kit):
 
     rows = kit.status()
     services = {r["service"] for r in rows}
-    expected = {"volumes-init", "files", "ollama-cpu", "comfyui-cpu", "whisper-cpu", "ollama-init",
-                "comfyui-init", "whisper-init", "models-ready", "brain", "worker-cpu"}  # fmt: skip
+    expected = {
+        "volumes-init",
+        "files",
+        "ollama-cpu",
+        "comfyui-cpu",
+        "whisper-cpu",
+        "ollama-init",
+        "comfyui-init",
+        "whisper-init",
+        "models-ready",
+        "brain",
+        "worker-cpu",
+    }
     assert expected <= services
     for r in rows:
         if r["service"].endswith("-init"):
@@ -56,14 +70,24 @@ def test_up_runs_every_service_healthy_and_down_removes_everything(kit):
     # workers reached the brain by its name on ai-network and registered
     token = kit.env()["BRAIN_ADMIN_TOKEN"]
     assert token and token != "change-me" and token not in done.stdout
-    workers = requests.get("http://127.0.0.1:8080/v1/workers",
-                           headers={"Authorization": f"Bearer {token}"}, timeout=10).json()  # fmt: skip
+    workers = requests.get(
+        "http://127.0.0.1:8080/v1/workers", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    ).json()
     listed = workers["workers"] if isinstance(workers, dict) else workers
     assert len(listed) >= 2
     worker = next(r["container"] for r in rows if r["service"] == "worker-cpu")
-    probe = subprocess.run(["docker", "exec", worker, "python", "-c",
-                            "import urllib.request as u; print(u.urlopen('http://brain:8080/health').status)"],
-                           capture_output=True, text=True)  # fmt: skip
+    probe = subprocess.run(
+        [
+            "docker",
+            "exec",
+            worker,
+            "python",
+            "-c",
+            "import urllib.request as u; print(u.urlopen('http://brain:8080/health').status)",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert probe.stdout.strip() == "200", probe.stderr
 
     # a second up changes nothing

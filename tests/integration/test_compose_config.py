@@ -22,7 +22,9 @@ def compose_available() -> bool:
     return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
 
 
-pytestmark = pytest.mark.skipif(not compose_available(), reason="docker compose v2 plugin not installed")
+pytestmark = pytest.mark.skipif(
+    not compose_available(), reason="docker compose v2 plugin not installed"
+)
 
 
 def config(plan_stack) -> dict:
@@ -31,7 +33,15 @@ def config(plan_stack) -> dict:
         cmd += ["-f", str(f)]
     for e in plan_stack.env_files:
         cmd += ["--env-file", str(e)]
-    cmd += ["--profile", *plan_stack.profiles, "-p", plan_stack.project, "config", "--format", "json"]
+    cmd += [
+        "--profile",
+        *plan_stack.profiles,
+        "-p",
+        plan_stack.project,
+        "config",
+        "--format",
+        "json",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -41,7 +51,9 @@ def config(plan_stack) -> dict:
 def kit(tmp_path):
     """A copy of the kit's stack folders with .env from .env.example, secrets filled."""
     for name in ["01-infra", "02-compute", "03-agents"]:
-        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("wheels", ".env"))
+        shutil.copytree(
+            ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("wheels", ".env")
+        )
     env = (ROOT / ".env.example").read_text().replace("change-me", "s3cret")
     (tmp_path / ".env").write_text(env)
     (tmp_path / ".env.example").write_text(env)
@@ -68,7 +80,9 @@ def test_compute_variants_per_profile(kit, profile):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     svcs = config(plan.stack("02-compute"))["services"]
-    active = {n for n in svcs if n.split("-")[0] in ("ollama", "comfyui", "whisper") and "init" not in n}
+    active = {
+        n for n in svcs if n.split("-")[0] in ("ollama", "comfyui", "whisper") and "init" not in n
+    }
     assert active == {f"ollama-{profile}", f"comfyui-{profile}", f"whisper-{profile}"}
     ollama = svcs[f"ollama-{profile}"]
     if profile == "gpu-nvidia":
@@ -83,7 +97,11 @@ def test_compute_variants_per_profile(kit, profile):
     else:
         assert "deploy" not in ollama and "devices" not in ollama
     # models-ready waits on every init, every init on its server
-    assert set(svcs["models-ready"]["depends_on"]) == {"ollama-init", "comfyui-init", "whisper-init"}
+    assert set(svcs["models-ready"]["depends_on"]) == {
+        "ollama-init",
+        "comfyui-init",
+        "whisper-init",
+    }
     assert ollama["environment"]["OLLAMA_CONTEXT_LENGTH"] == "8192"
 
 

@@ -15,10 +15,12 @@ def test_stacks_in_order_with_profile_and_env(tmp_path):
     plan = build_plan(settings(tmp_path), "cpu", [])
     assert [s.name for s in plan.stacks] == ["01-infra", "02-compute", "03-agents"]
     assert [s.project for s in plan.stacks] == ["airig-infra", "airig-compute", "airig-agents"]
+    host_env = tmp_path / ".airig" / "host.env"
     for s in plan.stacks:
-        assert s.profiles == ("cpu",) and s.env_files == (tmp_path / ".env",)
+        assert s.profiles == ("cpu",) and s.env_files == (tmp_path / ".env", host_env)
         assert s.files == (tmp_path / s.name / "compose.yaml",)
-    assert plan.generated == {}
+    # no GPU workers: the CPU workers take every class
+    assert plan.generated == {host_env: "AIRIG_CPU_WORKER_CLASSES=cpu,script,llm,resource\n"}
 
 
 def test_gpu_layout_one_worker_per_gpu_pinned(tmp_path):
@@ -44,7 +46,9 @@ def test_amd_layout_maps_one_render_node_and_host_gids(tmp_path):
     worker = yaml.safe_load(plan.generated[overlay])["services"]["worker-gpu0"]
     assert worker["devices"] == ["/dev/kfd", "/dev/dri/renderD129"]
     host_env = tmp_path / ".airig" / "host.env"
-    assert plan.generated[host_env] == "AIRIG_RENDER_GID=993\nAIRIG_VIDEO_GID=44\n"
+    assert plan.generated[host_env] == (
+        "AIRIG_CPU_WORKER_CLASSES=cpu\nAIRIG_RENDER_GID=993\nAIRIG_VIDEO_GID=44\n"
+    )
     assert plan.stack("02-compute").env_files == (tmp_path / ".env", host_env)
     assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in plan.generated[tmp_path / ".airig" / "gpu-amd.env"]
 
@@ -52,3 +56,7 @@ def test_amd_layout_maps_one_render_node_and_host_gids(tmp_path):
 def test_gpu_profile_without_gpus_has_no_overlay(tmp_path):
     plan = build_plan(settings(tmp_path), "gpu-nvidia", [])
     assert len(plan.stack("03-agents").files) == 1
+    assert (
+        "AIRIG_CPU_WORKER_CLASSES=cpu,script,llm,resource"
+        in plan.generated[tmp_path / ".airig" / "host.env"]
+    )

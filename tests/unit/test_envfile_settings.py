@@ -70,9 +70,13 @@ def test_precedence_flag_over_environment_over_env_file(kit, monkeypatch):
 
 @pytest.mark.parametrize(
     "line,match",
-    [("AIRIG_PROFILE=gpu-intel", "unknown profile"), ("OLLAMA_PORT=99999", "not a TCP port"),
-     ("OLLAMA_PORT=abc", "not a whole number"), ("AIRIG_CPU_WORKERS=-1", "negative")],
-)  # fmt: skip
+    [
+        ("AIRIG_PROFILE=gpu-intel", "unknown profile"),
+        ("OLLAMA_PORT=99999", "not a TCP port"),
+        ("OLLAMA_PORT=abc", "not a whole number"),
+        ("AIRIG_CPU_WORKERS=-1", "negative"),
+    ],
+)
 def test_bad_values_name_the_key(kit, line, match, monkeypatch):
     monkeypatch.delenv("AIRIG_PROFILE", raising=False)
     (kit / ".env").write_text(line + "\n")

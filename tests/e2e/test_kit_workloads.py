@@ -1,0 +1,197 @@
+"""With the kit up for real: models verified and repaired, and plans run by the brain and
+workers across a worker kill and a brain restart."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import wave
+from pathlib import Path
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.docker
+BRAIN = "http://127.0.0.1:8080"
+
+
+@pytest.fixture(scope="module")
+def up_kit(tmp_path_factory, test_images):
+    from conftest import Kit, copy_kit, force_clean, write_test_env
+
+    force_clean()
+    root = copy_kit(tmp_path_factory.mktemp("kit") / "airig")
+    write_test_env(
+        root,
+        AIRIG_OLLAMA_MODELS="qwen2.5:0.5b,nomic-embed-text",
+        AIRIG_WHISPER_MODELS="Systran/faster-whisper-tiny",
+    )
+    kit = Kit(root)
+    done = kit.run("--profile", "cpu")
+    assert done.returncode == 0, done.stdout + done.stderr
+    yield kit
+    kit.run("down", "--volumes", "--yes")
+    force_clean()
+
+
+def auth(kit) -> dict:
+    return {"Authorization": f"Bearer {kit.env()['BRAIN_ADMIN_TOKEN']}"}
+
+
+def test_up_showed_every_model_verified(up_kit):
+    out = up_kit.run("models", "verify")
+    assert out.returncode == 0, out.stdout + out.stderr
+    for model in ("qwen2.5:0.5b", "nomic-embed-text", "Systran/faster-whisper-tiny"):
+        assert model in out.stdout
+
+
+def test_flipped_byte_fails_verify_and_pull_repairs(up_kit):
+    flip = (
+        "import os,glob;"
+        "b=max(glob.glob('/v/models/blobs/sha256-*'),key=os.path.getsize);"
+        "f=open(b,'r+b');f.seek(1000);c=f.read(1);f.seek(1000);f.write(bytes([c[0]^1]));f.close();"
+        "print(b)"
+    )
+    image = up_kit.env()["AIRIG_IMAGE"]
+    done = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--user",
+            "0",
+            "-v",
+            "airig-ollama-models:/v",
+            "--entrypoint",
+            "python",
+            image,
+            "-c",
+            flip,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    bad = up_kit.run("models", "verify")
+    assert bad.returncode != 0, bad.stdout
+    assert "qwen2.5:0.5b" in bad.stdout + bad.stderr
+    assert "Traceback" not in bad.stdout + bad.stderr
+    fixed = up_kit.run("models", "pull", "--service", "ollama")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    again = up_kit.run("models", "verify")
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def upload_audio(kit, tmp_path: Path) -> None:
+    path = tmp_path / "talk.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes(b"\x00\x01" * 16000 * 2)  # two seconds
+    r = requests.put(
+        "http://127.0.0.1:8090/files/inputs/talk.wav",
+        data=path.read_bytes(),
+        headers=auth(kit),
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+
+
+PLAN = """
+name: e2e mixed plan
+tasks:
+  - id: transcribe
+    type: transcribe
+    model: Systran/faster-whisper-tiny
+    payload: {audio: inputs/talk.wav}
+  - id: summarise
+    type: llm
+    model: qwen2.5:0.5b
+    depends_on: [transcribe]
+    payload: {prompt: "Summarise: {{ tasks.transcribe.output }}"}
+  - id: embed
+    type: embed
+    model: nomic-embed-text
+    depends_on: [summarise]
+    payload: {input: "{{ tasks.summarise.output }}"}
+  - id: size
+    type: shell
+    payload: {command: "wc -c inputs/talk.wav"}
+  - id: unload
+    type: resource
+    depends_on: [embed]
+    payload: {action: unload, service: ollama, model: qwen2.5:0.5b}
+"""
+
+
+def wait_plan(kit, plan_id: str, timeout: float = 240) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        plan = requests.get(f"{BRAIN}/v1/plans/{plan_id}", headers=auth(kit), timeout=10).json()
+        if plan["status"] != "running":
+            return plan
+        time.sleep(1)
+    raise AssertionError(f"plan {plan_id} still running after {timeout}s")
+
+
+def test_mixed_plan_submitted_through_the_cli_succeeds(up_kit, tmp_path):
+    upload_audio(up_kit, tmp_path)
+    (tmp_path / "plan.yaml").write_text(PLAN)
+    done = up_kit.run("submit", str(tmp_path / "plan.yaml"), "--watch", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    plans = requests.get(f"{BRAIN}/v1/plans", headers=auth(up_kit), timeout=10).json()
+    plans = plans["plans"] if isinstance(plans, dict) else plans
+    plan = wait_plan(up_kit, plans[0]["id"])
+    states = {t["id"]: t["state"] for t in plan["tasks"]}
+    assert set(states.values()) == {"SUCCEEDED"}, states
+
+
+def running_worker(kit, plan_id: str, timeout: float = 60) -> str:
+    """The worker id (its container's hostname) running the plan's only task."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        task = requests.get(f"{BRAIN}/v1/plans/{plan_id}", headers=auth(kit), timeout=10).json()[
+            "tasks"
+        ][0]
+        if task["state"] == "RUNNING" and task["worker_id"]:
+            return task["worker_id"]
+        time.sleep(0.3)
+    raise AssertionError("the task never started")
+
+
+def submit(kit, body: str) -> str:
+    r = requests.post(
+        f"{BRAIN}/v1/plans",
+        data=body,
+        timeout=10,
+        headers={**auth(kit), "Content-Type": "application/yaml"},
+    )
+    assert r.status_code in (200, 201), r.text
+    return r.json()["id"]
+
+
+def test_worker_killed_mid_task_completes_once_elsewhere(up_kit):
+    plan_id = submit(
+        up_kit, "tasks:\n  - {id: long, type: noop, payload: {sleep_s: 20, echo: x}}\n"
+    )
+    worker = running_worker(up_kit, plan_id)
+    # a worker's id is its hostname: the container id, which docker kill accepts
+    killed = subprocess.run(["docker", "kill", worker], capture_output=True, text=True)
+    assert killed.returncode == 0, killed.stderr
+    plan = wait_plan(up_kit, plan_id, timeout=180)
+    task = plan["tasks"][0]
+    assert task["state"] == "SUCCEEDED", task
+    assert task["attempt"] >= 2 and task["worker_id"] != worker, task
+
+
+def test_brain_restarted_mid_plan_completes(up_kit):
+    body = "tasks:\n" + "".join(
+        f"  - {{id: t{i}, type: noop, payload: {{sleep_s: 2, echo: '{i}'}}}}\n" for i in range(8)
+    )
+    plan_id = submit(up_kit, body)
+    time.sleep(3)
+    restarted = subprocess.run(
+        ["docker", "restart", "airig-agents-brain-1"], capture_output=True, text=True
+    )
+    assert restarted.returncode == 0, restarted.stderr
+    plan = wait_plan(up_kit, plan_id, timeout=180)
+    assert {t["state"] for t in plan["tasks"]} == {"SUCCEEDED"}
