@@ -229,7 +229,10 @@ _mount_subcommands()
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # without standalone mode click returns (not raises) a command's typer.Exit code
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except AirigError as exc:
         fail(exc.message, exc.hint)
         sys.exit(exc.exit_code)

@@ -46,11 +46,12 @@ def test_up_showed_every_model_verified(up_kit):
 
 
 def test_flipped_byte_fails_verify_and_pull_repairs(up_kit):
+    # flip one byte in the model layer of qwen2.5:0.5b, found through its manifest
     flip = (
-        "import os,glob;"
-        "b=max(glob.glob('/v/models/blobs/sha256-*'),key=os.path.getsize);"
-        "f=open(b,'r+b');f.seek(1000);c=f.read(1);f.seek(1000);f.write(bytes([c[0]^1]));f.close();"
-        "print(b)"
+        "import json;"
+        "m=json.load(open('/v/models/manifests/registry.ollama.ai/library/qwen2.5/0.5b'));"
+        "b='/v/models/blobs/'+m['layers'][0]['digest'].replace(':','-');"
+        "f=open(b,'r+b');f.seek(1000);c=f.read(1);f.seek(1000);f.write(bytes([c[0]^1]));f.close()"
     )
     image = up_kit.env()["AIRIG_IMAGE"]
     done = subprocess.run(
