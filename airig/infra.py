@@ -7,7 +7,8 @@ peer kits). ``serve`` is an authenticated file service so users can put inputs (
 documents) on the volume the workers read and fetch what tasks wrote.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: FastAPI must resolve the route annotations,
+# which are local to create_app().
 
 import hmac
 import json

@@ -60,3 +60,23 @@ def test_gpu_profile_without_gpus_has_no_overlay(tmp_path):
         "AIRIG_CPU_WORKER_CLASSES=cpu,script,llm,resource"
         in plan.generated[tmp_path / ".airig" / "host.env"]
     )
+
+
+def test_brain_gpu_group_gets_one_worker_and_the_rest_one_each(tmp_path):
+    gpus = [GpuSlot(i, "GTX 1060 6GB", 6 << 30) for i in range(5)]
+    plan = build_plan(settings(tmp_path, "AIRIG_BRAIN_GPUS=0,3\n"), "gpu-nvidia", gpus)
+    overlay = plan.stack("03-agents").files[1]
+    services = yaml.safe_load(plan.generated[overlay])["services"]
+    assert set(services) == {"worker-brain", "worker-gpu1", "worker-gpu2", "worker-gpu4"}
+    brain = services["worker-brain"]
+    assert brain["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0", "3"]
+    assert brain["environment"]["WORKER_GPU"] == "0,3"
+
+
+def test_brain_gpu_group_naming_a_missing_gpu_is_a_config_error(tmp_path):
+    import pytest
+
+    from airig.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="lacks"):
+        build_plan(settings(tmp_path, "AIRIG_BRAIN_GPUS=0,7\n"), "gpu-nvidia", [GpuSlot(0)])
