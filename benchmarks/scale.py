@@ -42,8 +42,12 @@ def seed(db_path: Path, count: int) -> float:
     start = time.perf_counter()
     specs = [
         TaskSpec(
-            id=f"t{i}", type="noop", task_class="llm" if i % 3 else "cpu",
-            payload={"echo": i}, priority=1 + i % 10, model=MODELS[i % len(MODELS)],
+            id=f"t{i}",
+            type="noop",
+            task_class="llm" if i % 3 else "cpu",
+            payload={"echo": i},
+            priority=1 + i % 10,
+            model=MODELS[i % len(MODELS)],
         )  # fmt: skip
         for i in range(count)
     ]

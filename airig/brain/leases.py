@@ -15,14 +15,9 @@ from typing import Any
 
 from airig.brain import results, states
 from airig.brain.events import Outbox
+from airig.brain.placement import Placement
 from airig.brain.retry import TASK, RetryPolicy
-from airig.brain.scheduling import (
-    Candidate,
-    SchedulingPolicy,
-    WorkerView,
-    eligible_classes,
-    order_candidates,
-)
+from airig.brain.scheduling import WorkerView
 from airig.brain.settings import BrainSettings
 from airig.protocol import CompleteRequest, FailRequest, LeaseRef
 from airig.protocol import TaskState as S
@@ -55,19 +50,6 @@ def is_replay(task: sqlite3.Row, worker_id: str, ref: LeaseRef, report_hash: str
     )
 
 
-def _candidates(conn: sqlite3.Connection, classes: set[str]) -> list[Candidate]:
-    marks = ",".join("?" * len(classes))
-    rows = conn.execute(
-        f"""SELECT id, task_class, priority, ready_at, model FROM tasks
-            WHERE state = 'READY' AND task_class IN ({marks})""",
-        tuple(sorted(classes)),
-    ).fetchall()
-    return [
-        Candidate(r["id"], r["task_class"], r["priority"], r["ready_at"] or 0.0, r["model"])
-        for r in rows
-    ]
-
-
 def rendered_payload(conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings):
     """The task's payload with upstream results templated in."""
 
@@ -81,6 +63,10 @@ def rendered_payload(conn: sqlite3.Connection, task: sqlite3.Row, settings: Brai
     return results.render(json.loads(task["payload_json"]), output_of)
 
 
+# Tasks failed for a broken payload template within one claim before giving up on it.
+MAX_TEMPLATE_FAILURES = 20
+
+
 def claim(
     conn: sqlite3.Connection,
     outbox: Outbox,
@@ -88,14 +74,15 @@ def claim(
     view: WorkerView,
     now: float,
     settings: BrainSettings,
-    policy: SchedulingPolicy,
+    placement: Placement,
 ) -> tuple[sqlite3.Row, dict[str, Any]] | None:
-    """Lease the best READY task for this worker: (row, rendered payload), or None."""
+    """Lease the task the residency policy picks for this worker: (row, payload), or None."""
     states.promote_due(conn, outbox, now)
-    for candidate in order_candidates(
-        _candidates(conn, eligible_classes(view.classes)), view, now, policy
-    ):
-        task = states.get_task(conn, candidate.task_id)
+    for _ in range(MAX_TEMPLATE_FAILURES):
+        decision = placement.choose(conn, worker_id, view, now)
+        if decision is None:
+            return None
+        task = states.get_task(conn, decision.task.task_id)
         try:
             payload = rendered_payload(conn, task, settings)
         except (KeyError, OSError, ValueError) as exc:
@@ -103,8 +90,9 @@ def claim(
                 conn, outbox, task, now, "template_error", str(exc), "payload template"
             )
             continue
+        placed = {"placement": decision.reason, "load": decision.load, "evict": decision.evict}
         leased = states.transition(
-            conn, outbox, task, S.LEASED, now, "task_leased",
+            conn, outbox, task, S.LEASED, now, "task_leased", placed,
             attempt=task["attempt"] + 1, lease_id=uuid.uuid4().hex, worker_id=worker_id,
             lease_expires_at=now + settings.lease_s, result_hash=None,
             attempt_deadline=now + task["timeout_s"] + settings.runtime_grace_s,

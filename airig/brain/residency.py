@@ -85,6 +85,9 @@ class ReadyTask:
     ready_at: float
     model: str | None = None
     vram_mb: int | None = None
+    # READY tasks this candidate stands for: the brain passes only the oldest task of
+    # each (class, model, priority) group, which outranks the rest of its group.
+    count: int = 1
 
 
 @dataclass
@@ -275,7 +278,7 @@ def _opportunistic_swap(mine: list[ReadyTask], claim: _Claim) -> Decision | None
 
 
 def _backlog_s(model: str | None, claim: _Claim) -> float:
-    count = sum(1 for task in claim.ready if task.model == model)
+    count = sum(task.count for task in claim.ready if task.model == model)
     return count * claim.costs.runtime.estimate(model)
 
 

@@ -25,6 +25,7 @@ from airig.protocol import (
     LeaseStatus,
     ReleaseRequest,
 )
+from airig.protocol import TaskState as S
 
 router = APIRouter(prefix="/v1", tags=["worker tasks"])
 
@@ -143,12 +144,16 @@ async def upload_file(
 
 @router.post("/tasks/{task_id}/complete")
 def complete(task_id: int, body: CompleteRequest, request: Request, w: WorkerDep) -> dict:
-    settings = brain_of(request).settings
-    task = _fenced(
-        request,
-        task_id,
-        lambda c, o, now, t: leases.complete(c, o, t, w.name, body, now, settings),
-    )
+    brain = brain_of(request)
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float, task: Any) -> Any:
+        fresh = task["state"] in S.LIVE_LEASE  # not a replay of an accepted report
+        done = leases.complete(conn, outbox, task, w.name, body, now, brain.settings)
+        if fresh:
+            brain.scheduling.observe_completion(conn, outbox, done, body.metrics, w.name, now)
+        return done
+
+    task = _fenced(request, task_id, change)
     return {"state": task["state"]}
 
 

@@ -79,8 +79,8 @@ def register(
 def heartbeat(body: HeartbeatRequest, request: Request, worker: WorkerDep) -> dict:
     """Liveness, GPU telemetry and resident models; task leases renew separately."""
     brain = brain_of(request)
-    now = time.time()
-    with brain.db.tx() as conn:
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
         conn.execute(
             """UPDATE workers SET last_heartbeat = ?, gpus_json = ?, models_json = ?
                WHERE id = ?""",
@@ -89,6 +89,10 @@ def heartbeat(body: HeartbeatRequest, request: Request, worker: WorkerDep) -> di
                 json.dumps(body.resident_models), worker.name,
             ),
         )  # fmt: skip
+        # GPU temperature feeds the thermal guard: a hot GPU claims nothing new.
+        brain.scheduling.observe_heartbeat(conn, outbox, worker.name, body.gpus, now)
+
+    brain.write(change)
     return {"ok": True, "heartbeat_interval_s": brain.settings.heartbeat_interval_s}
 
 
@@ -117,6 +121,8 @@ def list_workers(request: Request, _: AdminDep) -> dict:
                 "last_heartbeat": row["last_heartbeat"],
                 "alive": now - row["last_heartbeat"] <= settings.lease_s,
                 "running": busy.get(row["id"], 0),
+                "thermal_blocked": brain.scheduling.thermal.blocked(row["id"]),
+                "warnings": brain.scheduling.warnings(row["id"]),
             }
             for row in rows
         ]

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from airig.brain import reaper
+from airig.brain import candidates, reaper
 from airig.brain.db import Database
 from airig.brain.events import EventLog, Outbox
 from airig.brain.metrics import BrainMetrics
+from airig.brain.placement import Placement
 from airig.brain.retry import RetryPolicy
-from airig.brain.scheduling import SchedulingPolicy
 from airig.brain.settings import BrainSettings
 
 T = TypeVar("T")
@@ -40,11 +40,10 @@ class Brain:
             cap_s=settings.retry_cap_s,
             infra_budget=settings.infra_retries,
         )
-        self.scheduling = SchedulingPolicy(
-            aging_step_s=settings.aging_step_s,
-            aging_cap=settings.aging_cap,
-            max_wait_s=settings.max_wait_s,
-        )
+        with self.db.tx() as conn:
+            candidates.ensure_index(conn)
+        # Residency-aware claims, learned model costs and the thermal guard.
+        self.scheduling = Placement(settings)
         self.work_ready = threading.Condition()
         self.closing = threading.Event()
         self._reaper: reaper.Reaper | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from airig.errors import ConfigError
@@ -42,7 +42,13 @@ class BrainSettings(BaseSettings):
 
     aging_step_s: float = Field(60.0, alias="BRAIN_AGING_STEP_S", gt=0)
     aging_cap: float = Field(5.0, alias="BRAIN_AGING_CAP", ge=0)
-    max_wait_s: float = Field(900.0, alias="BRAIN_MAX_WAIT_S", gt=0)
+    # Residency-aware scheduling (airig/brain/residency.py) and the thermal guard.
+    max_wait_s: float = Field(
+        900.0, validation_alias=AliasChoices("AIRIG_MAX_WAIT_S", "BRAIN_MAX_WAIT_S"), gt=0
+    )
+    min_resident_s: float = Field(120.0, alias="AIRIG_MIN_RESIDENT_S", ge=0)
+    thermal_limit_c: float = Field(83.0, alias="AIRIG_THERMAL_LIMIT_C", gt=0)
+    thermal_hysteresis_c: float = Field(5.0, alias="AIRIG_THERMAL_HYSTERESIS_C", ge=0)
 
     max_plan_bytes: int = Field(1_048_576, alias="BRAIN_MAX_PLAN_BYTES", gt=0)
     max_tasks: int = Field(5000, alias="BRAIN_MAX_TASKS", gt=0)

@@ -127,7 +127,11 @@ tasks:
 def wait_plan(kit, plan_id: str, timeout: float = 240) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        plan = requests.get(f"{BRAIN}/v1/plans/{plan_id}", headers=auth(kit), timeout=10).json()
+        try:
+            plan = requests.get(f"{BRAIN}/v1/plans/{plan_id}", headers=auth(kit), timeout=10).json()
+        except requests.ConnectionError:  # the brain is restarting
+            time.sleep(1)
+            continue
         if plan["status"] != "running":
             return plan
         time.sleep(1)
