@@ -143,18 +143,24 @@ def down(
 
 @app.command()
 def status(as_json: JsonOpt = False) -> None:
-    """Services, their health and URLs."""
+    """Services, their health and URLs; workers, their GPUs and warnings."""
+    from airig.status import brain_workers, workers_table
+
     settings = _settings()
     plan = build_plan(settings, "cpu", [])
     rows = service_rows(Docker(), plan)
+    workers = brain_workers(settings.env_file) if rows else None
     if as_json:
-        print(json.dumps(rows, indent=2))
-    else:
-        console.print(
-            services_table(rows)
-            if rows
-            else "Nothing is running. Start with: python start_services.py"
-        )
+        print(json.dumps({"services": rows, "workers": workers}, indent=2))
+        return
+    if not rows:
+        console.print("Nothing is running. Start with: python start_services.py")
+        return
+    console.print(services_table(rows))
+    if workers:
+        console.print(workers_table(workers))
+    elif workers is None:
+        console.print("[dim]The brain does not answer yet: no worker list.[/]")
 
 
 @app.command()

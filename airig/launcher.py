@@ -9,6 +9,8 @@ this run started, so nothing is left half-started. Running `up` twice changes no
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,12 +28,9 @@ VOLUMES = {
     "data": ["airig-data", "airig-results", "airig-brain-state"],
     "models": ["airig-ollama-models", "airig-comfyui-data", "airig-whisper-models"],
 }
-IMAGE_SERVICE = ("03-agents", "brain")
-INIT_SERVICES = (
-    "ollama-init",
-    "comfyui-init",
-    "whisper-init",
-)  # the service whose build: makes the kit's image
+IMAGE_SERVICE = ("03-agents", "brain")  # the service whose build: makes the kit's image
+# 02-compute's init containers, whose JSON lines become the progress bars
+INIT_SERVICES = ("ollama-init", "comfyui-init", "whisper-init")
 
 
 @dataclass
@@ -159,7 +158,10 @@ class Launcher:
     def _up_stack(self, plan: ComposePlan, stack: StackPlan, result: UpResult) -> None:
         was_up = _all_healthy(self.docker.services(stack))
         try:
-            self.docker.up(stack)
+            if stack.name == "02-compute":
+                self._up_with_progress(stack)
+            else:
+                self.docker.up(stack)
         except DockerError as exc:
             failing = self.diagnose(stack)
             started = [s for s in plan.stacks if s.name in result.started or s is stack]
@@ -170,23 +172,36 @@ class Launcher:
                 f"{stack.name}: {names} failed to start ({exc.message})",
                 "read the log lines above; fix .env or the host, then run up again",
             ) from None
-        finally:
-            if stack.name == "02-compute":
-                self._show_provisioning(stack)
         if not was_up:
             result.started.append(stack.name)
 
-    def _show_provisioning(self, stack: StackPlan) -> None:
-        """The init containers' structured lines as bars and a model → verified table."""
+    def _up_with_progress(self, stack: StackPlan) -> None:
+        """`compose up --wait` in a thread while the init containers' lines become bars.
+
+        The bars follow the init containers' structured progress lines live, then the
+        model → size → verified table; rich draws in this (main) thread.
+        """
+        from airig.init_logs import InitLogs
         from airig.provision.progress import render
 
-        lines: list[str] = []
-        for service in INIT_SERVICES:
+        follower = InitLogs(self.docker.sdk(), stack.project, INIT_SERVICES, since=time.time())
+        failure: list[BaseException] = []
+
+        def run_up() -> None:
             try:
-                lines += self.docker.logs(stack, service, tail=100000, prefix=False).splitlines()
-            except DockerError:
-                continue
-        render(lines, self.console)
+                self.docker.up(stack)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                failure.append(exc)
+            finally:
+                follower.close()
+
+        worker = threading.Thread(target=run_up, name="compose-up", daemon=True)
+        follower.start()
+        worker.start()
+        render(follower.lines(), self.console)
+        worker.join()
+        if failure:
+            raise failure[0]
 
     def diagnose(self, stack: StackPlan) -> list[ServiceState]:
         """Print the last log lines of every service that is not up and healthy."""

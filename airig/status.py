@@ -58,6 +58,38 @@ def services_table(rows: list[dict], title: str = "airig services") -> Table:
     return table
 
 
+def brain_workers(env_file) -> list[dict] | None:
+    """The brain's worker list, or None when the brain is not up (status still works)."""
+    from airig.client import BrainClient
+
+    try:
+        client = BrainClient.from_env(env_file)
+        client.timeout_s = 3.0
+        return client.workers()
+    except AirigError:
+        return None
+
+
+def workers_table(workers: list[dict]) -> Table:
+    """Workers with their GPU's temperature and the brain's warnings (thermal guard)."""
+    table = Table(title="workers")
+    for col in ("worker", "classes", "gpu", "temp", "running", "resident models", "warnings"):
+        table.add_column(col)
+    for w in workers:
+        gpus = w.get("gpus") or []
+        temps = [g["temperature_c"] for g in gpus if g.get("temperature_c") is not None]
+        gpu = "cpu" if w.get("gpu_index") is None else ",".join(str(g["index"]) for g in gpus)
+        name = w["name"] if w.get("alive") else f"[red]{w['name']} (silent)[/]"
+        warnings = "; ".join(w.get("warnings") or [])
+        table.add_row(
+            name, ",".join(w.get("classes") or []), gpu or str(w.get("gpu_index")),
+            " ".join(f"{t:.0f}°C" for t in temps) or "-", str(w.get("running", 0)),
+            ", ".join(w.get("resident_models") or []) or "-",
+            f"[yellow]⚠ {warnings}[/]" if warnings else "",
+        )  # fmt: skip
+    return table
+
+
 def checks_table(checks: list[Check]) -> Table:
     table = Table(title="airig doctor", show_lines=False)
     table.add_column("")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from airig.errors import ProvisionError
 from airig.provision.verify import ExpectedFile, FileCheckError, VerifiedFile, Verifier
 
 
@@ -58,6 +59,32 @@ class Provisioner(Protocol):
     def verify(self, model: str) -> ModelReport: ...
 
     def listing(self) -> list[Listing]: ...
+
+
+def ensure_model(
+    model: str,
+    force: bool,
+    verify: Callable[[str], ModelReport],
+    fetch: Callable[[str], None],
+    repair: Callable[[str], None],
+) -> ModelReport:
+    """Verify; fetch when missing, broken or ``force``; then verify again.
+
+    ``repair`` runs first when files are on disk but wrong: servers trust what they find
+    (Ollama skips existing blobs, speaches answers "already exists"), so a bad copy must
+    go before asking for the model again. A ``ProvisionError`` from the first verify
+    means not known or not there yet, which the fetch fixes.
+    """
+    try:
+        report = verify(model)
+        if not force:
+            return report
+    except FileCheckError:
+        repair(model)
+    except ProvisionError:
+        pass
+    fetch(model)
+    return verify(model)
 
 
 def remove_corrupt(verifier: Verifier, files: Sequence[ExpectedFile]) -> list[Path]:

@@ -15,7 +15,13 @@ from pathlib import Path
 import requests
 
 from airig.errors import ProvisionError
-from airig.provision.common import Listing, ModelReport, merge_listing, remove_corrupt
+from airig.provision.common import (
+    Listing,
+    ModelReport,
+    ensure_model,
+    merge_listing,
+    remove_corrupt,
+)
 from airig.provision.events import Emitter
 from airig.provision.http import API_TIMEOUT, STREAM_TIMEOUT, error_text
 from airig.provision.ollama_names import OllamaName, blob_path, manifest_names
@@ -102,17 +108,7 @@ class OllamaProvisioner:
         return list(self.models)
 
     def ensure(self, model: str, force: bool = False) -> ModelReport:
-        """Verify; pull when missing, broken or ``force``; then verify again."""
-        try:
-            report = self.verify(model)
-            if not force:
-                return report
-        except FileCheckError:
-            self._remove_corrupt(model)
-        except ProvisionError:
-            pass  # not known to the server or no manifest yet: the pull fetches it
-        self.pull(model)
-        return self.verify(model)
+        return ensure_model(model, force, self.verify, self.pull, self._remove_corrupt)
 
     def pull(self, model: str) -> None:
         OllamaName.parse(model)

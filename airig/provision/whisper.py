@@ -21,6 +21,7 @@ from airig.provision.common import (
     GrowthWatcher,
     Listing,
     ModelReport,
+    ensure_model,
     merge_listing,
     remove_corrupt,
     tree_size,
@@ -96,17 +97,7 @@ class WhisperProvisioner:
         return f"{self.url}/v1/models/{quote(model, safe='/')}"
 
     def ensure(self, model: str, force: bool = False) -> ModelReport:
-        """Verify; download when missing or ``force``; delete and re-download when broken."""
-        try:
-            report = self.verify(model)
-            if not force:
-                return report
-        except FileCheckError:
-            self._repair(model)
-        except ProvisionError:
-            pass
-        self.download(model)
-        return self.verify(model)
+        return ensure_model(model, force, self.verify, self.download, self._repair)
 
     def download(self, model: str) -> None:
         repo = repo_dir(self.hub_dir, model)

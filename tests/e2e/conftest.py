@@ -92,7 +92,7 @@ class Kit:
     def status(self) -> list[dict]:
         done = self.run("status", "--json", timeout=120)
         assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
+        return json.loads(done.stdout)["services"]
 
 
 def write_test_env(root: Path, **overrides: str) -> None:

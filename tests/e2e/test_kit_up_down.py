@@ -120,11 +120,16 @@ def test_forced_gpu_profile_on_a_host_without_gpu_fails_cleanly(kit):
 def test_failed_provisioning_names_the_model_and_leaves_nothing(kit):
     from conftest import airig_leftovers, write_test_env
 
-    write_test_env(kit.root, AIRIG_OLLAMA_MODELS="nonexistent-model:7b", AIRIG_WAIT_TIMEOUT="240")
+    # one unknown model, one whose pull sends an error line halfway through its blob
+    models = "nonexistent-model:7b,midstream-fail:1b"
+    write_test_env(kit.root, AIRIG_OLLAMA_MODELS=models, AIRIG_WAIT_TIMEOUT="240")
     done = kit.run("--profile", "cpu")
     out = done.stdout + done.stderr
     assert done.returncode != 0, out
-    assert "ollama-init" in out and "nonexistent-model" in out, out
+    assert "ollama-init" in out, out
+    failed = [line for line in out.splitlines() if "failed" in line or "✘" in line]
+    for model in ("nonexistent-model:7b", "midstream-fail:1b"):
+        assert any(model in line for line in failed), out
     assert "Traceback" not in out
     left = airig_leftovers()
     assert left["containers"] == [], left

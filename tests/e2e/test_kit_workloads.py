@@ -29,6 +29,7 @@ def up_kit(tmp_path_factory, test_images):
     kit = Kit(root)
     done = kit.run("--profile", "cpu")
     assert done.returncode == 0, done.stdout + done.stderr
+    kit.up_output = done.stdout
     yield kit
     kit.run("down", "--volumes", "--yes")
     force_clean()
@@ -39,6 +40,10 @@ def auth(kit) -> dict:
 
 
 def test_up_showed_every_model_verified(up_kit):
+    # `up` drew the init containers' progress and then one verified row per model
+    rows = [line for line in up_kit.up_output.splitlines() if "✔" in line]
+    for model in ("qwen2.5:0.5b", "nomic-embed-text", "Systran/faster-whisper-tiny"):
+        assert any(model in row for row in rows), up_kit.up_output
     out = up_kit.run("models", "verify")
     assert out.returncode == 0, out.stdout + out.stderr
     for model in ("qwen2.5:0.5b", "nomic-embed-text", "Systran/faster-whisper-tiny"):

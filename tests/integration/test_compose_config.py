@@ -120,3 +120,39 @@ def test_gpu_worker_layout(kit, count):
         assert w["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [str(i)]
         assert w["environment"]["WORKER_GPU"] == str(i)
         assert w["image"] == svcs["brain"]["image"]
+        assert w["environment"]["OLLAMA_URL"] == f"http://ollama-gpu{i}:11434"
+        o = svcs[f"ollama-gpu{i}"]
+        assert o["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [str(i)]
+        assert o["environment"]["OLLAMA_KEEP_ALIVE"] == "-1"
+        assert o["volumes"][0]["source"] == "ollama-models"
+
+
+def test_brain_gpu_group_and_amd_layout(kit):
+    """The seed's layout (brain on GPUs 0+3, workers on 1, 2, 4) and an AMD card, as
+    Compose itself resolves them."""
+    env = kit / ".env"
+    env.write_text(env.read_text() + "\nAIRIG_BRAIN_GPUS=0,3\n")
+    gpus = [GpuSlot(i, "GTX 1060 6GB", 6 << 30) for i in range(5)]
+    plan = build_plan(load_settings(kit), "gpu-nvidia", gpus)
+    for path, text in plan.generated.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    svcs = config(plan.stack("03-agents"))["services"]
+    assert sorted(n for n in svcs if n.startswith("worker-") and n != "worker-cpu") == [
+        "worker-brain", "worker-gpu1", "worker-gpu2", "worker-gpu4",
+    ]  # fmt: skip
+    for name in ("worker-brain", "ollama-brain"):
+        ids = svcs[name]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
+        assert ids == ["0", "3"]
+    assert svcs["worker-brain"]["environment"]["WORKER_CLASSES"] == "llm,resource"
+
+    env.write_text(env.read_text().replace("AIRIG_BRAIN_GPUS=0,3", ""))
+    amd = build_plan(load_settings(kit), "gpu-amd", [GpuSlot(0, render_node="/dev/dri/renderD128")])
+    for path, text in amd.generated.items():
+        path.write_text(text)
+    svcs = config(amd.stack("03-agents"))["services"]
+    assert [d["source"] for d in svcs["ollama-gpu0"]["devices"]] == [
+        "/dev/kfd",
+        "/dev/dri/renderD128",
+    ]
+    assert svcs["worker-gpu0"]["environment"]["ROCR_VISIBLE_DEVICES"] == "0"

@@ -29,10 +29,18 @@ def test_gpu_layout_one_worker_per_gpu_pinned(tmp_path):
     agents = plan.stack("03-agents")
     overlay = agents.files[1]
     services = yaml.safe_load(plan.generated[overlay])["services"]
-    assert set(services) == {"worker-gpu0", "worker-gpu3"}
-    dev = services["worker-gpu3"]["deploy"]["resources"]["reservations"]["devices"][0]
-    assert dev == {"driver": "nvidia", "device_ids": ["3"], "capabilities": ["gpu"]}
-    assert services["worker-gpu3"]["environment"]["WORKER_GPU"] == "3"
+    assert set(services) == {"worker-gpu0", "worker-gpu3", "ollama-gpu0", "ollama-gpu3"}
+    for name in ("worker-gpu3", "ollama-gpu3"):
+        dev = services[name]["deploy"]["resources"]["reservations"]["devices"][0]
+        assert dev == {"driver": "nvidia", "device_ids": ["3"], "capabilities": ["gpu"]}
+    worker, ollama = services["worker-gpu3"], services["ollama-gpu3"]
+    assert worker["environment"]["WORKER_GPU"] == "3"
+    # each GPU worker drives its own Ollama, which never unloads on a timer
+    assert worker["environment"]["OLLAMA_URL"] == "http://ollama-gpu3:11434"
+    assert worker["depends_on"] == {"ollama-gpu3": {"condition": "service_healthy"}}
+    assert ollama["environment"]["OLLAMA_KEEP_ALIVE"] == "-1"
+    assert ollama["environment"]["OLLAMA_NOPRUNE"] == "1"
+    assert ollama["networks"] == ["ai"]  # no `ollama` alias: that name is the shared one
 
 
 def test_amd_layout_maps_one_render_node_and_host_gids(tmp_path):
@@ -43,8 +51,11 @@ def test_amd_layout_maps_one_render_node_and_host_gids(tmp_path):
         {"AIRIG_RENDER_GID": "993", "AIRIG_VIDEO_GID": "44"},
     )
     overlay = plan.stack("03-agents").files[1]
-    worker = yaml.safe_load(plan.generated[overlay])["services"]["worker-gpu0"]
-    assert worker["devices"] == ["/dev/kfd", "/dev/dri/renderD129"]
+    services = yaml.safe_load(plan.generated[overlay])["services"]
+    for name in ("worker-gpu0", "ollama-gpu0"):
+        assert services[name]["devices"] == ["/dev/kfd", "/dev/dri/renderD129"]
+    assert services["ollama-gpu0"]["environment"]["ROCR_VISIBLE_DEVICES"] == "0"
+    assert services["ollama-gpu0"]["image"].startswith("${OLLAMA_IMAGE_ROCM")
     host_env = tmp_path / ".airig" / "host.env"
     assert plan.generated[host_env] == (
         "AIRIG_CPU_WORKER_CLASSES=cpu\nAIRIG_RENDER_GID=993\nAIRIG_VIDEO_GID=44\n"
@@ -67,9 +78,13 @@ def test_brain_gpu_group_gets_one_worker_and_the_rest_one_each(tmp_path):
     plan = build_plan(settings(tmp_path, "AIRIG_BRAIN_GPUS=0,3\n"), "gpu-nvidia", gpus)
     overlay = plan.stack("03-agents").files[1]
     services = yaml.safe_load(plan.generated[overlay])["services"]
-    assert set(services) == {"worker-brain", "worker-gpu1", "worker-gpu2", "worker-gpu4"}
+    workers = {"worker-brain", "worker-gpu1", "worker-gpu2", "worker-gpu4"}
+    assert set(services) == workers | {n.replace("worker", "ollama") for n in workers}
+    for name in ("worker-brain", "ollama-brain"):
+        devices = services[name]["deploy"]["resources"]["reservations"]["devices"][0]
+        assert devices["device_ids"] == ["0", "3"]
     brain = services["worker-brain"]
-    assert brain["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0", "3"]
+    assert brain["environment"]["OLLAMA_URL"] == "http://ollama-brain:11434"
     assert brain["environment"]["WORKER_GPU"] == "0,3"
 
 

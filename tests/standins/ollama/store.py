@@ -196,7 +196,11 @@ class ModelStore:
         if name.model.startswith("nonexistent") or {name.display, name.model} & unknown:
             raise PullError("pull model manifest: file does not exist")
         config, layers = remote_layers(name, self.model_bytes)
-        fail_midstream = bool({name.display, name.model} & env_list("STANDIN_FAIL_MIDSTREAM"))
+        # Names starting "midstream-fail" let e2e tests ask for the fault without
+        # reaching into the container's environment.
+        fail_midstream = name.model.startswith("midstream-fail") or bool(
+            {name.display, name.model} & env_list("STANDIN_FAIL_MIDSTREAM")
+        )
         fetched = [self._download(layer, progress, fail_midstream) for layer in [*layers, config]]
         progress({"status": "verifying sha256 digest"})
         for layer, was_fetched in zip([*layers, config], fetched, strict=True):
