@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -122,6 +124,39 @@ def test_ollama_error_line_mid_stream_fails_naming_model_and_rerun_resumes(
     server, config = ollama_settings(models=[EMBED])
     code, events = provision(Service.ollama, Mode.ensure, config)
     assert (code, outcome(events)) == (0, {EMBED: "verified"})
+
+
+def test_ollama_server_gone_mid_pull_fails_naming_model_and_rerun_resumes(
+    ollama_settings,
+) -> None:
+    """A network drop: the server dies while the blob streams (slow pull, 12 chunks)."""
+    slow = {"STANDIN_MODEL_BYTES": str(12 * 256 * 1024), "STANDIN_PULL_CHUNK_SECONDS": "0.25"}
+    server, config = ollama_settings(slow, [QWEN])
+    result: dict = {}
+    puller = threading.Thread(
+        target=lambda: result.update(
+            zip(("code", "events"), provision(Service.ollama, Mode.ensure, config))
+        )
+    )
+    puller.start()
+    blobs = server.root / "blobs"
+    deadline = time.monotonic() + 30
+    while not any(p.stat().st_size > 256 * 1024 for p in blobs.glob("*-partial")):
+        assert time.monotonic() < deadline, "the pull never started"
+        time.sleep(0.05)
+    server.process.kill()  # the connection drops mid-stream
+    puller.join(60)
+    assert result["code"] == 1
+    error = outcome(result["events"])[QWEN]
+    assert error.startswith(f"ollama model {QWEN!r}: connection lost during pull"), error
+    kept = max(p.stat().st_size for p in blobs.glob("*-partial"))
+
+    server, config = ollama_settings({"STANDIN_MODEL_BYTES": slow["STANDIN_MODEL_BYTES"]}, [QWEN])
+    code, events = provision(Service.ollama, Mode.ensure, config)
+    assert (code, outcome(events)) == (0, {QWEN: "verified"})
+    # resumed, not restarted: the first figure already counts the bytes kept on disk
+    first = next(e for e in events if e["event"] == "progress" and e["model"] == QWEN)
+    assert first["completed"] >= kept > 0
 
 
 def test_ollama_unknown_and_invalid_names_fail_with_the_name(ollama_settings) -> None:
