@@ -140,3 +140,23 @@ def test_taint_marks_readers_only():
     ]
     _, tainted = validate_plan({"name": "p", "tasks": tasks}, Limits())
     assert tainted == {"web", "reader"}
+
+
+@pytest.mark.parametrize(
+    ("task_type", "payload", "model", "placed"),
+    [
+        ("llm", {"prompt": "hi"}, "llama3.2", "llama3.2:latest"),
+        ("embed", {"input": "x"}, "nomic-embed-text", "nomic-embed-text:latest"),
+        ("llm", {"prompt": "hi"}, "qwen2.5:7b-instruct-q4_K_M", "qwen2.5:7b-instruct-q4_K_M"),
+        ("transcribe", {"audio": "a.wav"}, "Systran/faster-whisper-small", None),
+        ("resource", {"service": "ollama", "action": "load"}, "llama3.2", "llama3.2:latest"),
+        ("resource", {"service": "whisper", "action": "load"}, "Systran/x", "Systran/x"),
+    ],
+)
+def test_tasks_are_placed_by_the_canonical_ollama_model_only(task_type, payload, model, placed):
+    """Shared servers' models (Whisper) do not steer placement; Ollama names match /api/ps."""
+    task = {"id": "t", "type": task_type, "payload": {**payload, "model": model}}
+    spec, _ = validate_plan({"name": "p", "tasks": [task]}, Limits())
+    [only] = spec.tasks
+    assert only.model == placed
+    assert only.payload["model"] == model  # what the executor sends is left as written

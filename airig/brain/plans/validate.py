@@ -67,6 +67,31 @@ def _error(task: str | None, where: str, message: str) -> dict[str, Any]:
     return {"task": task, "field": where, "message": message}
 
 
+def placement_model(task_type: str, payload: dict[str, Any], model: str | None) -> str | None:
+    """The model the residency policy places this task by, or None.
+
+    Only a GPU worker's own Ollama holds per-GPU state the brain can plan (load, evict,
+    keep resident). Whisper and ComfyUI run as one shared server each, so their models
+    are not a reason to prefer or swap a worker; placing by them would only delay those
+    tasks until max-wait. Ollama names are made canonical ("llama3.2" ->
+    "llama3.2:latest"), the form `/api/ps` reports, or every claim would look like a swap.
+    """
+    if not model or task_type in ("transcribe", "image"):
+        return None
+    on_ollama = task_type in ("llm", "embed") or (
+        task_type == "resource" and payload.get("service") == "ollama"
+    )
+    if not on_ollama:
+        return model  # e.g. noop, which tests and benchmarks use to stand for any model
+    from airig.errors import AirigError
+    from airig.provision.ollama_names import OllamaName
+
+    try:
+        return OllamaName.parse(model).display
+    except AirigError:
+        return model  # the payload check reports a bad name; placement keeps it as given
+
+
 def _check_payload(spec: TaskSpec, errors: list[dict[str, Any]]) -> None:
     schema = PAYLOAD_SCHEMAS.get(spec.type)
     if schema is None:
@@ -77,6 +102,7 @@ def _check_payload(spec: TaskSpec, errors: list[dict[str, Any]]) -> None:
         spec.payload["model"] = spec.model
     if not spec.model and isinstance(spec.payload.get("model"), str):
         spec.model = spec.payload["model"]
+    spec.model = placement_model(spec.type, spec.payload, spec.model)
     try:
         schema.model_validate(spec.payload)
     except ValidationError as exc:
