@@ -7,12 +7,14 @@ lease with 409, so a worker that lost its lease can never commit a result.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
 TASK_CLASSES = ("cpu", "script", "llm", "resource")
 TRUST_LEVELS = ("trusted", "untrusted")
+# The service that holds a task type's model in GPU memory; a worker swaps models there.
+MODEL_SERVICE_FOR_TYPE = {"llm": "ollama", "embed": "ollama", "transcribe": "whisper"}
 
 
 class TaskState:
@@ -76,6 +78,15 @@ class HeartbeatRequest(BaseModel):
 class ClaimRequest(BaseModel):
     wait_s: float = Field(default=20.0, ge=0, le=120)
     resident_models: list[str] = Field(default_factory=list)
+    # Start the first task in the claim's own write (LEASED -> RUNNING): one round trip
+    # less. Only for a worker that runs it at once; prefetched tasks start when they run.
+    start: bool = False
+    # Up to this many tasks; beyond the first only cpu / script tasks (prefetch never
+    # binds GPU work early: that would defeat the residency policy).
+    max_tasks: int = Field(default=1, ge=1, le=32)
+    # Chosen by the worker per claim and resent unchanged on a retry: a replayed claim
+    # gets the tasks the lost answer carried instead of new ones.
+    claim_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9]{8,40}$")
 
 
 class LeaseRef(BaseModel):
@@ -100,10 +111,20 @@ class Assignment(BaseModel):
     attempt: int
     lease_id: str
     lease_expires_at: float
+    # The brain's residency decision: unload ``evict``, then load ``load``, before the
+    # task runs. GPU workers swap; CPU workers ignore both (nothing of theirs to evict).
+    evict: list[str] = Field(default_factory=list)
+    load: str | None = None
+    need_vram_mb: int | None = None  # when the brain knows the model's size
 
     @property
     def lease(self) -> LeaseRef:
         return LeaseRef(attempt=self.attempt, lease_id=self.lease_id)
+
+    @property
+    def load_service(self) -> str | None:
+        """The service that loads ``load``: the one that will run this task's model."""
+        return MODEL_SERVICE_FOR_TYPE.get(self.type) if self.load else None
 
 
 class LeaseStatus(BaseModel):
@@ -125,6 +146,60 @@ class FailRequest(LeaseRef):
 
 class ReleaseRequest(LeaseRef):
     reason: str = "worker stopping"
+
+
+# One exchange (POST /v1/exchange) carries a worker's reports, applied in order in one
+# transaction, and optionally its next claim: one round trip per task, or per batch.
+class StartReport(LeaseRef):
+    action: Literal["start"] = "start"
+    task_id: int
+
+
+class RenewReport(LeaseRef):
+    action: Literal["renew"] = "renew"
+    task_id: int
+
+
+class CompleteReport(CompleteRequest):
+    action: Literal["complete"] = "complete"
+    task_id: int
+
+
+class FailReport(FailRequest):
+    action: Literal["fail"] = "fail"
+    task_id: int
+
+
+class ReleaseReport(ReleaseRequest):
+    action: Literal["release"] = "release"
+    task_id: int
+
+
+Report = Annotated[
+    StartReport | RenewReport | CompleteReport | FailReport | ReleaseReport,
+    Field(discriminator="action"),
+]
+
+
+class ExchangeRequest(BaseModel):
+    reports: list[Report] = Field(default_factory=list, max_length=256)
+    claim: ClaimRequest | None = None
+
+
+class ReportResult(BaseModel):
+    """How one report fared: 200, 404 (no such task) or 409 (not this worker's lease)."""
+
+    task_id: int
+    action: str
+    status: int
+    state: str | None = None
+    lease_expires_at: float | None = None
+    detail: str = ""
+
+
+class ExchangeResponse(BaseModel):
+    results: list[ReportResult]
+    assignments: list[Assignment]
 
 
 class TokenRequest(BaseModel):

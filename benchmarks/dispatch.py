@@ -4,7 +4,8 @@ Usage: python benchmarks/dispatch.py [--tasks 2000] [--workers 4] [--timeout 300
                                      [--json results/dispatch.json]
 
 airig: a real brain (``python -m airig.brain``) and ``--workers`` worker processes
-(``python -m airig.worker``, class cpu) on 127.0.0.1; one plan of N ``noop`` tasks is
+(``python -m airig.worker``, class cpu, ``AIRIG_WORKER_PREFETCH`` = ``--prefetch``, default 4
+like Celery's prefetch multiplier) on 127.0.0.1; one plan of N ``noop`` tasks is
 submitted over HTTP. Celery: a private ``redis-server`` on 127.0.0.1 (temp dir, no
 persistence) and ``--workers`` Celery workers (solo pool, one task at a time each, like
 an airig worker); N ``noop.delay()`` calls. For both, latency = task finished - the
@@ -57,14 +58,15 @@ def wait_for(check, timeout: float, what: str, every: float = 0.2):
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def run_airig(root: Path, tasks: int, workers: int, timeout: float) -> dict:
+def run_airig(root: Path, tasks: int, workers: int, timeout: float, prefetch: int) -> dict:
     headers = {"Authorization": f"Bearer {ADMIN}"}
     brain = Brain(root, {"BRAIN_MAX_TASKS": str(max(tasks, 5000))})
     with ExitStack() as stack:
         brain.start()
         stack.callback(brain.stop)
         for i in range(workers):
-            proc = spawn("airig.worker", brain.worker_env(f"bench-{i}"), root / f"w{i}.log")
+            env = {**brain.worker_env(f"bench-{i}"), "AIRIG_WORKER_PREFETCH": str(prefetch)}
+            proc = spawn("airig.worker", env, root / f"w{i}.log")
             stack.callback(stop, proc)
 
         def registered() -> bool:
@@ -149,13 +151,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=300.0)
+    # Celery's default: worker_prefetch_multiplier 4 x concurrency 1 (solo pool).
+    parser.add_argument("--prefetch", type=int, default=4, help="AIRIG_WORKER_PREFETCH")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="airig-dispatch-") as tmp:
         (Path(tmp) / "airig").mkdir()
         (Path(tmp) / "celery").mkdir()
         rows = [
-            run_airig(Path(tmp) / "airig", args.tasks, args.workers, args.timeout),
+            run_airig(Path(tmp) / "airig", args.tasks, args.workers, args.timeout, args.prefetch),
             run_celery(Path(tmp) / "celery", args.tasks, args.workers, args.timeout),
         ]
     ratio = rows[0]["tasks_per_s"] / rows[1]["tasks_per_s"]

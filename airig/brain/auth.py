@@ -57,7 +57,7 @@ def identify(request: Request, token: str) -> Principal | None:
         return Principal("bootstrap", "bootstrap")
     digest = hash_token(token)
     db: Database = request.app.state.db
-    with db.read() as conn:
+    with db.lookup() as conn:
         row = conn.execute("SELECT scope, name FROM tokens WHERE token_hash = ?", (digest,))
         found = row.fetchone()
         if found:
@@ -67,7 +67,9 @@ def identify(request: Request, token: str) -> Principal | None:
     return Principal("worker", worker["id"]) if worker else None
 
 
-def _principal(
+# The dependencies are async on purpose: a sync one costs a thread-pool hop per request,
+# and the lookup is one indexed read on its own connection, never blocked by a commit.
+async def _principal(
     request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
     if creds is None or not creds.credentials:
@@ -81,7 +83,7 @@ def _principal(
 def require(*scopes: str):
     """A FastAPI dependency that admits only the given scopes."""
 
-    def check(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+    async def check(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
         if principal.scope not in scopes:
             raise HTTPException(403, f"this token's scope ({principal.scope}) cannot do that")
         return principal

@@ -93,6 +93,7 @@ CREATE TABLE IF NOT EXISTS events (
     body_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_plan ON events(plan_id);
+CREATE INDEX IF NOT EXISTS workers_token ON workers(token_hash);
 """
 
 
@@ -111,6 +112,11 @@ class Database:
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.execute("PRAGMA busy_timeout=5000")
         self._conn.executescript(SCHEMA)
+        # A second connection for the event loop's token lookups: in WAL mode it reads the
+        # last commit without waiting for the writer's lock (a commit waits on fsync).
+        self._lookup = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._lookup.row_factory = sqlite3.Row
+        self._lookup_lock = threading.Lock()
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -129,6 +135,14 @@ class Database:
         with self._lock:
             yield self._conn
 
+    @contextmanager
+    def lookup(self) -> Iterator[sqlite3.Connection]:
+        """Short reads of committed rows that must not wait for a writer (auth)."""
+        with self._lookup_lock:
+            yield self._lookup
+
     def close(self) -> None:
+        with self._lookup_lock:
+            self._lookup.close()
         with self._lock:
             self._conn.close()

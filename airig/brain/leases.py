@@ -16,6 +16,7 @@ from typing import Any
 from airig.brain import results, states
 from airig.brain.events import Outbox
 from airig.brain.placement import Placement
+from airig.brain.residency import Decision
 from airig.brain.retry import TASK, RetryPolicy
 from airig.brain.scheduling import WorkerView
 from airig.brain.settings import BrainSettings
@@ -75,8 +76,10 @@ def claim(
     now: float,
     settings: BrainSettings,
     placement: Placement,
-) -> tuple[sqlite3.Row, dict[str, Any]] | None:
-    """Lease the task the residency policy picks for this worker: (row, payload), or None."""
+    lease_id: str | None = None,
+) -> tuple[sqlite3.Row, dict[str, Any], Decision] | None:
+    """Lease the task the residency policy picks for this worker: (row, payload, decision,
+    whose load / evict the worker carries out before running it), or None."""
     states.promote_due(conn, outbox, now)
     for _ in range(MAX_TEMPLATE_FAILURES):
         decision = placement.choose(conn, worker_id, view, now)
@@ -91,25 +94,33 @@ def claim(
             )
             continue
         placed = {"placement": decision.reason, "load": decision.load, "evict": decision.evict}
+        # A GPU worker swaps first, within the task's timeout_s, then runs the task.
+        runtime_s = task["timeout_s"] * (2 if decision.load or decision.evict else 1)
         leased = states.transition(
             conn, outbox, task, S.LEASED, now, "task_leased", placed,
-            attempt=task["attempt"] + 1, lease_id=uuid.uuid4().hex, worker_id=worker_id,
+            attempt=task["attempt"] + 1, lease_id=lease_id or uuid.uuid4().hex, worker_id=worker_id,
             lease_expires_at=now + settings.lease_s, result_hash=None,
-            attempt_deadline=now + task["timeout_s"] + settings.runtime_grace_s,
+            attempt_deadline=now + runtime_s + settings.runtime_grace_s,
         )  # fmt: skip
-        return leased, payload
+        return leased, payload, decision
     return None
 
 
 def start(
     conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, worker_id: str,
-    ref: LeaseRef, now: float,
+    ref: LeaseRef, now: float, settings: BrainSettings,
 ) -> sqlite3.Row:  # fmt: skip
     check_fence(task, worker_id, ref)
     if task["state"] == S.RUNNING:
         return task
     outbox.metric("schedule_to_start", now - (task["ready_at"] or now))
-    return states.transition(conn, outbox, task, S.RUNNING, now, "task_started", started_at=now)
+    # A prefetched task waited on its worker: its runtime limit counts from now, not the claim.
+    runtime_end = now + task["timeout_s"] + settings.runtime_grace_s
+    deadline = max(task["attempt_deadline"] or 0, runtime_end)
+    return states.transition(
+        conn, outbox, task, S.RUNNING, now, "task_started",
+        started_at=now, attempt_deadline=deadline,
+    )  # fmt: skip
 
 
 def renew(

@@ -85,10 +85,6 @@ class Placement:
     ) -> None:  # fmt: skip
         """Learn from a finished attempt; a model load or unload becomes an event."""
         for action, model, duration_ms in model_changes(task, metrics):
-            record(
-                conn, outbox, f"model.{action}", task, now,
-                worker_id=worker_id, model=model, duration_ms=round(duration_ms),
-            )  # fmt: skip
             with self._lock:
                 known = self._loaded_at.setdefault(worker_id, {})
                 if action == "load":
@@ -97,6 +93,12 @@ class Placement:
                     known[model] = now
                 else:
                     known.pop(model, None)
+            # A load event carries the reload cost learned from it, so it can be followed.
+            learned = {"reload_cost_s": round(self.costs.reload.cost(model), 3)}
+            record(
+                conn, outbox, f"model.{action}", task, now, worker_id=worker_id, model=model,
+                duration_ms=round(duration_ms), **(learned if action == "load" else {}),
+            )  # fmt: skip
         run_ms = metrics.get("wall_ms")
         if task["model"] and task["type"] != "resource" and isinstance(run_ms, int | float):
             self.costs.runtime.observe(task["model"], run_ms)

@@ -106,6 +106,15 @@ class Decision:
     evict: tuple[str, ...] = ()
 
 
+def swap_fields(decision: Decision | None) -> dict:
+    """The decision's swap as ``Assignment`` fields: the worker unloads ``evict``, then
+    loads ``load`` (needing ``need_vram_mb`` when the size is known) before the task."""
+    if decision is None:
+        return {}
+    need = decision.task.vram_mb if decision.load else None
+    return {"evict": list(decision.evict), "load": decision.load, "need_vram_mb": need}
+
+
 @dataclass(frozen=True)
 class _Claim:
     """One claim's inputs, so helpers do not pass six arguments around."""

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from airig.brain import leases, results
+from airig.brain import exchange, leases, results
 from airig.brain.auth import WorkerDep
 from airig.brain.events import Outbox
+from airig.brain.residency import Decision, swap_fields
 from airig.brain.routes_workers import brain_of
 from airig.brain.scheduling import WorkerView
 from airig.brain.service import Brain
@@ -20,6 +21,8 @@ from airig.protocol import (
     Assignment,
     ClaimRequest,
     CompleteRequest,
+    ExchangeRequest,
+    ExchangeResponse,
     FailRequest,
     LeaseRef,
     LeaseStatus,
@@ -40,35 +43,68 @@ def _view(brain: Brain, worker_id: str, body: ClaimRequest) -> WorkerView:
     return WorkerView(classes=classes, resident_models=frozenset(body.resident_models))
 
 
-def _assignment(task: sqlite3.Row, payload: dict[str, Any]) -> Assignment:
+def _assignment(
+    task: sqlite3.Row, payload: dict[str, Any], decision: Decision | None = None
+) -> Assignment:
     return Assignment(
         task_id=task["id"], plan_id=task["plan_id"], key=task["key"], name=task["name"],
         type=task["type"], task_class=task["task_class"], payload=payload,
         model=task["model"], trusted=bool(task["trusted"]), sensitive=bool(task["sensitive"]),
         timeout_s=task["timeout_s"], attempt=task["attempt"], lease_id=task["lease_id"],
-        lease_expires_at=task["lease_expires_at"],
+        lease_expires_at=task["lease_expires_at"], **swap_fields(decision),
     )  # fmt: skip
+
+
+def _poll(
+    brain: Brain, worker_id: str, view: WorkerView, body: ClaimRequest, first: list | None = None
+) -> list[Assignment]:
+    """Long-poll: lease for this worker, waiting up to ``wait_s`` for work to appear.
+
+    ``first``: what an exchange's own transaction already leased (its first try)."""
+
+    def lease(conn: sqlite3.Connection, outbox: Outbox, now: float) -> list:
+        return exchange.claim(conn, outbox, now, brain, worker_id, view, body)
+
+    deadline = time.monotonic() + body.wait_s
+    while True:
+        found = first if first is not None else brain.write(lease)
+        first = None
+        if found:
+            return [_assignment(*leased) for leased in found]
+        left = deadline - time.monotonic()
+        if left <= 0 or brain.closing.is_set():
+            return []
+        # Woken at once by new READY work; the cap catches due retries.
+        brain.wait_for_work(min(left, 1.0))
 
 
 @router.post("/claims", response_model=Assignment, responses={204: {"description": "no work"}})
 def claim(body: ClaimRequest, request: Request, worker: WorkerDep):
-    """Long-poll: lease the best task for this worker, waiting up to ``wait_s`` for one."""
+    """Long-poll for one task (``max_tasks`` is for ``/v1/exchange``)."""
     brain = brain_of(request)
-    view = _view(brain, worker.name, body)
-    deadline = time.monotonic() + body.wait_s
-    while True:
-        found = brain.write(
-            lambda conn, outbox, now: leases.claim(
-                conn, outbox, worker.name, view, now, brain.settings, brain.scheduling
-            )
-        )
-        if found is not None:
-            return _assignment(*found)
-        left = deadline - time.monotonic()
-        if left <= 0 or brain.closing.is_set():
-            return Response(status_code=204)
-        # Woken at once by new READY work; the cap catches due retries.
-        brain.wait_for_work(min(left, 1.0))
+    body = body.model_copy(update={"max_tasks": 1})
+    found = _poll(brain, worker.name, _view(brain, worker.name, body), body)
+    return found[0] if found else Response(status_code=204)
+
+
+@router.post("/exchange", response_model=ExchangeResponse)
+def exchange_reports(body: ExchangeRequest, request: Request, worker: WorkerDep):
+    """Apply a worker's reports in order, then claim (long-poll) in the same transaction."""
+    brain = brain_of(request)
+    view = _view(brain, worker.name, body.claim) if body.claim else None
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float):
+        done = [exchange.apply(conn, outbox, now, brain, worker.name, r) for r in body.reports]
+        if body.claim is None:
+            return done, []
+        return done, exchange.claim(conn, outbox, now, brain, worker.name, view, body.claim)
+
+    results, leased = brain.write(change)
+    stale = sum(result.status == 409 for result in results)
+    if stale:
+        brain.metrics.stale_reports.inc(stale)
+    found = _poll(brain, worker.name, view, body.claim, leased) if body.claim else []
+    return ExchangeResponse(results=results, assignments=found)
 
 
 def _fenced(
@@ -92,7 +128,10 @@ def _fenced(
 
 @router.post("/tasks/{task_id}/start", response_model=LeaseStatus)
 def start(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
-    task = _fenced(request, task_id, lambda c, o, now, t: leases.start(c, o, t, w.name, body, now))
+    settings = brain_of(request).settings
+    task = _fenced(
+        request, task_id, lambda c, o, now, t: leases.start(c, o, t, w.name, body, now, settings)
+    )
     return LeaseStatus(lease_expires_at=task["lease_expires_at"], state=task["state"])
 
 

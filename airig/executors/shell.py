@@ -25,6 +25,7 @@ from airig.executors.context import (
     timeout_error,
 )
 from airig.executors.schemas import ShellPayload
+from airig.worker.gpus import pinned_by_runtime
 
 TAIL_BYTES = 4096
 ERROR_TAIL_CHARS = 200  # how much of stderr goes into the one-line error message
@@ -66,8 +67,11 @@ def child_env(payload: ShellPayload, ctx: ExecContext) -> dict[str, str]:
     )
     env.update(payload.env)
     if ctx.gpu_index is not None:
-        # Last, so a payload cannot move the command onto another worker's GPU.
-        env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = str(ctx.gpu_index)
+        # Last, so a payload cannot move the command onto another worker's GPU. In a
+        # pinned container the runtime shows only this worker's cards, renumbered from
+        # 0: the host index would hide them, so the first visible card is the worker's.
+        index = "0" if pinned_by_runtime() else str(ctx.gpu_index)
+        env["CUDA_VISIBLE_DEVICES"] = env["HIP_VISIBLE_DEVICES"] = index
     return env
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+from collections.abc import Sequence
 
 from airig.protocol import GpuInfo
 
@@ -31,8 +33,26 @@ def _one(pynvml, index: int) -> GpuInfo:
     return info
 
 
-def probe_gpus(only_index: int | None = None) -> list[GpuInfo]:
-    """The visible NVIDIA GPUs (or just ``only_index``); [] without a driver."""
+def pinned_by_runtime() -> bool:
+    """True inside a container the launcher pinned to its GPUs.
+
+    Docker's NVIDIA device request sets NVIDIA_VISIBLE_DEVICES, and the launcher sets
+    ROCR_VISIBLE_DEVICES for AMD; either way the container sees only its own cards,
+    renumbered from 0, so host indexes mean nothing inside it.
+    """
+    return bool(os.environ.get("NVIDIA_VISIBLE_DEVICES") or os.environ.get("ROCR_VISIBLE_DEVICES"))
+
+
+def probe_gpus(host_indexes: int | Sequence[int] | None = None) -> list[GpuInfo]:
+    """This worker's NVIDIA GPUs, labelled with their host indexes; [] without a driver.
+
+    ``host_indexes``: the cards the worker owns (WORKER_GPU), None for every visible one.
+    When NVML sees exactly as many cards as the worker owns (a pinned container sees only
+    those, as devices 0..n-1), they are relabelled with the host indexes so the brain's
+    thermal guard and `status` name the right card; otherwise (a worker on the bare host)
+    the owned ones are picked by index.
+    """
+    wanted = [host_indexes] if isinstance(host_indexes, int) else list(host_indexes or [])
     try:
         import pynvml
     except ImportError:
@@ -42,11 +62,16 @@ def probe_gpus(only_index: int | None = None) -> list[GpuInfo]:
     except pynvml.NVMLError:
         return []
     try:
-        indexes = range(pynvml.nvmlDeviceGetCount())
-        return [_one(pynvml, i) for i in indexes if only_index is None or i == only_index]
+        visible = [_one(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
     except pynvml.NVMLError as exc:
         log.warning("NVML query failed", extra={"error": str(exc)})
         return []
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
+    if not wanted:
+        return visible
+    if len(visible) == len(wanted):
+        pairs = zip(visible, wanted, strict=True)
+        return [info.model_copy(update={"index": host}) for info, host in pairs]
+    return [info for info in visible if info.index in wanted]

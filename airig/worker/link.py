@@ -20,6 +20,8 @@ from airig.protocol import (
     Assignment,
     ClaimRequest,
     CompleteRequest,
+    ExchangeRequest,
+    ExchangeResponse,
     FailRequest,
     HeartbeatRequest,
     LeaseRef,
@@ -127,6 +129,21 @@ class BrainLink:
         if response.status_code == 204:
             return None
         return Assignment.model_validate(response.json())
+
+    def exchange(
+        self,
+        body: ExchangeRequest,
+        stop: threading.Event | None = None,
+        deadline_s: float | None = 600.0,
+    ) -> ExchangeResponse:
+        """Reports and a claim in one request; retried with the same body (same claim id)."""
+        wait_s = body.claim.wait_s if body.claim else 0.0
+        deadline = None if deadline_s is None else time.monotonic() + wait_s + deadline_s
+        response = self._call(
+            "POST", "/v1/exchange", json_body=body.model_dump(mode="json"),
+            timeout=wait_s + 15, deadline=deadline, stop=stop,
+        )  # fmt: skip
+        return ExchangeResponse.model_validate(response.json())
 
     def lease_write(
         self, task_id: int, action: str, body: LeaseRef, deadline_s: float = 120.0

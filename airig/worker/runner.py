@@ -7,7 +7,6 @@ the brain (no budget charged) so another worker takes it at once.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
 import signal
@@ -19,7 +18,6 @@ import requests
 
 from airig.protocol import (
     Assignment,
-    ClaimRequest,
     CompleteRequest,
     FailRequest,
     HeartbeatRequest,
@@ -29,7 +27,9 @@ from airig.protocol import (
 from airig.worker.gpus import probe_gpus
 from airig.worker.heartbeat import CurrentAttempt, Heartbeat, write_state
 from airig.worker.link import BrainLink, BrainUnreachable, LeaseLost, Unregistered
+from airig.worker.pipeline import Pipeline, effective_prefetch
 from airig.worker.settings import WorkerSettings
+from airig.worker.swapping import Swapper, swap_then_run
 
 log = logging.getLogger("airig.worker")
 
@@ -43,8 +43,13 @@ class Worker:
         self.stopping = threading.Event()
         self.current = CurrentAttempt()
         self.resident: list[str] = []
+        self.swapper = Swapper(settings)  # runs the brain's model swaps (GPU workers)
         self.claim_wait_s = 20.0
         self.heartbeat: Heartbeat | None = None
+        self.pipeline = Pipeline(
+            self.link, effective_prefetch(settings.prefetch, settings.classes), self.stopping,
+            lambda: self.resident, self.lost_lease,
+        )  # fmt: skip
 
     # ---------------------------------------------------------------- lifecycle
     def install_signal_handlers(self) -> None:
@@ -61,19 +66,15 @@ class Worker:
             if self.heartbeat and self.heartbeat.needs_register.is_set():
                 self.register()
             try:
-                task = self.link.claim(
-                    ClaimRequest(wait_s=self.claim_wait_s, resident_models=self.resident),
-                    stop=self.stopping,
-                )
+                task = self.pipeline.next_task(self.claim_wait_s)
             except Unregistered:
                 self.register()
                 continue
             except BrainUnreachable:
                 continue
-            if task is not None and self.stopping.is_set():
-                self.hand_back(task)
-            elif task is not None:
+            if task is not None:
                 self.execute(task)
+        self.pipeline.close()  # sends the last results, releases tasks held ahead
         self.shutdown()
         return 0
 
@@ -81,7 +82,7 @@ class Worker:
         settings = self.settings
         request = RegisterRequest(
             name=settings.name, classes=settings.classes, gpu_index=settings.gpu_index,
-            gpus=probe_gpus(settings.gpu_index), resident_models=self.resident_models(),
+            gpus=probe_gpus(settings.gpu_indexes), resident_models=self.resident_models(),
         )  # fmt: skip
         registered = self.link.register(request, stop=self.stopping)
         self.claim_wait_s = registered.claim_wait_s
@@ -94,14 +95,16 @@ class Worker:
                 self.current, self.telemetry, settings.state_file,
             )  # fmt: skip
             self.heartbeat.start()
+            self.pipeline.start(registered.heartbeat_interval_s)
+        self.pipeline.forget()  # the brain retried every lease of the old registration
         self.heartbeat.needs_register.clear()
         self.heartbeat.beat()
 
-    def hand_back(self, task: Assignment) -> None:
-        """A claim granted while stopping goes straight back to the brain."""
-        # If this fails the lease expires and the reaper hands the task to another worker.
-        with contextlib.suppress(LeaseLost, BrainUnreachable, RuntimeError):
-            self.link.release(task, ReleaseRequest(**task.lease.model_dump()))
+    def lost_lease(self, task_id: int) -> None:
+        """The brain refused the running attempt's start or renewal: stop it, report nothing."""
+        task, cancel = self.current.snapshot()
+        if task is not None and task.task_id == task_id:
+            cancel.set()
 
     def shutdown(self) -> None:
         if self.heartbeat:
@@ -124,7 +127,7 @@ class Worker:
 
     def telemetry(self) -> HeartbeatRequest:
         return HeartbeatRequest(
-            gpus=probe_gpus(self.settings.gpu_index), resident_models=self.resident_models()
+            gpus=probe_gpus(self.settings.gpu_indexes), resident_models=self.resident_models()
         )
 
     # ---------------------------------------------------------------- one attempt
@@ -133,10 +136,9 @@ class Worker:
         fields = {"task_uid": task.task_id, "task_id": task.key, "attempt": task.attempt}
         output_dir = self.settings.work_dir / f"{task.task_id}-{task.attempt}"
         try:
-            self.link.lease_write(task.task_id, "start", task.lease)
             output_dir.mkdir(parents=True, exist_ok=True)
             log.info("attempt started", extra={**fields, "type": task.type})
-            outcome, released = self.run_attempt(task, cancel, output_dir)
+            outcome, released = swap_then_run(self, task, cancel, output_dir)
             if released:
                 self.link.release(task, ReleaseRequest(**task.lease.model_dump()))
                 log.info("attempt released", extra=fields)
@@ -186,6 +188,7 @@ class Worker:
         return box.get("result"), released
 
     def report(self, task: Assignment, outcome: object, output_dir: Path) -> None:
+        """Upload the files now; the result itself leaves with the next exchange."""
         from airig.executors import TaskError
 
         lease = task.lease.model_dump()
@@ -194,10 +197,8 @@ class Worker:
                 **lease, error_type=outcome.error_type, retryable=outcome.retryable,
                 message=outcome.message[:8000],
             )  # fmt: skip
-            state = self.link.fail(task, body)["state"]
         elif outcome is None:
             body = FailRequest(**lease, error_type="worker_error", message="no result")
-            state = self.link.fail(task, body)["state"]
         else:
             stored = [
                 self.link.upload(task, Path(name).name, (output_dir / name).read_bytes())
@@ -206,8 +207,4 @@ class Worker:
             body = CompleteRequest(
                 **lease, output=outcome.output, files=stored, metrics=outcome.metrics
             )
-            state = self.link.complete(task, body)["state"]
-        log.info(
-            "attempt reported",
-            extra={"task_uid": task.task_id, "attempt": task.attempt, "state": state},
-        )
+        self.pipeline.report(task, body)

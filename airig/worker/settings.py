@@ -32,6 +32,8 @@ class WorkerSettings(BaseSettings):
     stop_grace_s: float = Field(4.0, alias="WORKER_STOP_GRACE_S", ge=0)
     # Longest back-off between attempts to reach the brain.
     retry_cap_s: float = Field(10.0, alias="WORKER_RETRY_CAP_S", gt=0)
+    # Tasks a cpu / script worker may hold leased ahead (1 = none); GPU workers never do.
+    prefetch: int = Field(1, alias="AIRIG_WORKER_PREFETCH", ge=1, le=32)
 
     @field_validator("classes_csv")
     @classmethod
@@ -46,8 +48,14 @@ class WorkerSettings(BaseSettings):
         return _split(self.classes_csv)
 
     @property
+    def gpu_indexes(self) -> list[int]:
+        """Host indexes of the GPUs this worker owns: "3" -> [3], the brain group "0,3"."""
+        return [int(part) for part in _split(self.gpu) if part.isdigit()]
+
+    @property
     def gpu_index(self) -> int | None:
-        return int(self.gpu) if self.gpu.strip().isdigit() else None
+        """The worker's (first) GPU; None for a CPU worker."""
+        return self.gpu_indexes[0] if self.gpu_indexes else None
 
     def require_secrets(self) -> None:
         if self.bootstrap_token.strip() in PLACEHOLDER_SECRETS:

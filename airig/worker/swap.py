@@ -86,9 +86,14 @@ def run_swap(
     free_mb: Callable[[], int | None] | None = None,
     settle_s: float = 10.0,
     run: Runner = run_task,
+    report: SwapReport | None = None,
 ) -> SwapReport:
-    """Unload ``evict``, make sure the VRAM is free, then load ``load``."""
-    report = SwapReport()
+    """Unload ``evict``, make sure the VRAM is free, then load ``load``.
+
+    Pass ``report`` to keep what was done when a step raises: the caller then knows
+    which models are already gone.
+    """
+    report = report if report is not None else SwapReport()
     for model in evict:
         start = time.monotonic()
         run("resource", {"service": service, "action": "unload", "model": model}, ctx)

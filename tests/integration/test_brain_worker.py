@@ -100,15 +100,18 @@ def test_the_brain_killed_mid_plan_restarts_and_the_plan_completes(cluster):
     assert cluster.completions(plan["id"]) == {t["id"]: 1 for t in tasks}
 
 
-def _running(cluster, plan_id):
-    return cluster.get(f"/v1/plans/{plan_id}")["tasks"][0]["state"] == "RUNNING"
+def _running(cluster, plan_id, worker):
+    """RUNNING at the brain and begun by the worker: a claim starts the attempt at the
+    brain before the worker has read the answer (a stop then releases it unrun)."""
+    state = cluster.get(f"/v1/plans/{plan_id}")["tasks"][0]["state"]
+    return state == "RUNNING" and "attempt started" in worker.log()
 
 
 def test_sigterm_finishes_a_short_attempt(cluster):
     cluster.start_brain()
     worker = cluster.start_worker("w-finish")  # stop grace 2 s
     plan = cluster.submit({"name": "finish", "tasks": [noop("short", sleep_s=1)]})
-    wait_until(lambda: _running(cluster, plan["id"]), 15, "the task to start")
+    wait_until(lambda: _running(cluster, plan["id"], worker), 15, "the task to start")
     assert worker.stop() == 0
     task = cluster.get(f"/v1/plans/{plan['id']}")["tasks"][0]
     assert (task["state"], task["worker_id"]) == ("SUCCEEDED", "w-finish")
@@ -118,7 +121,7 @@ def test_sigterm_releases_a_long_attempt_to_another_worker(cluster):
     cluster.start_brain()
     worker = cluster.start_worker("w-leaving")
     plan = cluster.submit({"name": "release", "tasks": [noop("long", sleep_s=4)]})
-    wait_until(lambda: _running(cluster, plan["id"]), 15, "the task to start")
+    wait_until(lambda: _running(cluster, plan["id"], worker), 15, "the task to start")
     assert worker.stop() == 0
     events = cluster.get(f"/v1/plans/{plan['id']}/events")["events"]
     assert "task_released" in [e["event_type"] for e in events]
@@ -130,9 +133,9 @@ def test_sigterm_releases_a_long_attempt_to_another_worker(cluster):
 
 def test_cancelling_a_running_plan_stops_the_attempt_on_the_worker(cluster):
     cluster.start_brain()
-    cluster.start_worker("w-busy")
+    busy = cluster.start_worker("w-busy")
     plan = cluster.submit({"name": "cancel", "tasks": [noop("forever", sleep_s=60)]})
-    wait_until(lambda: _running(cluster, plan["id"]), 15, "the task to start")
+    wait_until(lambda: _running(cluster, plan["id"], busy), 15, "the task to start")
     answer = requests.post(f"{cluster.url}/v1/plans/{plan['id']}/cancel", headers=ADMIN, timeout=10)
     assert answer.json() == {"cancelled": 1}
     # The next heartbeat gets 409, the worker cancels the sleep and is free again.

@@ -135,7 +135,7 @@ def test_ollama_server_gone_mid_pull_fails_naming_model_and_rerun_resumes(
     result: dict = {}
     puller = threading.Thread(
         target=lambda: result.update(
-            zip(("code", "events"), provision(Service.ollama, Mode.ensure, config))
+            zip(("code", "events"), provision(Service.ollama, Mode.ensure, config), strict=True)
         )
     )
     puller.start()

@@ -67,7 +67,7 @@ def claim(brain: Brain, now: float, worker: str = "w1", classes=("cpu",), models
             conn, outbox, worker, view, now, brain.settings, brain.scheduling
         )
     )
-    return found
+    return found[:2] if found else None  # (row, payload); the decision is in its event
 
 
 def ref(task) -> LeaseRef:
@@ -82,7 +82,7 @@ def do(brain: Brain, plan_id: str, key: str, action: str, now: float, worker="w1
     def change(conn, outbox, _):
         current = leases.states.get_task(conn, task["id"])
         if action == "start":
-            return leases.start(conn, outbox, current, worker, lease, now)
+            return leases.start(conn, outbox, current, worker, lease, now, brain.settings)
         if action == "complete":
             body = CompleteRequest(**lease.model_dump(), output=kw.get("output", {"text": "ok"}))
             return leases.complete(conn, outbox, current, worker, body, now, brain.settings)

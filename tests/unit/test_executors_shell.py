@@ -124,11 +124,20 @@ def test_tainted_task_never_runs_a_command(make_ctx, tmp_path):
 
 def test_child_sees_no_worker_secrets(make_ctx, monkeypatch):
     monkeypatch.setenv("WORKER_BOOTSTRAP_TOKEN", "s3cret")
+    monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
     result = run_task("shell", {"command": "env", "env": {"MINE": "1"}}, make_ctx(gpu_index=1))
     env = result.output["stdout_tail"]
     assert "s3cret" not in env
     assert "MINE=1" in env
     assert "CUDA_VISIBLE_DEVICES=1" in env
+
+
+def test_in_a_pinned_container_the_workers_gpu_is_device_0(make_ctx, monkeypatch):
+    """Docker's NVIDIA device request renumbers the pinned card: host GPU 3 is device 0."""
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "3")
+    result = run_task("shell", {"command": "env"}, make_ctx(gpu_index=3))
+    assert "CUDA_VISIBLE_DEVICES=0" in result.output["stdout_tail"]
 
 
 def test_runs_inside_the_data_volume(make_ctx, tmp_path):

@@ -94,7 +94,7 @@ def test_only_this_runs_containers_and_services_are_followed() -> None:
 
 def test_lines_split_across_chunks_are_whole_and_a_last_partial_line_is_kept() -> None:
     since = time.time()
-    container = FakeContainer("ollama-init", [b'{"a":', b' 1}\nsecond li', b"ne\ntail"], since)
+    container = FakeContainer("ollama-init", [b'{"a":', b" 1}\nsecond li", b"ne\ntail"], since)
     follower = InitLogs(FakeSdk([container]), "airig-compute", ("ollama-init",), since).start()
     follower.close()
     assert drain(follower) == ['{"a": 1}', "second line", "tail"]

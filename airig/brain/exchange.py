@@ -1,0 +1,115 @@
+"""Batched worker traffic: several fenced reports and the next claim in one transaction.
+
+A no-op task used to cost three round trips (claim, start, complete), each its own
+transaction; an exchange carries the reports a worker has gathered (start / renew /
+complete / fail / release, applied in order) plus its next claim, so a busy worker needs
+one round trip per batch. Each report is fenced on its own: a stale one is answered 409
+in its result and changes nothing, the others still apply.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from airig.brain import leases, states
+from airig.brain.events import Outbox
+from airig.brain.residency import Decision
+from airig.brain.scheduling import WorkerView
+from airig.protocol import ClaimRequest, LeaseRef, ReportResult
+from airig.protocol import TaskState as S
+
+# Classes a worker may hold leased before it runs them. GPU work is never prefetched: it
+# would bind a model to a worker before the residency policy sees the GPU free.
+PREFETCHABLE = ("cpu", "script")
+
+Leased = tuple[sqlite3.Row, dict[str, Any], Decision | None]
+
+
+def apply(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Any, worker_id: str,
+          report: Any) -> ReportResult:  # fmt: skip
+    """One report inside the caller's transaction; its result, never an exception."""
+    answer = {"task_id": report.task_id, "action": report.action}
+    task = states.get_task(conn, report.task_id)
+    if task is None:
+        return ReportResult(**answer, status=404, detail=f"no task {report.task_id}")
+    try:
+        row = _ACTIONS[report.action](conn, outbox, now, brain, worker_id, task, report)
+    except leases.StaleLease as exc:
+        return ReportResult(**answer, status=409, detail=str(exc))
+    return ReportResult(
+        **answer, status=200, state=row["state"], lease_expires_at=row["lease_expires_at"]
+    )
+
+
+def _start(conn, outbox, now, brain, worker_id, task, report):
+    return leases.start(conn, outbox, task, worker_id, report, now, brain.settings)
+
+
+def _renew(conn, outbox, now, brain, worker_id, task, report):
+    leases.renew(conn, task, worker_id, report, now, brain.settings.lease_s)
+    return states.get_task(conn, task["id"])
+
+
+def _complete(conn, outbox, now, brain, worker_id, task, report):
+    fresh = task["state"] in S.LIVE_LEASE  # not a replay of an accepted report
+    done = leases.complete(conn, outbox, task, worker_id, report, now, brain.settings)
+    if fresh:
+        brain.scheduling.observe_completion(conn, outbox, done, report.metrics, worker_id, now)
+    return done
+
+
+def _fail(conn, outbox, now, brain, worker_id, task, report):
+    return leases.fail(conn, outbox, task, worker_id, report, now, brain.retry, brain.settings)
+
+
+def _release(conn, outbox, now, brain, worker_id, task, report):
+    return leases.release(conn, outbox, task, worker_id, report, report.reason, now)
+
+
+_ACTIONS = {
+    "start": _start, "renew": _renew, "complete": _complete, "fail": _fail,
+    "release": _release,
+}  # fmt: skip
+
+
+def claim(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Any, worker_id: str,
+          view: WorkerView, body: ClaimRequest) -> list[Leased]:  # fmt: skip
+    """Lease up to ``body.max_tasks`` tasks (the first one started if asked), or none.
+
+    With a ``claim_id`` the lease ids are ``<claim_id>-<n>``, so a retried claim whose
+    first answer was lost finds its live leases and gets them again instead of new ones.
+    """
+    if body.claim_id and (again := replayed(conn, worker_id, body.claim_id, brain.settings)):
+        return again
+    got: list[Leased] = []
+    for n in range(body.max_tasks):
+        if n:  # prefetch: only classes that never need a GPU model
+            classes = tuple(c for c in view.classes if c in PREFETCHABLE)
+            if not classes:
+                break
+            view = WorkerView(classes=classes, resident_models=view.resident_models)
+        lease_id = f"{body.claim_id}-{n}" if body.claim_id else None
+        found = leases.claim(
+            conn, outbox, worker_id, view, now, brain.settings, brain.scheduling, lease_id
+        )
+        if found is None:
+            break
+        task, payload, decision = found
+        if n == 0 and body.start:
+            ref = LeaseRef(attempt=task["attempt"], lease_id=task["lease_id"])
+            task = leases.start(conn, outbox, task, worker_id, ref, now, brain.settings)
+        got.append((task, payload, decision))
+    return got
+
+
+def replayed(conn: sqlite3.Connection, worker_id: str, claim_id: str, settings: Any
+             ) -> list[Leased]:  # fmt: skip
+    """The live leases an earlier claim with this id granted this worker, in their order."""
+    rows = conn.execute(
+        """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING') AND worker_id = ?
+           AND lease_id LIKE ?""",
+        (worker_id, f"{claim_id}-%"),
+    ).fetchall()
+    rows.sort(key=lambda row: int(row["lease_id"].rsplit("-", 1)[1]))
+    return [(row, leases.rendered_payload(conn, row, settings), None) for row in rows]
