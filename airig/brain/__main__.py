@@ -44,8 +44,10 @@ def serve(settings: BrainSettings) -> int:
             brain.begin_shutdown()  # release long-polls before uvicorn waits for them
             super().handle_exit(sig, frame)
 
+    from airig.brain.fastpath import ExchangeFastPath
+
     config = uvicorn.Config(
-        app,
+        ExchangeFastPath(app),
         host=settings.listen_host,
         port=settings.listen_port,
         log_config=None,

@@ -50,13 +50,16 @@ def store_token(db: Database, scope: str, name: str) -> str:
 
 def identify(request: Request, token: str) -> Principal | None:
     """Who holds this token, or None."""
-    settings = request.app.state.settings
+    return identify_token(request.app.state.settings, request.app.state.db, token)
+
+
+def identify_token(settings, db: Database, token: str) -> Principal | None:
+    """Who holds this token, or None (for callers without a FastAPI request)."""
     if hmac.compare_digest(token, settings.admin_token):
         return Principal("admin", "admin")
     if hmac.compare_digest(token, settings.bootstrap_token):
         return Principal("bootstrap", "bootstrap")
     digest = hash_token(token)
-    db: Database = request.app.state.db
     with db.lookup() as conn:
         row = conn.execute("SELECT scope, name FROM tokens WHERE token_hash = ?", (digest,))
         found = row.fetchone()

@@ -50,11 +50,15 @@ def redact(text: str, known_secrets: tuple[str, ...] = ()) -> str:
 class Outbox:
     """What a transaction wants published once it has committed."""
 
-    events: list[dict[str, Any]] = field(default_factory=list)
+    # each event as its JSON line: encoded once, stored in SQLite and published as is
+    events: list[str] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     # (metric name, value, labels) applied to Prometheus after the commit.
     metrics: list[tuple[str, float, dict[str, str]]] = field(default_factory=list)
     work_ready: bool = False
+    # Lookups that cannot change within the transaction (a worker's GPU, "retries
+    # promoted"), so a batch of reports does not repeat them per event.
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     def metric(self, name: str, value: float = 1.0, **labels: str) -> None:
         self.metrics.append((name, value, labels))
@@ -87,14 +91,18 @@ def record(
     }
     body.update(extra)
     if body["worker_id"] and body["gpu_id"] is None:
-        gpu = conn.execute("SELECT gpu_index FROM workers WHERE id = ?", (body["worker_id"],))
-        found = gpu.fetchone()
-        body["gpu_id"] = found["gpu_index"] if found else None
+        key = ("gpu_of", body["worker_id"])
+        if key not in outbox.memo:
+            gpu = conn.execute("SELECT gpu_index FROM workers WHERE id = ?", (body["worker_id"],))
+            found = gpu.fetchone()
+            outbox.memo[key] = found["gpu_index"] if found else None
+        body["gpu_id"] = outbox.memo[key]
+    line = json.dumps(body, default=str)
     conn.execute(
         "INSERT INTO events (ts, event_type, plan_id, task_id, body_json) VALUES (?,?,?,?,?)",
-        (now, event_type, task["plan_id"], task["id"], json.dumps(body, default=str)),
+        (now, event_type, task["plan_id"], task["id"], line),
     )
-    outbox.events.append(body)
+    outbox.events.append(line)
 
 
 class EventLog:
@@ -113,7 +121,7 @@ class EventLog:
     def publish(self, outbox: Outbox) -> None:
         with self._lock:
             if outbox.events:
-                lines = "".join(json.dumps(e, default=str) + "\n" for e in outbox.events)
+                lines = "".join(line + "\n" for line in outbox.events)
                 sys.stdout.write(lines)
                 sys.stdout.flush()
                 with self.events_file.open("a", encoding="utf-8") as handle:

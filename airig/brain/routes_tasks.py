@@ -89,21 +89,29 @@ def claim(body: ClaimRequest, request: Request, worker: WorkerDep):
 
 @router.post("/exchange", response_model=ExchangeResponse)
 def exchange_reports(body: ExchangeRequest, request: Request, worker: WorkerDep):
-    """Apply a worker's reports in order, then claim (long-poll) in the same transaction."""
-    brain = brain_of(request)
-    view = _view(brain, worker.name, body.claim) if body.claim else None
+    """Apply a worker's reports in order, then claim (long-poll) in the same transaction.
+
+    Served by ``airig.brain.fastpath`` in the running brain; this route documents it
+    in the OpenAPI schema and serves apps built without the fast path (tests)."""
+    answer = run_exchange(brain_of(request), worker.name, body)
+    return Response(answer.model_dump_json(), media_type="application/json")
+
+
+def run_exchange(brain: Brain, worker_id: str, body: ExchangeRequest) -> ExchangeResponse:
+    """One exchange: the reports, then the claim, in one transaction; long-poll if empty."""
+    view = _view(brain, worker_id, body.claim) if body.claim else None
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float):
-        done = [exchange.apply(conn, outbox, now, brain, worker.name, r) for r in body.reports]
+        done = [exchange.apply(conn, outbox, now, brain, worker_id, r) for r in body.reports]
         if body.claim is None:
             return done, []
-        return done, exchange.claim(conn, outbox, now, brain, worker.name, view, body.claim)
+        return done, exchange.claim(conn, outbox, now, brain, worker_id, view, body.claim)
 
     results, leased = brain.write(change)
     stale = sum(result.status == 409 for result in results)
     if stale:
         brain.metrics.stale_reports.inc(stale)
-    found = _poll(brain, worker.name, view, body.claim, leased) if body.claim else []
+    found = _poll(brain, worker_id, view, body.claim, leased) if body.claim else []
     return ExchangeResponse(results=results, assignments=found)
 
 

@@ -54,8 +54,10 @@ def transition(
     if to in S.TERMINAL:
         columns.setdefault("finished_at", now)
     assignments = ", ".join(f"{name} = ?" for name in columns)
-    conn.execute(f"UPDATE tasks SET {assignments} WHERE id = ?", (*columns.values(), task["id"]))
-    updated = get_task(conn, task["id"])
+    # RETURNING gives the new row without a second query (SQLite >= 3.35).
+    updated = conn.execute(
+        f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING *", (*columns.values(), task["id"])
+    ).fetchone()
     details = {"from": task["state"], "to": to, "worker_id": updated["worker_id"]}
     details["reason"] = columns.get("reason")
     details.update(event or {})
@@ -164,7 +166,10 @@ def _set(conn: sqlite3.Connection, task_id: int, **columns: Any) -> None:
 
 
 def promote_due(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
-    """RETRY_WAIT tasks whose backoff has passed become READY."""
+    """RETRY_WAIT tasks whose backoff has passed become READY (once per transaction)."""
+    if outbox.memo.get("promoted_at") == now:
+        return
+    outbox.memo["promoted_at"] = now
     rows = conn.execute(
         "SELECT * FROM tasks WHERE state = 'RETRY_WAIT' AND not_before <= ?", (now,)
     ).fetchall()

@@ -37,6 +37,8 @@ log = logging.getLogger("airig.worker.pipeline")
 
 # Classes that may be held ahead; the brain enforces the same list (``exchange.py``).
 PREFETCHABLE = {"cpu", "script"}
+# How long a report may wait for the next ones while the worker still holds tasks.
+BATCH_WINDOW_S = 0.02
 # How long the last reports of a stopping worker may take to reach the brain.
 CLOSE_DEADLINE_S = 15.0
 
@@ -101,6 +103,8 @@ class Pipeline:
         """Send the pending reports with a claim that tops the held tasks up."""
         with self._send:
             with self._state:
+                if idle and self.held:
+                    return  # the sender's exchange just topped the held tasks up
                 reports, self._pending = self._pending, []
                 room = self.prefetch - len(self.held) - (0 if idle else 1)
                 start = idle and not self.held
@@ -162,6 +166,15 @@ class Pipeline:
         while True:
             with self._state:
                 self._state.wait_for(lambda: self._kick or self._closed, self.renew_every_s)
+                # Quick tasks finish within milliseconds of each other: let their reports
+                # gather for a moment while held tasks remain, so one exchange carries
+                # several (an exchange costs the brain a transaction, a report a row).
+                window_ends = time.monotonic() + BATCH_WINDOW_S
+                while self.held and not self._closed:
+                    left = window_ends - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._state.wait(left)
                 if self._closed:
                     return
                 self._kick = False

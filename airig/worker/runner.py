@@ -32,6 +32,9 @@ from airig.worker.settings import WorkerSettings
 from airig.worker.swapping import Swapper, swap_then_run
 
 log = logging.getLogger("airig.worker")
+# Task types whose executors never write an output file: no per-attempt folder (a mkdir
+# and rmdir per task were a fifth of a worker's time in the dispatch profile).
+NO_FILES = frozenset({"noop", "llm", "embed", "resource"})
 
 
 class Worker:
@@ -136,7 +139,8 @@ class Worker:
         fields = {"task_uid": task.task_id, "task_id": task.key, "attempt": task.attempt}
         output_dir = self.settings.work_dir / f"{task.task_id}-{task.attempt}"
         try:
-            output_dir.mkdir(parents=True, exist_ok=True)
+            if task.type not in NO_FILES:
+                output_dir.mkdir(parents=True, exist_ok=True)
             log.info("attempt started", extra={**fields, "type": task.type})
             outcome, released = swap_then_run(self, task, cancel, output_dir)
             if released:
@@ -150,7 +154,8 @@ class Worker:
             log.error("could not report the attempt", extra={**fields, "error": str(exc)})
         finally:
             self.current.end()
-            shutil.rmtree(output_dir, ignore_errors=True)
+            if task.type not in NO_FILES:
+                _remove_dir(output_dir)
 
     def run_attempt(self, task: Assignment, cancel: threading.Event, output_dir: Path):
         """(ExecResult | TaskError | None, released) after the executor thread ends."""
@@ -208,3 +213,14 @@ class Worker:
                 **lease, output=outcome.output, files=stored, metrics=outcome.metrics
             )
         self.pipeline.report(task, body)
+
+
+def _remove_dir(path: Path) -> None:
+    """Remove an attempt's output folder; most are empty (uploaded files are gone), and
+    rmdir costs a fraction of rmtree, which showed up per task in the dispatch profile."""
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)

@@ -7,14 +7,18 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airig.brain.app import create_app
+from airig.brain.fastpath import ExchangeFastPath
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 
 
-@pytest.fixture
-def client(tmp_path):
-    with TestClient(create_app(h.make_settings(tmp_path, BRAIN_CLAIM_WAIT_S=0))) as made:
+@pytest.fixture(params=["fastapi-route", "fast-path"])
+def client(tmp_path, request):
+    """Every test runs against the FastAPI route and the ASGI fast path the brain serves."""
+    app = create_app(h.make_settings(tmp_path, BRAIN_CLAIM_WAIT_S=0))
+    served = ExchangeFastPath(app) if request.param == "fast-path" else app
+    with TestClient(served) as made:
         yield made
 
 
@@ -116,3 +120,14 @@ def test_a_held_task_is_renewed_started_and_released_through_exchanges(client):
     assert [r["state"] for r in renewed["results"]] == ["LEASED", "RUNNING"]
     released = exchange(client, worker, [ref | {"action": "release"}])["results"][0]
     assert (released["status"], released["state"]) == (200, "READY")
+
+
+def test_the_fast_path_refuses_like_the_route(client):
+    """Same status codes and {"detail"} shape for a missing, wrong-scope or bad request."""
+    assert client.post("/v1/exchange", json={"reports": []}).status_code == 401
+    unknown = client.post("/v1/exchange", headers={"Authorization": "Bearer nope"}, json={})
+    assert unknown.status_code == 401 and "detail" in unknown.json()
+    assert client.post("/v1/exchange", headers=ADMIN, json={"reports": []}).status_code == 403
+    worker = register(client)
+    bad = client.post("/v1/exchange", headers=worker, json={"reports": [{"action": "explode"}]})
+    assert bad.status_code == 422 and bad.json()["detail"]

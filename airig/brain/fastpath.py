@@ -1,0 +1,97 @@
+"""``POST /v1/exchange`` served below FastAPI's routing and dependency layers.
+
+Every task a worker runs passes through this one route, and in the dispatch benchmark
+FastAPI's per-request machinery (middleware stack, dependency solving, a second
+serialisation pass) cost the brain more CPU than the transaction itself. This ASGI
+wrapper answers that route directly: same authentication (worker tokens only), same
+request model, same handler (``routes_tasks.run_exchange``, in a worker thread because
+it commits and may long-poll), the same ``{"detail": ...}`` error shape. Every other
+path goes to the FastAPI app untouched; the FastAPI route stays for the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio.to_thread
+from fastapi import HTTPException
+from pydantic import ValidationError
+
+from airig.brain.auth import identify_token
+from airig.protocol import ExchangeRequest
+
+PATH = "/v1/exchange"
+MAX_BODY = 16 * 1024 * 1024  # reports carry results inline; plans have their own limit
+
+
+class ExchangeFastPath:
+    def __init__(self, app: Any) -> None:
+        self.app = app  # the FastAPI app: its state holds the brain
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        status, body = await self._handle(scope, receive)
+        await send({
+            "type": "http.response.start", "status": status,
+            "headers": [(b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())],
+        })  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    async def _handle(self, scope: dict, receive: Any) -> tuple[int, bytes]:
+        state = self.app.state
+        token = _bearer(scope)
+        principal = identify_token(state.settings, state.db, token) if token else None
+        if principal is None:
+            return _error(401, "missing bearer token" if not token else "unknown token")
+        if principal.scope != "worker":
+            return _error(403, f"this token's scope ({principal.scope}) cannot do that")
+        raw = await _read_body(receive)
+        if raw is None:
+            return _error(413, f"request body over {MAX_BODY} bytes")
+        try:
+            request = ExchangeRequest.model_validate_json(raw)
+        except ValidationError as exc:
+            detail = json.loads(exc.json(include_url=False, include_context=False))
+            return 422, json.dumps({"detail": detail}).encode()
+        from airig.brain.routes_tasks import run_exchange
+
+        try:
+            answer = await anyio.to_thread.run_sync(
+                run_exchange, state.brain, principal.name, request
+            )
+        except HTTPException as exc:
+            return _error(exc.status_code, str(exc.detail))
+        except Exception as exc:  # noqa: BLE001 - one JSON error shape, never a traceback
+            return _error(500, f"internal error: {type(exc).__name__}")
+        return 200, answer.model_dump_json().encode()
+
+
+def _bearer(scope: dict) -> str:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            kind, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if kind.lower() == "bearer" else ""
+    return ""
+
+
+async def _read_body(receive: Any) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _error(status: int, detail: str) -> tuple[int, bytes]:
+    return status, json.dumps({"detail": detail}).encode()
