@@ -1,6 +1,6 @@
 """Dispatch benchmark: N no-op tasks through airig and through Celery 5 + Redis, same run.
 
-Usage: python benchmarks/dispatch.py [--tasks 2000] [--workers 4] [--timeout 300]
+Usage: python benchmarks/dispatch.py [--tasks 3000] [--workers 4] [--timeout 300]
                                      [--json results/dispatch.json]
 
 airig: a real brain (``python -m airig.brain``) and ``--workers`` worker processes
@@ -157,7 +157,7 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=2000)
+    parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=300.0)
     # The same for both: AIRIG_WORKER_PREFETCH and Celery's --prefetch-multiplier (with

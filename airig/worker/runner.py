@@ -7,11 +7,13 @@ the brain (no budget charged) so another worker takes it at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import signal
 import threading
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import requests
@@ -24,6 +26,7 @@ from airig.protocol import (
     RegisterRequest,
     ReleaseRequest,
 )
+from airig.worker.attempts import AttemptThreads
 from airig.worker.gpus import probe_gpus
 from airig.worker.heartbeat import CurrentAttempt, Heartbeat, write_state
 from airig.worker.link import BrainLink, BrainUnreachable, LeaseLost, Unregistered
@@ -47,6 +50,7 @@ class Worker:
         self.current = CurrentAttempt()
         self.resident: list[str] = []
         self.swapper = Swapper(settings)  # runs the brain's model swaps (GPU workers)
+        self.attempts = AttemptThreads()  # where executors run, one attempt at a time
         self.claim_wait_s = 20.0
         self.heartbeat: Heartbeat | None = None
         self.pipeline = Pipeline(
@@ -168,29 +172,30 @@ class Worker:
             output_dir=output_dir, timeout_s=task.timeout_s, cancel=cancel,
             trusted=task.trusted, gpu_index=settings.gpu_index,
         )  # fmt: skip
-        box: dict[str, object] = {}
 
-        def target() -> None:
+        def target() -> object:
             try:
-                box["result"] = run_task(task.type, task.payload, ctx)
+                return run_task(task.type, task.payload, ctx)
             except TaskError as exc:
-                box["result"] = exc
+                return exc
 
-        thread = threading.Thread(target=target, name=f"attempt-{task.task_id}", daemon=True)
-        thread.start()
+        future = self.attempts.submit(target)
         released, give_up_at = False, None
-        while thread.is_alive():
-            thread.join(0.1)
+        while not future.done():
+            with contextlib.suppress(FutureTimeout):
+                future.result(timeout=0.1)
             if self.stopping.is_set() and give_up_at is None:
                 give_up_at = time.monotonic() + settings.stop_grace_s
             if give_up_at is not None and time.monotonic() > give_up_at and not released:
                 released = True
                 cancel.set()
-                thread.join(5.0)  # executors honour cancel promptly; do not wait forever
+                # executors honour cancel promptly; do not wait forever
+                with contextlib.suppress(FutureTimeout):
+                    future.result(timeout=5.0)
                 break
         if cancel.is_set() and not released:
             return None, False  # lease lost: the brain has moved on; report nothing
-        return box.get("result"), released
+        return (future.result() if future.done() else None), released
 
     def report(self, task: Assignment, outcome: object, output_dir: Path) -> None:
         """Upload the files now; the result itself leaves with the next exchange."""

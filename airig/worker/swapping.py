@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import requests
+
 from airig.executors.base import run_task
 from airig.executors.context import ExecContext, ExecResult, TaskError
 from airig.protocol import Assignment
@@ -65,9 +67,12 @@ class Swapper:
         """Run the swap: what was done, and the error (naming the step) if a step failed."""
         report = SwapReport()
         try:
+            need = task.need_vram_mb
+            if need is None and task.load:
+                need = self.weights_mb(task.load)
             run_swap(
                 self._context(task, cancel), SWAPPED_SERVICE, task.evict, _preload(task),
-                need_vram_mb=task.need_vram_mb, free_mb=self.free_mb, settle_s=self.settle_s,
+                need_vram_mb=need, free_mb=self.free_mb, settle_s=self.settle_s,
                 run=self.run, report=report,
             )  # fmt: skip
             return report, None
@@ -79,6 +84,22 @@ class Swapper:
                 f"model swap before the task failed ({_plan(task)}): {exc.message}",
                 error_type=exc.error_type, hint=exc.hint, retryable=True,
             )  # fmt: skip
+
+    def weights_mb(self, model: str) -> int | None:
+        """The model's weights in MiB from Ollama's /api/tags: what must at least fit in
+        free VRAM before the load (the KV cache comes on top). None when unknown."""
+        try:
+            response = requests.get(f"{self.settings.ollama_url}/api/tags", timeout=5)
+            response.raise_for_status()
+            entries = response.json().get("models", [])
+        except (requests.RequestException, ValueError):
+            return None
+        wanted = {model, f"{model}:latest"}
+        for entry in entries:
+            if entry.get("name") in wanted or entry.get("model") in wanted:
+                size = entry.get("size")
+                return int(size) // (1024 * 1024) if isinstance(size, int) else None
+        return None
 
     def _context(self, task: Assignment, cancel: threading.Event) -> ExecContext:
         settings = self.settings

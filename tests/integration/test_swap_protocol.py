@@ -130,3 +130,32 @@ def test_vram_that_frees_late_is_waited_for(ollama_url, ctx):
     report = run_swap(ctx, "ollama", [OLD], NEW, need_vram_mb=5000,
                       free_mb=lambda: next(readings), settle_s=5)  # fmt: skip
     assert report.free_vram_mb == 5500 and set(loaded(ollama_url)) == {NEW}
+
+
+def test_the_worker_learns_the_vram_need_from_ollama_when_the_brain_has_none(tmp_path):
+    """No size from the brain: the worker takes the weights' size from /api/tags (the
+    stand-in's 3 MiB model) and will not load into less free VRAM than that."""
+    from airig.protocol import Assignment
+    from airig.worker.settings import WorkerSettings
+    from airig.worker.swapping import Swapper
+
+    standin = start_standin("ollama", tmp_path / "models", {"STANDIN_MODEL_BYTES": str(3 << 20)})
+    try:
+        body = {"model": NEW, "stream": False}
+        requests.post(f"{standin.url}/api/pull", json=body, timeout=30).raise_for_status()
+        settings = WorkerSettings(
+            WORKER_CLASSES="llm", WORKER_GPU="0", OLLAMA_URL=standin.url,
+            WORKER_WORK_DIR=str(tmp_path), DATA_DIR=str(tmp_path),
+        )  # fmt: skip
+        swapper = Swapper(settings, free_mb=lambda: 1, settle_s=0.2)
+        assert swapper.weights_mb(NEW) == 3 and swapper.weights_mb("missing:1b") is None
+        task = Assignment(
+            task_id=1, plan_id="p", key="t", name="t", type="llm", task_class="llm",
+            payload={}, model=NEW, timeout_s=30, attempt=1, lease_id="l",
+            lease_expires_at=0.0, load=NEW,
+        )  # fmt: skip
+        report, error = swapper.swap(task, threading.Event())
+        assert error is not None and error.error_type == "vram_not_freed", error
+        assert report.loaded is None and NEW not in loaded(standin.url)
+    finally:
+        standin.stop()
