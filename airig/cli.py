@@ -15,14 +15,14 @@ from typing import Annotated
 import typer
 
 from airig import __version__
-from airig.compose_plan import build_plan
+from airig.compose_plan import build_plan, worker_layout
 from airig.console import console, fail
 from airig.docker_adapter import Docker
 from airig.envfile import ensure_env
 from airig.errors import AirigError, ConfigError
 from airig.launcher import Launcher
 from airig.settings import Settings, load_settings
-from airig.status import checks_table, service_rows, services_table
+from airig.status import checks_table, layout_table, service_rows, services_table
 
 app = typer.Typer(
     add_completion=False,
@@ -89,6 +89,7 @@ def up(profile: ProfileOpt = None, dry_run: DryRunOpt = False) -> None:
         console.print("[bold]Dry run[/]: these commands would run, in order:")
         for line in result.commands:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print(layout_table(worker_layout(result.plan, settings.get("AIRIG_CPU_WORKERS"))))
         return
     rows = service_rows(launcher.docker, result.plan)
     console.print(services_table(rows, f"airig is up ({result.plan.profile})"))

@@ -223,3 +223,25 @@ def amd_env(settings: Settings) -> str:
     if override:
         lines.append(f"HSA_OVERRIDE_GFX_VERSION={override}")
     return "\n".join(lines) + "\n"
+
+
+def worker_layout(plan: ComposePlan, cpu_workers: str) -> list[dict[str, str]]:
+    """Who runs where, for `--dry-run` and the docs: one row per worker service."""
+    import yaml
+
+    host_env = next((text for path, text in plan.generated.items() if path.name == HOST_ENV), "")
+    cpu_classes = dict(line.split("=", 1) for line in host_env.splitlines() if "=" in line)
+    rows = [{
+        "worker": f"worker-cpu (x{cpu_workers})", "gpus": "-", "ollama": "ollama (shared)",
+        "classes": cpu_classes.get("AIRIG_CPU_WORKER_CLASSES", ALL_CLASSES),
+    }]  # fmt: skip
+    overlay = next((t for path, t in plan.generated.items() if path.name == GPU_OVERLAY), None)
+    services = yaml.safe_load(overlay)["services"] if overlay else {}
+    for name, service in sorted(services.items()):
+        if not name.startswith("worker-"):
+            continue
+        env = service["environment"]
+        ollama = env["OLLAMA_URL"].removeprefix("http://").split(":")[0]
+        rows.append({"worker": name, "gpus": env["WORKER_GPU"], "ollama": f"{ollama} (own)",
+                     "classes": env["WORKER_CLASSES"]})  # fmt: skip
+    return rows

@@ -90,6 +90,15 @@ def workers_table(workers: list[dict]) -> Table:
     return table
 
 
+def layout_table(rows: list[dict[str, str]]) -> Table:
+    table = Table(title="worker layout")
+    for col in ("worker", "gpus", "ollama", "classes"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(row["worker"], row["gpus"], row["ollama"], row["classes"])
+    return table
+
+
 def checks_table(checks: list[Check]) -> Table:
     table = Table(title="airig doctor", show_lines=False)
     table.add_column("")

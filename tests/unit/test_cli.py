@@ -70,6 +70,7 @@ def test_dry_run_prints_compose_commands_per_profile(kit):
             "airig-infra", "airig-compute", "airig-agents",
         ]  # fmt: skip
         assert all(f"--profile {profile}" in u for u in ups)
+        assert "worker layout" in done.stdout and "worker-cpu (x" in done.stdout
 
 
 def test_detect_json_on_this_host_says_cpu(kit):

@@ -95,3 +95,21 @@ def test_brain_gpu_group_naming_a_missing_gpu_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="lacks"):
         build_plan(settings(tmp_path, "AIRIG_BRAIN_GPUS=0,7\n"), "gpu-nvidia", [GpuSlot(0)])
+
+
+def test_the_layout_names_each_worker_its_gpus_and_its_ollama(tmp_path):
+    from airig.compose_plan import worker_layout
+
+    gpus = [GpuSlot(i, "GTX 1060 6GB", 6 << 30) for i in range(5)]
+    plan = build_plan(settings(tmp_path, "AIRIG_BRAIN_GPUS=0,3\n"), "gpu-nvidia", gpus)
+    rows = {r["worker"]: (r["gpus"], r["ollama"], r["classes"]) for r in worker_layout(plan, "2")}
+    assert rows == {
+        "worker-cpu (x2)": ("-", "ollama (shared)", "cpu"),
+        "worker-brain": ("0,3", "ollama-brain (own)", "llm,resource"),
+        "worker-gpu1": ("1", "ollama-gpu1 (own)", "llm,script,resource"),
+        "worker-gpu2": ("2", "ollama-gpu2 (own)", "llm,script,resource"),
+        "worker-gpu4": ("4", "ollama-gpu4 (own)", "llm,script,resource"),
+    }
+    cpu_only = worker_layout(build_plan(settings(tmp_path), "cpu", []), "2")
+    assert cpu_only == [{"worker": "worker-cpu (x2)", "gpus": "-", "ollama": "ollama (shared)",
+                         "classes": "cpu,script,llm,resource"}]  # fmt: skip
