@@ -16,7 +16,13 @@ import requests
 
 from airig.errors import ProvisionError
 from airig.provision.cache import FileIdentity
-from airig.provision.common import GrowthWatcher, Listing, ModelReport, merge_listing
+from airig.provision.common import (
+    GrowthWatcher,
+    Listing,
+    ModelReport,
+    ServerProvisioner,
+    merge_listing,
+)
 from airig.provision.download import fetch, partial_bytes, partial_path
 from airig.provision.events import Emitter
 from airig.provision.http import API_TIMEOUT, error_text
@@ -24,8 +30,9 @@ from airig.provision.manifest import ComfyModel
 from airig.provision.verify import ExpectedFile, FileCheckError, Verifier, sha256_file
 
 
-class ComfyUIProvisioner:
+class ComfyUIProvisioner(ServerProvisioner):
     service = "comfyui"
+    health_path = "/system_stats"
 
     def __init__(
         self,
@@ -36,13 +43,9 @@ class ComfyUIProvisioner:
         emitter: Emitter,
         session: requests.Session | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
-        self.health_url = f"{self.url}/system_stats"
+        super().__init__(url, models, verifier, emitter, session)
         self.root = root
         self.entries = {m.name: m for m in models}
-        self.verifier = verifier
-        self.emitter = emitter
-        self.http = session or requests.Session()
 
     def configured(self) -> list[str]:
         return list(self.entries)

@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import requests
+
 from airig.errors import ProvisionError
+from airig.provision.events import Emitter
 from airig.provision.verify import ExpectedFile, FileCheckError, VerifiedFile, Verifier
 
 
@@ -45,6 +48,28 @@ def merge_listing(configured: Sequence[str], present: dict[str, int | None]) -> 
     rows = [Listing(m, present.get(m), True, m in present) for m in configured]
     rows += [Listing(m, size, False, True) for m, size in present.items() if m not in configured]
     return rows
+
+
+class ServerProvisioner:
+    """What every provisioner keeps: its server's URL and health check, the models it was
+    given, the verifier, the event emitter and one HTTP session."""
+
+    service: str
+    health_path: str
+
+    def __init__(
+        self, url: str, models: list, verifier: Verifier, emitter: Emitter,
+        session: requests.Session | None = None,
+    ) -> None:  # fmt: skip
+        self.url = url.rstrip("/")
+        self.health_url = f"{self.url}{self.health_path}"
+        self.models = models
+        self.verifier = verifier
+        self.emitter = emitter
+        self.http = session or requests.Session()
+
+    def configured(self) -> list[str]:
+        return list(self.models)
 
 
 class Provisioner(Protocol):

@@ -18,6 +18,7 @@ from airig.errors import ProvisionError
 from airig.provision.common import (
     Listing,
     ModelReport,
+    ServerProvisioner,
     ensure_model,
     merge_listing,
     remove_corrupt,
@@ -84,7 +85,8 @@ def read_pull_stream(
     )
 
 
-class OllamaProvisioner:
+class OllamaProvisioner(ServerProvisioner):
+    health_path = "/api/version"
     service = "ollama"
 
     def __init__(
@@ -96,16 +98,8 @@ class OllamaProvisioner:
         emitter: Emitter,
         session: requests.Session | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
-        self.health_url = f"{self.url}/api/version"
+        super().__init__(url, models, verifier, emitter, session)
         self.models_dir = models_dir
-        self.models = models
-        self.verifier = verifier
-        self.emitter = emitter
-        self.http = session or requests.Session()
-
-    def configured(self) -> list[str]:
-        return list(self.models)
 
     def ensure(self, model: str, force: bool = False) -> ModelReport:
         return ensure_model(model, force, self.verify, self.pull, self._remove_corrupt)

@@ -21,6 +21,7 @@ from airig.provision.common import (
     GrowthWatcher,
     Listing,
     ModelReport,
+    ServerProvisioner,
     ensure_model,
     merge_listing,
     remove_corrupt,
@@ -70,7 +71,8 @@ def expected_files(repo: Path, model: str) -> list[ExpectedFile]:
     return files
 
 
-class WhisperProvisioner:
+class WhisperProvisioner(ServerProvisioner):
+    health_path = "/health"
     service = "whisper"
 
     def __init__(
@@ -82,16 +84,8 @@ class WhisperProvisioner:
         emitter: Emitter,
         session: requests.Session | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
-        self.health_url = f"{self.url}/health"
+        super().__init__(url, models, verifier, emitter, session)
         self.hub_dir = hub_dir
-        self.models = models
-        self.verifier = verifier
-        self.emitter = emitter
-        self.http = session or requests.Session()
-
-    def configured(self) -> list[str]:
-        return list(self.models)
 
     def _model_url(self, model: str) -> str:
         return f"{self.url}/v1/models/{quote(model, safe='/')}"
