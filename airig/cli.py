@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from airig import __version__
 from airig.compose_plan import build_plan, worker_layout
 from airig.console import console, fail
-from airig.docker_adapter import Docker
+from airig.docker_adapter import ENGINE_HINT, Docker
 from airig.envfile import ensure_env
 from airig.errors import AirigError, ConfigError
 from airig.launcher import Launcher
@@ -106,11 +107,10 @@ def _ensure_env(root: Path) -> None:
     if report.created:
         console.print("Created .env from .env.example (edit it to choose models and images).")
     if report.added_keys:
-        console.print(f"Added new settings to .env: {', '.join(report.added_keys)}")
+        console.print(f"Added new settings to .env: {escape(', '.join(report.added_keys))}")
     if report.generated_secrets:
-        console.print(
-            f"Generated secrets in .env: {', '.join(report.generated_secrets)} (not shown)"
-        )
+        names = escape(", ".join(report.generated_secrets))
+        console.print(f"Generated secrets in .env: {names} (not shown)")
 
 
 @app.command()
@@ -139,7 +139,7 @@ def down(
     launcher = Launcher(settings, Docker(), console)
     plan = build_plan(settings, "cpu", [])
     for line in launcher.down(plan, volumes=volumes, keep_models=keep_models):
-        console.print(f"  {line}")
+        console.print(f"  {escape(line)}")
 
 
 @app.command()
@@ -205,16 +205,21 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
             "source": choice.source,
             "reasons": choice.reasons,
             "fix": choice.fix,
+            "refused": choice.refusal.message if choice.refusal else None,
             "report": choice.report.to_dict(),
         }
         print(json.dumps(data, indent=2, default=str))
-        return
-    render_table(choice.report, console)
-    console.print(f"Profile: [bold cyan]{choice.profile}[/] (from {choice.source})")
-    for reason in choice.reasons:
-        console.print(f"  · {reason}")
-    if choice.fix:
-        console.print(f"  [yellow]→ {choice.fix}[/]")
+    else:
+        render_table(choice.report, console)
+        console.print(f"Profile: [bold cyan]{escape(choice.profile)}[/] (from {choice.source})")
+        if choice.refusal is None:  # a refusal is said once, as the ✘ line below
+            for reason in choice.reasons:
+                console.print(f"  · {escape(reason)}")
+            if choice.fix:
+                console.print(f"  [yellow]→ {escape(choice.fix)}[/]")
+    if choice.refusal is not None:
+        # A forced profile `up` would refuse: the same ✘ line and fix, and exit ≠ 0.
+        raise choice.refusal
 
 
 def _compute_client():
@@ -257,4 +262,18 @@ def main() -> None:
         if isinstance(exc, click.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
+        if _engine_failure(exc):
+            # A Docker call that slipped past the adapter's conversion: still one line.
+            detail = " ".join(str(exc).split())
+            fail(f"Docker failed: {type(exc).__name__}: {detail}", ENGINE_HINT)
+            sys.exit(1)
         raise
+
+
+def _engine_failure(exc: Exception) -> bool:
+    import docker.errors
+    import requests
+    from python_on_whales.exceptions import DockerException
+
+    engine = (docker.errors.DockerException, requests.RequestException, DockerException)
+    return isinstance(exc, engine)

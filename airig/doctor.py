@@ -18,9 +18,7 @@ def run_doctor(settings: Settings, docker: Docker) -> tuple[list[Check], dict]:
     checks.append(env_check(settings))
     extra: dict = {}
     if engine_ok:
-        launcher = Launcher(settings, docker, console=None)  # type: ignore[arg-type]
-        checks.append(disk_check(settings, docker.engine_info().get("DockerRootDir")))
-        checks += port_checks(settings, launcher.own_ports())
+        checks += _host_checks(settings, docker)
     checks.append(_profile_check(settings, docker, extra))
     if engine_ok:
         try:
@@ -28,6 +26,16 @@ def run_doctor(settings: Settings, docker: Docker) -> tuple[list[Check], dict]:
         except AirigError as exc:
             extra["services_error"] = exc.message
     return checks, bundle(checks, settings.values, extra)
+
+
+def _host_checks(settings: Settings, docker: Docker) -> list[Check]:
+    """Disk and ports; an engine that stops answering half-way is a ✘, not a crash."""
+    launcher = Launcher(settings, docker, console=None)  # type: ignore[arg-type]
+    try:
+        checks = [disk_check(settings, docker.engine_info().get("DockerRootDir"))]
+        return checks + port_checks(settings, launcher.own_ports())
+    except AirigError as exc:
+        return [Check("docker daemon", False, exc.message, exc.hint)]
 
 
 def _profile_check(settings: Settings, docker: Docker, extra: dict) -> Check:

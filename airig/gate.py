@@ -5,6 +5,7 @@ so its health means "every model named in .env is pulled and verified". It also 
 verified-model inventory that the init containers recorded, for `status` and the workers.
 
     python -m airig.gate            serve on :8099 (GET /health, GET /models)
+                                    on GATE_LISTEN_HOST (default 127.0.0.1; compose: 0.0.0.0)
     python -m airig.gate --check    healthcheck: exit 0 when the server answers
 """
 
@@ -59,6 +60,11 @@ class _Handler(BaseHTTPRequestHandler):
         print(json.dumps({"event": "gate.request", "line": fmt % args}), flush=True)
 
 
+def listen_host() -> str:
+    """Loopback unless told otherwise: only compose, inside the container, sets 0.0.0.0."""
+    return os.environ.get("GATE_LISTEN_HOST", "").strip() or "127.0.0.1"
+
+
 def check(port: int = PORT) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=4):
@@ -71,7 +77,7 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         return check()
     print(json.dumps({"event": "gate.ready", "caches": [str(p) for p in _cache_paths()]}))
-    ThreadingHTTPServer(("0.0.0.0", PORT), _Handler).serve_forever()
+    ThreadingHTTPServer((listen_host(), PORT), _Handler).serve_forever()
     return 0
 
 

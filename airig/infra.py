@@ -10,13 +10,18 @@ documents) on the volume the workers read and fetch what tasks wrote.
 # No `from __future__ import annotations`: FastAPI must resolve the route annotations,
 # which are local to create_app().
 
+import contextlib
+import errno
 import hmac
 import json
 import os
+import secrets
+import stat
 import sys
 import urllib.request
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import unquote
 
 AIRIG_UID = 10001
 WHISPER_UID = 1000  # speaches' "ubuntu" user
@@ -30,6 +35,9 @@ LAYOUT = {
     "comfyui": (0, []),
 }
 PORT = 8090
+UPLOAD_PREFIX = ".upload-"  # in-flight uploads: hidden from listings, not writable by name
+# Users upload audio and video; the disk is the real bound, this stops a runaway client.
+DEFAULT_MAX_UPLOAD = 8 * 1024**3
 
 
 def prepare(root: Path = VOLUMES_ROOT) -> list[str]:
@@ -53,21 +61,29 @@ def create_app():
     from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.responses import FileResponse
     from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+    from starlette.requests import ClientDisconnect
 
     root = Path(os.environ.get("FILES_ROOT", "/data")).resolve()
     token = os.environ.get("BRAIN_ADMIN_TOKEN", "")
     if not token or token == "change-me":
         raise SystemExit("files: BRAIN_ADMIN_TOKEN is not set (run python start_services.py)")
+    limit = max_upload_bytes()
     bearer = HTTPBearer()
     Credentials = Annotated[HTTPAuthorizationCredentials, Depends(bearer)]
 
     def authorised(cred: Credentials) -> None:
-        if not hmac.compare_digest(cred.credentials.encode(), token.encode()):
+        if not same_secret(cred.credentials, token):
             raise HTTPException(401, "invalid token")
 
+    def vet(rel: str) -> None:
+        reason = bad_path_reason(rel)
+        if reason:
+            raise HTTPException(400, f"{reason}; give a path inside the data volume")
+
     def resolve(rel: str) -> Path:
+        vet(rel)
         path = (root / rel).resolve()
-        if path != root and root not in path.parents:
+        if not _inside(root, path):
             raise HTTPException(400, "path escapes the data volume")
         return path
 
@@ -80,30 +96,180 @@ def create_app():
     @app.get("/files/{rel:path}", dependencies=[Depends(authorised)])
     def get(rel: str):
         path = resolve(rel)
-        if path.is_dir():
-            return {"path": rel, "entries": sorted(_entry(p) for p in path.iterdir())}
-        if not path.is_file():
+        try:
+            if path.is_dir():
+                listed = (_entry(root, p) for p in path.iterdir() if not _in_flight(p.name))
+                return {"path": rel, "entries": sorted(e for e in listed if e)}
+            found = path.is_file()
+        except OSError as exc:
+            raise HTTPException(*_os_failure(exc, rel)) from None
+        if not found:
             raise HTTPException(404, f"no file {rel}")
         return FileResponse(path)
 
     @app.put("/files/{rel:path}", dependencies=[Depends(authorised)], status_code=201)
     async def put(rel: str, request: Request) -> dict:
-        path = resolve(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        size = 0
-        with partial.open("wb") as out:  # write aside, rename: readers never see half
-            async for chunk in request.stream():
-                out.write(chunk)
-                size += len(chunk)
-        partial.replace(path)
+        vet(rel)
+        parent_rel, _, name = rel.rpartition("/")
+        if name in ("", "."):
+            raise HTTPException(400, f"name a file to write, e.g. inputs/talk.wav (got {rel!r})")
+        if _in_flight(name):
+            raise HTTPException(400, f"names starting {UPLOAD_PREFIX} are reserved; rename it")
+        # Only the folder is resolved: a link in the file's own place is replaced by the
+        # upload (os.replace), never written through.
+        parent = resolve(parent_rel)
+        declared = request.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
+            raise HTTPException(413, _too_large(limit))
+        try:
+            dir_fd = _open_dirs(root, parent.relative_to(root).parts)
+            try:
+                size = await _receive(request, dir_fd, name, limit)
+            finally:
+                os.close(dir_fd)
+        except UploadTooLarge:
+            raise HTTPException(413, _too_large(limit)) from None
+        except ClientDisconnect:
+            # Nobody is left to read this; answering keeps the disconnect out of the logs.
+            raise HTTPException(400, "upload interrupted by the client") from None
+        except OSError as exc:
+            raise HTTPException(*_os_failure(exc, rel)) from None
         return {"path": rel, "size": size}
 
     return app
 
 
-def _entry(path: Path) -> tuple:
-    return (path.name + ("/" if path.is_dir() else ""), path.stat().st_size)
+class UploadTooLarge(Exception):
+    """The body passed FILES_MAX_UPLOAD_BYTES while streaming."""
+
+
+def max_upload_bytes() -> int:
+    raw = os.environ.get("FILES_MAX_UPLOAD_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_UPLOAD
+    if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
+        raise SystemExit(
+            f"files: FILES_MAX_UPLOAD_BYTES must be a positive number of bytes, got {raw!r} "
+            "(fix it in .env)"
+        )
+    return int(raw)
+
+
+def listen_host() -> str:
+    """Loopback unless told otherwise: compose sets 0.0.0.0 inside the container, whose
+    port is published on AIRIG_BIND_ADDRESS; a plain process must not face the LAN."""
+    return os.environ.get("FILES_LISTEN_HOST", "").strip() or "127.0.0.1"
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """Constant-time compare of a bearer token with the configured one, as bytes.
+
+    ASGI servers decode header bytes as latin-1, so encoding back the same way recovers
+    what the client sent; the environment decodes with surrogateescape, ditto. Comparing
+    str would raise (500) on any non-ASCII character instead of answering 401.
+    """
+    try:
+        sent = given.encode("latin-1")
+    except UnicodeEncodeError:  # not something a real header can carry
+        return False
+    return hmac.compare_digest(sent, expected.encode("utf-8", "surrogateescape"))
+
+
+def bad_path_reason(rel: str) -> str | None:
+    """Why a request path is refused, or None. The server already decoded it once; the
+    once-more-decoded form is checked too, so a proxy that decodes twice cannot turn
+    ``%252e%252e`` into ``..`` behind this check."""
+    for form in (rel, unquote(rel)):
+        if "\x00" in form:
+            return "path contains a NUL byte"
+        if form.startswith(("/", "\\")):
+            return "path must be relative, not absolute"
+        if ".." in form.replace("\\", "/").split("/"):
+            return "path must not contain '..'"
+    return None
+
+
+def _inside(root: Path, path: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _in_flight(name: str) -> bool:
+    return name.startswith(UPLOAD_PREFIX)
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"upload is larger than the {limit}-byte limit; split the file or raise "
+        "FILES_MAX_UPLOAD_BYTES in .env"
+    )
+
+
+def _os_failure(exc: OSError, rel: str) -> tuple[int, str]:
+    if isinstance(exc, NotADirectoryError):
+        return 409, f"a folder on the way to {rel} is a file; remove it or pick another path"
+    if isinstance(exc, IsADirectoryError):
+        return 409, f"{rel} is a folder; pick a file name inside it"
+    if exc.errno == errno.ELOOP:  # a link appeared between resolve() and the walk
+        return 400, "path escapes the data volume"
+    if exc.errno == errno.ENAMETOOLONG:
+        return 400, "a name in the path is too long; shorten it"
+    if exc.errno == errno.ENOSPC:
+        return 507, "the data volume is full; free space and upload again"
+    return 500, f"{rel}: {exc.strerror or exc}"
+
+
+def _open_dirs(root: Path, parts: tuple[str, ...]) -> int:
+    """A descriptor of root/parts, making folders as needed, one component at a time and
+    never through a link: resolve() vetted the path, this keeps a link swapped in since
+    then from redirecting the write outside the volume."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    fd = os.open(root, flags)
+    try:
+        for part in parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+async def _receive(request, dir_fd: int, name: str, limit: int) -> int:
+    """Stream the body into a fresh temp file beside `name`, then rename it into place:
+    readers never see half a file, and O_EXCL|O_NOFOLLOW means a planted link is never
+    opened. The temp file goes on any failure, disconnect or cancellation."""
+    temp = f"{UPLOAD_PREFIX}{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    size = 0
+    try:
+        with os.fdopen(os.open(temp, flags, 0o644, dir_fd=dir_fd), "wb") as out:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise UploadTooLarge
+                out.write(chunk)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    return size
+
+
+def _entry(root: Path, path: Path) -> tuple | None:
+    """(name, size) for a listing. A link is listed as what it points to only when that
+    stays inside the volume; nothing outside is ever stat'ed."""
+    target = path.resolve() if path.is_symlink() else path
+    if not _inside(root, target):
+        return None
+    try:
+        st = os.stat(target, follow_symlinks=False)
+    except OSError:  # dangling link, or gone since iterdir()
+        return None
+    return (path.name + ("/" if stat.S_ISDIR(st.st_mode) else ""), st.st_size)
 
 
 def check(port: int = PORT) -> int:
@@ -124,7 +290,7 @@ def main(argv: list[str]) -> int:
     if command == "serve":
         import uvicorn
 
-        uvicorn.run(create_app(), host="0.0.0.0", port=PORT, log_level="warning")
+        uvicorn.run(create_app(), host=listen_host(), port=PORT, log_level="warning")
         return 0
     if command == "check":
         return check()

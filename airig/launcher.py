@@ -2,6 +2,8 @@
 
 up:   .env → detect → choose profile (say which source won) → preflight → network →
       build the kit's image → stacks in order with `compose up --wait` → summary.
+The GPU judgement comes before any build: on a first run the probe has no local image,
+so the base image (which the build starts FROM anyway) is pulled to probe with.
 A failed stack names the failing service, shows its last log lines and takes down what
 this run started, so nothing is left half-started. Running `up` twice changes nothing.
 """
@@ -15,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from airig.compose_plan import ComposePlan, StackPlan, build_plan
-from airig.docker_adapter import Docker, ServiceState
+from airig.docker_adapter import Docker, ServiceState, engine_errors
 from airig.errors import DockerError, PreflightError
-from airig.hardware_choice import Choice, choose_profile
+from airig.hardware_choice import Choice, choose_profile, probe_images
 from airig.image_source import image_hash, source_hash
 from airig.preflight import Check, disk_check, docker_checks, env_check, port_checks
 from airig.settings import Settings
@@ -51,8 +54,12 @@ class Launcher:
             _require(docker_checks(self.docker))
         choice = choose_profile(self.settings, self.docker, strict=not dry_run)
         if not dry_run and _probe_lacked_image(choice):
-            # A GPU probe needs a local image; on a first run that is the kit's own.
-            self._build(build_plan(self.settings, "cpu", []))
+            # A GPU probe needs a local image, and a fresh host has none. Judge the GPUs
+            # now, not after a long build of the kit's image: pull the base image that
+            # build starts FROM anyway, and probe with it.
+            base = probe_images(self.settings)[-1]
+            self.console.print(f"[bold]Pulling[/] {escape(base)} to probe the GPUs with …")
+            self.docker.pull_image(base)
             choice = choose_profile(self.settings, self.docker, strict=True)
         self._say_profile(choice)
         plan = build_plan(self.settings, choice.profile, choice.gpus, choice.host_env)
@@ -65,7 +72,7 @@ class Launcher:
         self.docker.ensure_network(plan.network)
         self._build(plan)
         for stack in plan.stacks:
-            self.console.print(f"[bold]Starting[/] {stack.name} …")
+            self.console.print(f"[bold]Starting[/] {escape(stack.name)} …")
             self._up_stack(plan, stack, result)
         return result
 
@@ -73,9 +80,11 @@ class Launcher:
         args = {k: self.settings.get(k) for k in ("AIRIG_BASE_IMAGE", "AIRIG_PIP_INSTALL_ARGS")}
         wanted = source_hash(self.settings.root, args)
         image = self.settings.get("AIRIG_IMAGE")
-        if image_hash(self.docker.sdk(), image) == wanted:
+        with engine_errors(f"inspecting the image {image}"):
+            built = image_hash(self.docker.sdk(), image)
+        if built == wanted:
             return
-        self.console.print(f"[bold]Building[/] the kit's image {image} …")
+        self.console.print(f"[bold]Building[/] the kit's image {escape(image)} …")
         self.docker.build(
             plan.stack(IMAGE_SERVICE[0]), [IMAGE_SERVICE[1]], {"AIRIG_SOURCE_HASH": wanted}
         )
@@ -121,7 +130,7 @@ class Launcher:
     def own_ports(self) -> set[int]:
         """Host ports already published by airig's containers (a second `up` is fine)."""
         ports = set()
-        for c in self.docker.sdk().containers.list(filters={"label": "com.docker.compose.project"}):
+        for c in self.docker.containers(label="com.docker.compose.project"):
             if not c.labels.get("com.docker.compose.project", "").startswith("airig-"):
                 continue
             for bindings in (c.attrs["NetworkSettings"]["Ports"] or {}).values():
@@ -129,11 +138,20 @@ class Launcher:
         return ports
 
     def _say_profile(self, choice: Choice) -> None:
-        self.console.print(f"Profile [bold cyan]{choice.profile}[/] (from {choice.source})")
-        for reason in choice.reasons:
-            self.console.print(f"  · {reason}")
+        # reasons and fixes quote drivers and the engine ("capabilities: [[gpu]]"): never markup
+        self.console.print(
+            f"Profile [bold cyan]{escape(choice.profile)}[/] (from {escape(choice.source)})"
+        )
+        if choice.refusal is not None:  # dry-run: say it, since nothing else will
+            self.console.print(
+                f"  [bold yellow]⚠ up would refuse {escape(choice.profile)}:[/] "
+                f"{escape(choice.refusal.message)}"
+            )
+        else:
+            for reason in choice.reasons:
+                self.console.print(f"  · {escape(reason)}")
         if choice.fix:
-            self.console.print(f"  [yellow]→ {choice.fix}[/]")
+            self.console.print(f"  [yellow]→ {escape(choice.fix)}[/]")
         from airig.provision.fit import check_fit
 
         models = [
@@ -142,7 +160,7 @@ class Launcher:
         # each worker owns one GPU, so a model must fit the largest single card
         largest = max((g.vram_bytes for g in choice.gpus), default=0)
         for warning in check_fit(models, [largest] if largest else []):
-            self.console.print(f"  [yellow]⚠ {warning}[/]")
+            self.console.print(f"  [yellow]⚠ {escape(warning)}[/]")
 
     def _write_generated(self, plan: ComposePlan) -> None:
         for path, text in plan.generated.items():
@@ -208,14 +226,16 @@ class Launcher:
         failing = [s for s in self.docker.services(stack) if not _is_ok(s)]
         for svc in failing:
             code = "" if svc.exit_code in (None, 0) else f", exit code {svc.exit_code}"
-            self.console.print(f"[red]✘ {svc.service}[/]: {svc.state} {svc.health}{code}")
+            self.console.print(
+                f"[red]✘ {escape(svc.service)}[/]: {escape(f'{svc.state} {svc.health}{code}')}"
+            )
             for line in self.docker.logs(stack, svc.service, tail=15).splitlines()[-15:]:
                 self.console.print(f"    {line}", markup=False, highlight=False)
         return failing
 
     def rollback(self, stacks: list[StackPlan]) -> None:
         for stack in reversed(stacks):
-            self.console.print(f"[yellow]Rolling back[/] {stack.name} …")
+            self.console.print(f"[yellow]Rolling back[/] {escape(stack.name)} …")
             self.docker.down(stack)
 
     # ------------------------------------------------------------------ down

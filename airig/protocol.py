@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from airig.jsonsafe import check_json_value
 
 TASK_CLASSES = ("cpu", "script", "llm", "resource")
 TRUST_LEVELS = ("trusted", "untrusted")
@@ -45,7 +47,31 @@ class TaskState:
     )
 
 
-class GpuInfo(BaseModel):
+class Wire(BaseModel):
+    """A wire model: no NaN or Infinity (they are not JSON and cannot be sent back)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class Inbound(Wire):
+    """A request body. Strict types (``false`` is not 0.0, ``"1"`` is not 1: what the
+    schema says is what is accepted). Checked whole before validation, because
+    ``json.loads`` lets a lone surrogate through to the fields and it breaks only later
+    (in SQLite, or when the value is sent back)."""
+
+    model_config = ConfigDict(allow_inf_nan=False, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            check_json_value(data, bound_ints=False, checked=(BaseModel,))
+        return data
+
+
+class GpuInfo(Wire):
+    model_config = ConfigDict(allow_inf_nan=False, strict=True)  # nested in requests
+
     index: int
     name: str = ""
     vram_total_mb: int = 0
@@ -54,15 +80,18 @@ class GpuInfo(BaseModel):
     power_w: float | None = None
 
 
-class RegisterRequest(BaseModel):
+class RegisterRequest(Inbound):
     name: str = Field(min_length=1, max_length=128)
     classes: list[str] = Field(default_factory=lambda: ["cpu"])
-    gpu_index: int | None = None
+    gpu_index: int | None = Field(default=None, ge=0, le=4096)
     gpus: list[GpuInfo] = Field(default_factory=list)
     resident_models: list[str] = Field(default_factory=list)
+    # The token this worker held, when it registers again (after a 401): proves it is
+    # the same worker, so it may take its name back while its last heartbeat is fresh.
+    previous_token: str | None = Field(default=None, max_length=256)
 
 
-class RegisterResponse(BaseModel):
+class RegisterResponse(Wire):
     worker_id: str
     token: str
     heartbeat_interval_s: float
@@ -70,12 +99,12 @@ class RegisterResponse(BaseModel):
     claim_wait_s: float
 
 
-class HeartbeatRequest(BaseModel):
+class HeartbeatRequest(Inbound):
     gpus: list[GpuInfo] = Field(default_factory=list)
     resident_models: list[str] = Field(default_factory=list)
 
 
-class ClaimRequest(BaseModel):
+class ClaimRequest(Inbound):
     wait_s: float = Field(default=20.0, ge=0, le=120)
     resident_models: list[str] = Field(default_factory=list)
     # Start the first task in the claim's own write (LEASED -> RUNNING): one round trip
@@ -89,12 +118,12 @@ class ClaimRequest(BaseModel):
     claim_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9]{8,40}$")
 
 
-class LeaseRef(BaseModel):
+class LeaseRef(Inbound):
     attempt: int = Field(ge=1)
     lease_id: str = Field(min_length=1, max_length=64)
 
 
-class Assignment(BaseModel):
+class Assignment(Wire):
     """One leased attempt, as handed to a worker by a claim."""
 
     task_id: int
@@ -127,7 +156,7 @@ class Assignment(BaseModel):
         return MODEL_SERVICE_FOR_TYPE.get(self.type) if self.load else None
 
 
-class LeaseStatus(BaseModel):
+class LeaseStatus(Wire):
     lease_expires_at: float
     state: str
 
@@ -136,6 +165,12 @@ class CompleteRequest(LeaseRef):
     output: dict[str, Any] = Field(default_factory=dict)
     files: list[str] = Field(default_factory=list)
     metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("output", "metrics")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Stored, templated into payloads and summed into learned costs: 64-bit ints only.
+        return check_json_value(value)
 
 
 class FailRequest(LeaseRef):
@@ -181,12 +216,12 @@ Report = Annotated[
 ]
 
 
-class ExchangeRequest(BaseModel):
+class ExchangeRequest(Inbound):
     reports: list[Report] = Field(default_factory=list, max_length=256)
     claim: ClaimRequest | None = None
 
 
-class ReportResult(BaseModel):
+class ReportResult(Wire):
     """How one report fared: 200, 404 (no such task) or 409 (not this worker's lease)."""
 
     task_id: int
@@ -197,11 +232,29 @@ class ReportResult(BaseModel):
     detail: str = ""
 
 
-class ExchangeResponse(BaseModel):
+class ExchangeResponse(Wire):
     results: list[ReportResult]
     assignments: list[Assignment]
 
 
-class TokenRequest(BaseModel):
-    scope: str = Field(pattern="^(admin|submit)$")
+class TokenRequest(Inbound):
+    scope: str = Field(pattern="^(admin|submit|metrics)$")
     name: str = Field(default="", max_length=128)
+
+
+class ErrorBody(Wire):
+    """Every refusal: ``{"detail": "what is wrong and how to fix it"}``."""
+
+    detail: str
+
+
+class PlanProblem(Wire):
+    message: str
+    errors: list[Any] = Field(default_factory=list)
+    fixes: list[Any] = Field(default_factory=list)
+
+
+class PlanErrorBody(Wire):
+    """A refused plan (413, 422): what is wrong with it, task by task."""
+
+    detail: PlanProblem

@@ -34,7 +34,7 @@ def check(settings: BrainSettings) -> int:
 def serve(settings: BrainSettings) -> int:
     import uvicorn
 
-    from airig.brain.app import create_app
+    from airig.brain.app import create_app, served
 
     app = create_app(settings)
     brain = app.state.brain
@@ -44,10 +44,8 @@ def serve(settings: BrainSettings) -> int:
             brain.begin_shutdown()  # release long-polls before uvicorn waits for them
             super().handle_exit(sig, frame)
 
-    from airig.brain.fastpath import ExchangeFastPath
-
     config = uvicorn.Config(
-        ExchangeFastPath(app),
+        served(app),
         host=settings.listen_host,
         port=settings.listen_port,
         log_config=None,

@@ -34,8 +34,23 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+def _raw(token: str) -> bytes:
+    # Header values arrive latin-1 decoded; a token may hold any byte (or, from a
+    # settings file, any character), so compare and hash bytes, never str.
+    return token.encode("utf-8", "surrogateescape")
+
+
 def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    return hashlib.sha256(_raw(token)).hexdigest()
+
+
+def bearer_from_scope(scope: dict) -> str:
+    """The bearer token of a raw ASGI request, or ''."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            kind, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if kind.lower() == "bearer" else ""
+    return ""
 
 
 def store_token(db: Database, scope: str, name: str) -> str:
@@ -55,9 +70,10 @@ def identify(request: Request, token: str) -> Principal | None:
 
 def identify_token(settings, db: Database, token: str) -> Principal | None:
     """Who holds this token, or None (for callers without a FastAPI request)."""
-    if hmac.compare_digest(token, settings.admin_token):
+    given = _raw(token)
+    if hmac.compare_digest(given, _raw(settings.admin_token)):
         return Principal("admin", "admin")
-    if hmac.compare_digest(token, settings.bootstrap_token):
+    if hmac.compare_digest(given, _raw(settings.bootstrap_token)):
         return Principal("bootstrap", "bootstrap")
     digest = hash_token(token)
     with db.lookup() as conn:

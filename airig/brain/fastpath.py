@@ -18,11 +18,12 @@ import anyio.to_thread
 from fastapi import HTTPException
 from pydantic import ValidationError
 
-from airig.brain.auth import identify_token
+from airig.brain.auth import bearer_from_scope, identify_token
+from airig.brain.guard import EXCHANGE_BODY
 from airig.protocol import ExchangeRequest
 
 PATH = "/v1/exchange"
-MAX_BODY = 16 * 1024 * 1024  # reports carry results inline; plans have their own limit
+MAX_BODY = EXCHANGE_BODY
 
 
 class ExchangeFastPath:
@@ -30,6 +31,7 @@ class ExchangeFastPath:
         self.app = app  # the FastAPI app: its state holds the brain
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        # Only the exchange: the app's own RequestGuard covers every other route.
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
@@ -43,7 +45,7 @@ class ExchangeFastPath:
 
     async def _handle(self, scope: dict, receive: Any) -> tuple[int, bytes]:
         state = self.app.state
-        token = _bearer(scope)
+        token = bearer_from_scope(scope)
         principal = identify_token(state.settings, state.db, token) if token else None
         if principal is None:
             return _error(401, "missing bearer token" if not token else "unknown token")
@@ -55,7 +57,11 @@ class ExchangeFastPath:
         try:
             request = ExchangeRequest.model_validate_json(raw)
         except ValidationError as exc:
-            detail = json.loads(exc.json(include_url=False, include_context=False))
+            # Where and what only: the input may be undecodable bytes or NaN.
+            detail = [
+                {"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]}
+                for e in exc.errors(include_url=False, include_context=False, include_input=False)
+            ]
             return 422, json.dumps({"detail": detail}).encode()
         from airig.brain.routes_tasks import run_exchange
 
@@ -68,14 +74,6 @@ class ExchangeFastPath:
         except Exception as exc:  # noqa: BLE001 - one JSON error shape, never a traceback
             return _error(500, f"internal error: {type(exc).__name__}")
         return 200, answer.model_dump_json().encode()
-
-
-def _bearer(scope: dict) -> str:
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            kind, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if kind.lower() == "bearer" else ""
-    return ""
 
 
 async def _read_body(receive: Any) -> bytes | None:

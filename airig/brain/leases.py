@@ -52,7 +52,9 @@ def is_replay(task: sqlite3.Row, worker_id: str, ref: LeaseRef, report_hash: str
 
 
 def rendered_payload(conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings):
-    """The task's payload with upstream results templated in."""
+    """The task's payload with upstream results templated in. KeyError (no such field),
+    OSError (result file gone) or ValueError (``results.RenderTooLarge``) when it cannot
+    be: ``claim`` fails the task for good, since no retry renders it differently."""
 
     def output_of(key: str) -> dict:
         row = conn.execute(
@@ -61,7 +63,8 @@ def rendered_payload(conn: sqlite3.Connection, task: sqlite3.Row, settings: Brai
         ).fetchone()
         return results.load_output(settings.results_dir, row["output_json"], row["output_file"])
 
-    return results.render(json.loads(task["payload_json"]), output_of)
+    limit = settings.max_rendered_bytes
+    return results.render(json.loads(task["payload_json"]), output_of, limit)
 
 
 # Tasks failed for a broken payload template within one claim before giving up on it.

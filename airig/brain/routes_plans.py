@@ -6,6 +6,7 @@ import json
 import sqlite3
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse
 
@@ -13,11 +14,12 @@ from airig.brain import results, states
 from airig.brain.auth import AdminDep, SubmitterDep, store_token
 from airig.brain.events import Outbox
 from airig.brain.plans import submit
-from airig.brain.plans.parse import PlanSyntaxError, detect_format, parse_plan
-from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
+from airig.brain.plans.load import load_plan
+from airig.brain.plans.parse import PlanSyntaxError
+from airig.brain.plans.validate import Limits, PlanInvalid
 from airig.brain.routes_workers import brain_of
+from airig.protocol import ErrorBody, PlanErrorBody, TokenRequest
 from airig.protocol import TaskState as S
-from airig.protocol import TokenRequest
 
 router = APIRouter(prefix="/v1", tags=["plans"])
 
@@ -74,19 +76,63 @@ def _load_plan(conn: sqlite3.Connection, plan_id: str) -> sqlite3.Row:
     return plan
 
 
-@router.post("/plans", status_code=201)
+_PLAN_BODY = {
+    "required": True,
+    "description": "A plan: JSON, YAML or Markdown (by Content-Type, else sniffed). "
+    "See 03-agents/AGENTS.md for the fields.",
+    "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/PlanSpec"}},
+        "application/yaml": {"schema": {"type": "string"}},
+        "text/markdown": {"schema": {"type": "string"}},
+    },
+}
+_ERROR_OR_PLAN_ERROR = {"application/json": {"schema": {"anyOf": [
+    {"$ref": "#/components/schemas/ErrorBody"}, {"$ref": "#/components/schemas/PlanErrorBody"},
+]}}}  # fmt: skip
+NOT_FOUND = {404: {"model": ErrorBody, "description": "no such plan or task"}}
+_PLAN_RESPONSES: dict = {
+    200: {"description": "the plan already submitted with this Idempotency-Key"},
+    201: {"description": "the stored plan, with its tasks"},
+    409: {"model": ErrorBody, "description": "Idempotency-Key used for another plan"},
+    413: {"description": "the body, the task count or a payload is too large",
+          "content": _ERROR_OR_PLAN_ERROR},
+    422: {"model": PlanErrorBody, "description": "the plan is not readable or not valid"},
+}  # fmt: skip
+
+
+def _plan_error(status: int, message: str, errors: list | None = None,
+                fixes: list | None = None) -> HTTPException:  # fmt: skip
+    return HTTPException(status, {"message": message, "errors": errors or [],
+                                  "fixes": fixes or []})  # fmt: skip
+
+
+@router.post(
+    "/plans", status_code=201, responses=_PLAN_RESPONSES,
+    openapi_extra={"requestBody": _PLAN_BODY},
+)  # fmt: skip
 async def submit_plan(
     request: Request,
     who: SubmitterDep,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    idempotency_key: Annotated[str | None, Header()] = None,
 ) -> Any:
-    """Submit a plan as JSON, YAML or Markdown (by Content-Type, else sniffed)."""
+    """Submit a plan; the same Idempotency-Key and body answer the stored plan again."""
     brain = brain_of(request)
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
+        raise _plan_error(422, "Idempotency-Key must be 1 to 200 characters")
+    # The request guard has already bounded the body to BRAIN_MAX_PLAN_BYTES.
     raw = await request.body()
-    if len(raw) > brain.settings.max_plan_bytes:
-        raise HTTPException(413, f"plan is larger than {brain.settings.max_plan_bytes} bytes")
-    body = raw.decode("utf-8", errors="replace")
-    digest = submit.body_hash(body)
+    limits = Limits(brain.settings.max_tasks, brain.settings.max_payload_bytes)
+    try:
+        # Parsing and validation are CPU work: off the event loop, so one big or
+        # hostile plan never stalls every other request.
+        plan, tainted, digest = await anyio.to_thread.run_sync(
+            load_plan, raw, request.headers.get("content-type"), limits
+        )
+    except PlanSyntaxError as exc:
+        raise _plan_error(422, str(exc)) from None
+    except PlanInvalid as exc:
+        status = 413 if exc.too_large else 422
+        raise _plan_error(status, "plan refused", exc.errors, exc.fixes) from None
     if idempotency_key:
         with brain.db.read() as conn:
             known = submit.find_by_idempotency_key(conn, idempotency_key)
@@ -94,16 +140,6 @@ async def submit_plan(
                 if known["body_hash"] != digest:
                     raise HTTPException(409, "Idempotency-Key was used for a different plan")
                 return JSONResponse(plan_view(conn, known, with_tasks=True), status_code=200)
-    try:
-        data = parse_plan(body, detect_format(request.headers.get("content-type"), body))
-        limits = Limits(brain.settings.max_tasks, brain.settings.max_payload_bytes)
-        plan, tainted = validate_plan(data, limits)
-    except PlanSyntaxError as exc:
-        raise HTTPException(422, {"message": str(exc), "errors": []}) from None
-    except PlanInvalid as exc:
-        status = 413 if exc.too_large else 422
-        detail = {"message": "plan refused", "errors": exc.errors, "fixes": exc.fixes}
-        raise HTTPException(status, detail) from None
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict:
         if idempotency_key and (known := submit.find_by_idempotency_key(conn, idempotency_key)):
@@ -114,7 +150,7 @@ async def submit_plan(
         )  # fmt: skip
         return plan_view(conn, _load_plan(conn, plan_id), with_tasks=True)
 
-    return brain.write(change)
+    return await anyio.to_thread.run_sync(brain.write, change)
 
 
 @router.get("/plans")
@@ -127,13 +163,13 @@ def list_plans(request: Request, _: SubmitterDep, limit: int = 50) -> dict:
         return {"plans": [plan_view(conn, row, with_tasks=False) for row in rows]}
 
 
-@router.get("/plans/{plan_id}")
+@router.get("/plans/{plan_id}", responses=NOT_FOUND)
 def get_plan(plan_id: str, request: Request, _: SubmitterDep) -> dict:
     with brain_of(request).db.read() as conn:
         return plan_view(conn, _load_plan(conn, plan_id), with_tasks=True)
 
 
-@router.post("/plans/{plan_id}/cancel")
+@router.post("/plans/{plan_id}/cancel", responses=NOT_FOUND)
 def cancel_plan(plan_id: str, request: Request, _: SubmitterDep) -> dict:
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict:
         _load_plan(conn, plan_id)
@@ -151,7 +187,7 @@ def _task_row(conn: sqlite3.Connection, plan_id: str, key: str) -> sqlite3.Row:
     return row
 
 
-@router.post("/plans/{plan_id}/tasks/{key}/cancel")
+@router.post("/plans/{plan_id}/tasks/{key}/cancel", responses=NOT_FOUND)
 def cancel_task(plan_id: str, key: str, request: Request, _: SubmitterDep) -> dict:
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict:
         task = _task_row(conn, plan_id, key)
@@ -160,7 +196,10 @@ def cancel_task(plan_id: str, key: str, request: Request, _: SubmitterDep) -> di
     return brain_of(request).write(change)
 
 
-@router.get("/plans/{plan_id}/tasks/{key}/result")
+@router.get(
+    "/plans/{plan_id}/tasks/{key}/result",
+    responses={**NOT_FOUND, 409: {"model": ErrorBody, "description": "not SUCCEEDED"}},
+)
 def task_result(plan_id: str, key: str, request: Request, _: SubmitterDep) -> dict:
     brain = brain_of(request)
     with brain.db.read() as conn:
@@ -171,18 +210,24 @@ def task_result(plan_id: str, key: str, request: Request, _: SubmitterDep) -> di
     return {"output": output, "files": json.loads(row["files_json"])}
 
 
-@router.get("/plans/{plan_id}/tasks/{key}/files/{name}")
+@router.get(
+    "/plans/{plan_id}/tasks/{key}/files/{name}",
+    response_class=FileResponse,
+    responses={200: {"content": {"application/octet-stream": {}}}, **NOT_FOUND},
+)
 def task_file(plan_id: str, key: str, name: str, request: Request, _: SubmitterDep) -> FileResponse:
+    """A file the task stored. Only a known task of a known plan, by its recorded
+    plan id and key: the request's own text never becomes a path."""
     brain = brain_of(request)
-    if not results.SAFE_NAME.match(name):
-        raise HTTPException(404, "no such file")
-    path = results.task_dir(brain.settings.results_dir, plan_id, key) / name
-    if not path.is_file():
+    with brain.db.read() as conn:
+        row = _task_row(conn, plan_id, key)
+    path = results.task_file(brain.settings.results_dir, row["plan_id"], row["key"], name)
+    if path is None:
         raise HTTPException(404, "no such file")
     return FileResponse(path)
 
 
-@router.get("/plans/{plan_id}/events")
+@router.get("/plans/{plan_id}/events", responses=NOT_FOUND)
 def plan_events(plan_id: str, request: Request, _: SubmitterDep) -> dict:
     with brain_of(request).db.read() as conn:
         _load_plan(conn, plan_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -21,6 +22,7 @@ from airig.protocol import (
     Assignment,
     ClaimRequest,
     CompleteRequest,
+    ErrorBody,
     ExchangeRequest,
     ExchangeResponse,
     FailRequest,
@@ -31,6 +33,11 @@ from airig.protocol import (
 from airig.protocol import TaskState as S
 
 router = APIRouter(prefix="/v1", tags=["worker tasks"])
+# A fenced write: no such task, or not this worker's live lease (abort the attempt).
+FENCED = {
+    404: {"model": ErrorBody, "description": "no such task"},
+    409: {"model": ErrorBody, "description": "the lease is not this attempt's (lost, stale)"},
+}
 
 
 def _view(brain: Brain, worker_id: str, body: ClaimRequest) -> WorkerView:
@@ -65,7 +72,7 @@ def _poll(
     def lease(conn: sqlite3.Connection, outbox: Outbox, now: float) -> list:
         return exchange.claim(conn, outbox, now, brain, worker_id, view, body)
 
-    deadline = time.monotonic() + body.wait_s
+    deadline = time.monotonic() + min(body.wait_s, brain.settings.max_claim_wait_s)
     while True:
         found = first if first is not None else brain.write(lease)
         first = None
@@ -134,7 +141,7 @@ def _fenced(
         raise HTTPException(409, str(exc)) from None
 
 
-@router.post("/tasks/{task_id}/start", response_model=LeaseStatus)
+@router.post("/tasks/{task_id}/start", response_model=LeaseStatus, responses=FENCED)
 def start(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
     settings = brain_of(request).settings
     task = _fenced(
@@ -143,7 +150,7 @@ def start(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
     return LeaseStatus(lease_expires_at=task["lease_expires_at"], state=task["state"])
 
 
-@router.post("/tasks/{task_id}/heartbeat", response_model=LeaseStatus)
+@router.post("/tasks/{task_id}/heartbeat", response_model=LeaseStatus, responses=FENCED)
 def renew(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
     """Renew this attempt's lease; 409 tells the worker to abort (lost, cancelled, timed out)."""
     lease_s = brain_of(request).settings.lease_s
@@ -155,22 +162,27 @@ def renew(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
     return _fenced(request, task_id, change)
 
 
-@router.put("/tasks/{task_id}/files/{name}")
+@router.put(
+    "/tasks/{task_id}/files/{name}",
+    openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {
+        "schema": {"type": "string", "format": "binary"}}}}},
+    responses=FENCED,
+)  # fmt: skip
 async def upload_file(
     task_id: int,
     name: str,
     request: Request,
     w: WorkerDep,
     attempt: Annotated[int, Query(ge=1)],
-    lease_id: Annotated[str, Query(min_length=1)],
+    lease_id: Annotated[str, Query(min_length=1, max_length=64)],
 ) -> dict:
-    """Store one output file of the live attempt under the results volume."""
+    """Store one output file of the live attempt under the results volume.
+
+    The fence is checked before the body is read, and the body is streamed to a file
+    aside (counted against BRAIN_MAX_FILE_BYTES), then renamed: never held in memory."""
     brain = brain_of(request)
     if not results.SAFE_NAME.match(name):
         raise HTTPException(422, "file name must be a plain name ([A-Za-z0-9._-])")
-    body = await request.body()
-    if len(body) > brain.settings.max_file_bytes:
-        raise HTTPException(413, "file is larger than BRAIN_MAX_FILE_BYTES")
     ref = LeaseRef(attempt=attempt, lease_id=lease_id)
     with brain.db.read() as conn:
         task = leases.states.get_task(conn, task_id)
@@ -183,13 +195,23 @@ async def upload_file(
         raise HTTPException(409, str(exc)) from None
     folder = results.task_dir(brain.settings.results_dir, task["plan_id"], task["key"])
     folder.mkdir(parents=True, exist_ok=True)
-    partial = folder / f".{name}.{lease_id}.part"
-    partial.write_bytes(body)
-    partial.replace(folder / name)
+    partial = folder / f".{name}.{uuid.uuid4().hex}.part"
+    limit, size = brain.settings.max_file_bytes, 0
+    try:
+        with partial.open("xb") as out:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise HTTPException(413, f"file is larger than {limit} bytes "
+                                        "(BRAIN_MAX_FILE_BYTES)")  # fmt: skip
+                out.write(chunk)
+        partial.replace(folder / name)
+    finally:
+        partial.unlink(missing_ok=True)
     return {"stored": str((folder / name).relative_to(brain.settings.results_dir))}
 
 
-@router.post("/tasks/{task_id}/complete")
+@router.post("/tasks/{task_id}/complete", responses=FENCED)
 def complete(task_id: int, body: CompleteRequest, request: Request, w: WorkerDep) -> dict:
     brain = brain_of(request)
 
@@ -204,7 +226,7 @@ def complete(task_id: int, body: CompleteRequest, request: Request, w: WorkerDep
     return {"state": task["state"]}
 
 
-@router.post("/tasks/{task_id}/fail")
+@router.post("/tasks/{task_id}/fail", responses=FENCED)
 def fail(task_id: int, body: FailRequest, request: Request, w: WorkerDep) -> dict:
     brain = brain_of(request)
     task = _fenced(
@@ -215,7 +237,7 @@ def fail(task_id: int, body: FailRequest, request: Request, w: WorkerDep) -> dic
     return {"state": task["state"]}
 
 
-@router.post("/tasks/{task_id}/release")
+@router.post("/tasks/{task_id}/release", responses=FENCED)
 def release(task_id: int, body: ReleaseRequest, request: Request, w: WorkerDep) -> dict:
     task = _fenced(
         request,

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 import sqlite3
 import time
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 
 from airig.brain import states
 from airig.brain.auth import AdminDep, BootstrapDep, WorkerDep, hash_token, new_token
 from airig.brain.events import Outbox
 from airig.brain.retry import INFRA
 from airig.brain.service import Brain
-from airig.protocol import HeartbeatRequest, RegisterRequest, RegisterResponse
+from airig.protocol import ErrorBody, HeartbeatRequest, RegisterRequest, RegisterResponse
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
@@ -23,9 +24,14 @@ def brain_of(request: Request) -> Brain:
 
 
 def _drop_old_leases(
-    conn: sqlite3.Connection, outbox: Outbox, brain: Brain, worker_id: str, now: float
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    brain: Brain,
+    worker_id: str,
+    now: float,
+    why: str = "registered again",
 ) -> None:
-    """A worker that registers again has restarted: its old attempts are dead."""
+    """A worker that registers again has restarted (or has stopped): its attempts are dead."""
     rows = conn.execute(
         "SELECT * FROM tasks WHERE worker_id = ? AND state IN ('LEASED', 'RUNNING')",
         (worker_id,),
@@ -33,20 +39,51 @@ def _drop_old_leases(
     for task in rows:
         states.retry_or_fail(
             conn, outbox, task, now, brain.retry, INFRA, "worker_restarted",
-            f"worker {worker_id} registered again during attempt {task['attempt']}",
+            f"worker {worker_id} {why} during attempt {task['attempt']}",
         )  # fmt: skip
 
 
-@router.post("/register", response_model=RegisterResponse)
+def _refuse_takeover(
+    conn: sqlite3.Connection, body: RegisterRequest, lease_s: float, now: float
+) -> None:
+    """Every worker registers with the one bootstrap token, so a name is not proof of
+    identity: a name whose holder is alive (heartbeat within a lease) is only handed to
+    a registrant that shows the holder's token. A crashed worker gets its name back
+    once its heartbeat is a lease old, when the reaper has given up on it anyway."""
+    row = conn.execute(
+        "SELECT token_hash, last_heartbeat FROM workers WHERE id = ?", (body.name,)
+    ).fetchone()
+    if row is None or now - row["last_heartbeat"] > lease_s:
+        return
+    if body.previous_token and hmac.compare_digest(
+        hash_token(body.previous_token), row["token_hash"]
+    ):
+        return
+    wait = max(1, int(lease_s - (now - row["last_heartbeat"])) + 1)
+    raise HTTPException(
+        409,
+        f"worker name {body.name!r} is held by a live worker; give this worker another "
+        f"name (WORKER_NAME) or retry in {wait} s",
+        headers={"Retry-After": str(wait)},
+    )
+
+
+@router.post(
+    "/register",
+    response_model=RegisterResponse,
+    responses={409: {"model": ErrorBody, "description": "the name is held by a live worker"}},
+)
 def register(
     body: RegisterRequest,
     request: Request,
     _: BootstrapDep,
 ) -> RegisterResponse:
+    """Trade the bootstrap token for a worker token (a restart registers again)."""
     brain = brain_of(request)
     token = new_token()
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+        _refuse_takeover(conn, body, brain.settings.lease_s, now)
         _drop_old_leases(conn, outbox, brain, body.name, now)
         conn.execute(
             """INSERT INTO workers (id, token_hash, classes_json, gpu_index, gpus_json,
@@ -94,6 +131,22 @@ def heartbeat(body: HeartbeatRequest, request: Request, worker: WorkerDep) -> di
 
     brain.write(change)
     return {"ok": True, "heartbeat_interval_s": brain.settings.heartbeat_interval_s}
+
+
+@router.post("/deregister")
+def deregister(request: Request, worker: WorkerDep) -> dict:
+    """A worker stopping cleanly: its name is free at once, its token stops working."""
+    brain = brain_of(request)
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+        _drop_old_leases(conn, outbox, brain, worker.name, now, "stopped")
+        conn.execute(
+            "UPDATE workers SET last_heartbeat = 0, token_hash = ? WHERE id = ?",
+            (hash_token(new_token()), worker.name),
+        )
+
+    brain.write(change)
+    return {"ok": True}
 
 
 @router.get("")

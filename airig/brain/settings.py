@@ -17,7 +17,9 @@ class BrainSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 
-    listen_host: str = Field("0.0.0.0", alias="BRAIN_LISTEN_HOST")
+    # Loopback for a plain process; compose sets 0.0.0.0 inside the container, whose port
+    # is published on AIRIG_BIND_ADDRESS.
+    listen_host: str = Field("127.0.0.1", alias="BRAIN_LISTEN_HOST")
     listen_port: int = Field(8080, alias="BRAIN_LISTEN_PORT")
     db_path: Path = Field(Path("/state/brain.db"), alias="BRAIN_DB")
     results_dir: Path = Field(Path("/results"), alias="BRAIN_RESULTS_DIR")
@@ -32,6 +34,8 @@ class BrainSettings(BaseSettings):
     # Long-poll length; short enough that a stopping worker is never stuck in a claim
     # longer than Docker's default 10 s stop timeout.
     claim_wait_s: float = Field(5.0, alias="BRAIN_CLAIM_WAIT_S", ge=0)
+    # The longest a claim may hold its connection, whatever wait_s it asks for.
+    max_claim_wait_s: float = Field(120.0, alias="BRAIN_MAX_CLAIM_WAIT_S", ge=0)
     reaper_interval_s: float = Field(2.0, alias="BRAIN_REAPER_INTERVAL_S", gt=0)
     runtime_grace_s: float = Field(30.0, alias="BRAIN_RUNTIME_GRACE_S", ge=0)
     default_timeout_s: float = Field(1800.0, alias="BRAIN_DEFAULT_TIMEOUT_S", gt=0)
@@ -55,6 +59,11 @@ class BrainSettings(BaseSettings):
     max_payload_bytes: int = Field(262_144, alias="BRAIN_MAX_PAYLOAD_BYTES", gt=0)
     result_inline_bytes: int = Field(65_536, alias="BRAIN_RESULT_INLINE_BYTES", ge=0)
     max_file_bytes: int = Field(268_435_456, alias="BRAIN_MAX_FILE_BYTES", gt=0)
+    # Bytes templates may add to one payload when upstream results are filled in.
+    max_rendered_bytes: int = Field(16 * 1024 * 1024, alias="BRAIN_MAX_RENDERED_BYTES", gt=0)
+    # /metrics needs an admin or metrics-scoped token unless this is set: counters name
+    # workers and models. Set it only when the port is reachable from trusted hosts.
+    metrics_public: bool = Field(False, alias="BRAIN_METRICS_PUBLIC")
 
     @model_validator(mode="after")
     def _derive(self) -> BrainSettings:

@@ -34,6 +34,8 @@ class InvalidTransition(Exception):
 
 
 def get_task(conn: sqlite3.Connection, task_id: int) -> sqlite3.Row | None:
+    if not 0 < task_id < 2**63:  # SQLite integers are 64-bit; larger ids name no task
+        return None
     return conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
 
 

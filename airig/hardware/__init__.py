@@ -24,7 +24,7 @@ from airig.hardware.docker_gpu import (
 from airig.hardware.merge import merge_gpus
 from airig.hardware.nvidia import NvmlResult, load_nvml, query_nvml
 from airig.hardware.pci import PciDisplayDevice, scan_pci
-from airig.hardware.report import GpuInfo, HardwareReport
+from airig.hardware.report import GpuInfo, HardwareReport, kfd_visible, nvml_visible
 from airig.hardware.table import render_table
 
 __all__ = [
@@ -36,6 +36,8 @@ __all__ = [
     "ProbeResult",
     "decide_profile",
     "detect",
+    "kfd_visible",
+    "nvml_visible",
     "render_table",
     "validate_profile",
 ]
@@ -58,15 +60,20 @@ def detect(
     amdsmi: Any = AUTO,
     docker_client: Any = AUTO,
     probe_image: str | Sequence[str] | None = None,
+    probe_client: Any = None,
 ) -> HardwareReport:
     """Scan PCI, NVML, KFD and Docker. ``None`` skips NVML / amdsmi / Docker; ``AUTO`` uses
-    the real ones. ``probe_image``: image(s) to probe with, the first present locally wins."""
+    the real ones. ``probe_image``: image(s) to probe with, the first present locally wins.
+    ``probe_client``: the client that runs the probe container (a GPU container can take
+    far longer to start than a query takes); ``docker_client`` when not given."""
     pci = scan_pci(Path(sysfs_root))
     nvml_result = nvml_facts(nvml)
     amd_host = scan_amd(Path(sysfs_root), Path(dev_root), amd_module(amdsmi, pci))
     client, docker_support = docker_facts(docker_client)
     gpus = merge_gpus(pci, nvml_result, amd_host)
     images = [probe_image] if isinstance(probe_image, str) else list(probe_image or [])
+    if client is not None and probe_client is not None:
+        client = probe_client
     probes = run_probes(client, docker_support, nvml_result, amd_host, images)
     return HardwareReport(
         gpus=tuple(gpus),
@@ -75,7 +82,7 @@ def detect(
         amd=amd_host,
         docker=docker_support,
         probes=probes,
-        reasons=tuple(host_notes(pci, amd_host, gpus)),
+        reasons=tuple(host_notes(pci, amd_host, gpus, nvml_result)),
     )
 
 
@@ -138,9 +145,26 @@ def run_probes(
     return probes
 
 
-def host_notes(pci: list[PciDisplayDevice], amd_host: AmdHost, gpus: list[GpuInfo]) -> list[str]:
+def host_notes(
+    pci: list[PciDisplayDevice],
+    amd_host: AmdHost,
+    gpus: list[GpuInfo],
+    nvml_result: NvmlResult | None = None,
+) -> list[str]:
     """Things worth saying that no vendor verdict covers."""
     notes = [
+        f"NVIDIA GPU at {gpu.pci_address} skipped: NVML does not see it "
+        f"(kernel driver: {gpu.kernel_driver or 'none'}), so no worker can use it"
+        for gpu in gpus
+        if nvml_result is not None and nvml_result.available and not nvml_visible(gpu)
+    ]
+    notes += [
+        f"AMD GPU at {gpu.pci_address} skipped: the KFD topology does not list it "
+        f"(kernel driver: {gpu.kernel_driver or 'none'}), so no worker can use it"
+        for gpu in gpus
+        if amd_host.kfd_present and gpu.kind != "integrated" and not kfd_visible(gpu)
+    ]
+    notes += [
         f"ignored {device.vendor_name} display at {device.address}: not a compute GPU"
         for device in pci
         if device.vendor == "other"

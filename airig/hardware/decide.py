@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 
 from airig.errors import ConfigError, HardwareError
 from airig.hardware.amd import hsa_override_for
-from airig.hardware.docker_gpu import NVIDIA_DRIVER_ERROR
-from airig.hardware.report import GpuInfo, HardwareReport
+from airig.hardware.docker_gpu import NVIDIA_DRIVER_ERROR, PROBE_TIMED_OUT
+from airig.hardware.report import GpuInfo, HardwareReport, nvml_visible
 
 PROFILES = ("cpu", "gpu-nvidia", "gpu-amd")
 PROFILE_VENDOR = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
@@ -45,6 +45,10 @@ ROCM_FIX = (
     "$USER`), reboot, then check `ls -l /dev/kfd /dev/dri`."
 )
 DOCKER_FIX = "Start Docker (`sudo systemctl start docker`) and run `detect` again."
+PROBE_TIMEOUT_FIX = (
+    "Give the GPU probe longer: set AIRIG_GPU_PROBE_TIMEOUT (seconds, default 120) in .env; "
+    "on NVIDIA, persistence mode (`sudo nvidia-smi -pm 1`) makes GPU containers start faster."
+)
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,8 @@ def assess_nvidia(report: HardwareReport) -> VendorVerdict:
     if not nvml.gpus:
         reason = f"{found} but NVML lists no GPU"
         return VendorVerdict("nvidia", "unusable", (reason,), NVML_FIXES["library-not-found"])
-    host = f"NVIDIA driver {nvml.driver_version}, {len(nvml.gpus)} GPU(s) ({describe(gpus)})"
+    visible = [gpu for gpu in gpus if nvml_visible(gpu)]  # the others are in report.reasons
+    host = f"NVIDIA driver {nvml.driver_version}, {len(nvml.gpus)} GPU(s) ({describe(visible)})"
     return docker_verdict("nvidia", host, report)
 
 
@@ -174,6 +179,8 @@ def docker_verdict(vendor: str, host: str, report: HardwareReport) -> VendorVerd
 
 
 def probe_fix(vendor: str, detail: str) -> str:
+    if PROBE_TIMED_OUT in detail:
+        return PROBE_TIMEOUT_FIX
     if vendor == "nvidia" and NVIDIA_DRIVER_ERROR in detail:
         return TOOLKIT_FIX
     if vendor == "nvidia":

@@ -8,7 +8,9 @@ Two sources, in order of trust:
    ``nvidia-container-runtime-hook`` is on its PATH, which ``docker info`` does not show.
 
 The probe only uses an image already present locally (never pulls), labels its container
-and removes it even when the engine refuses to start it.
+and removes it even when the engine refuses to start it. Starting a GPU container can take
+many seconds (nvidia-container-cli initialises every card when persistence mode is off), so
+the caller hands in a client with a long timeout; a timeout is a finding, never a crash.
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ from typing import Any
 
 from docker.errors import APIError, ContainerError, DockerException, ImageNotFound
 from docker.types import DeviceRequest
+from requests.exceptions import RequestException, Timeout
 
 PROBE_LABEL = "io.airig.gpu-probe"
 PROBE_COMMAND = ["true"]
 NVIDIA_DRIVER_ERROR = 'could not select device driver "nvidia"'
+PROBE_TIMED_OUT = "Docker did not answer in time while starting the probe container"
+# The SDK raises its own family, but a timed-out or dropped HTTP call to the engine comes
+# out of `requests` (ReadTimeout, ConnectionError), which is not part of it.
+ENGINE_ERRORS = (DockerException, RequestException)
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,7 @@ def query_docker(client: Any) -> DockerGpuSupport:
     """``read_docker_info`` on a live client; an unreachable engine is a finding."""
     try:
         return read_docker_info(client.info())
-    except DockerException as exc:
+    except ENGINE_ERRORS as exc:
         return DockerGpuSupport(reachable=False, error=str(exc))
 
 
@@ -127,7 +134,7 @@ def probe(
     """Run ``true`` in a local image with ``run_options``; report the engine's verdict."""
     try:
         image = first_local_image(client, images)
-    except DockerException as exc:
+    except ENGINE_ERRORS as exc:
         return ProbeResult(vendor, "not run", f"Docker not reachable: {exc}")
     if image is None:
         wanted = ", ".join(images) or "none given"
@@ -156,6 +163,10 @@ def probe(
             detail = f"image {image} has no `true` to run; pass another probe image"
             return ProbeResult(vendor, "not run", detail, image)
         return ProbeResult(vendor, "failed", message, image)
+    except Timeout as exc:
+        return ProbeResult(vendor, "failed", f"{PROBE_TIMED_OUT} ({exc})", image)
+    except RequestException as exc:
+        return ProbeResult(vendor, "not run", f"Docker not reachable: {exc}", image)
     except DockerException as exc:
         return ProbeResult(vendor, "failed", str(exc), image)
     finally:
@@ -172,6 +183,6 @@ def engine_message(exc: APIError) -> str:
 
 def remove_probe(client: Any, name: str) -> None:
     """A start refused by the engine leaves a "Created" container behind: remove it."""
-    # NotFound when auto-removed; any other DockerException: the engine went away.
-    with contextlib.suppress(DockerException):
+    # NotFound when auto-removed; anything else: the engine went away or timed out again.
+    with contextlib.suppress(*ENGINE_ERRORS):
         client.containers.get(name).remove(force=True)

@@ -97,7 +97,7 @@ def read_display_device(device_dir: Path) -> PciDisplayDevice | None:
         return None
     vendor_id = read_hex(device_dir / "vendor") or 0
     vendor = GPU_VENDORS.get(vendor_id, "other")
-    address = device_dir.name
+    address = normalize_address(device_dir.name)
     vram_total = read_int(device_dir / "mem_info_vram_total")
     kind, basis = classify(vendor, address, vram_total)
     boot_vga = read_int(device_dir / "boot_vga")
@@ -143,12 +143,18 @@ def pci_bus(address: str) -> int | None:
 
 
 def normalize_address(address: str) -> str:
-    """NVML writes "00000000:01:00.0", sysfs "0000:01:00.0": keep 4 domain digits."""
+    """One spelling for sysfs and NVML: NVML writes "00000000:01:00.0", sysfs "0000:01:00.0".
+
+    The domain is read as a number, not cut to 4 digits: behind Intel VMD it is wider
+    (sysfs "10000:e1:00.0", NVML "00010000:E1:00.0"), and cutting it would make one card
+    look like two. Printed with at least 4 digits, as the kernel does.
+    """
     parts = address.strip().lower().split(":")
-    if len(parts) == 3:
-        parts[0] = parts[0][-4:].rjust(4, "0")
-    elif len(parts) == 2:
-        parts.insert(0, "0000")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    # a name that is not a PCI address (a test's, a future format's) is compared as written
+    if len(parts) == 3 and parts[0] and all(c in "0123456789abcdef" for c in parts[0]):
+        parts[0] = f"{int(parts[0], 16):04x}"
     return ":".join(parts)
 
 

@@ -36,6 +36,19 @@ class GpuInfo:
         return asdict(self)
 
 
+def nvml_visible(gpu: GpuInfo) -> bool:
+    """False for an NVIDIA card NVML gave no index: one bound to vfio-pci (handed to a VM)
+    or to nouveau is on the PCI bus, but CUDA cannot use it."""
+    return gpu.vendor != "nvidia" or gpu.index is not None
+
+
+def kfd_visible(gpu: GpuInfo) -> bool:
+    """False for an AMD card the KFD topology does not list (bound to vfio-pci, or its
+    amdgpu failed to bind): it has no render node of its own, and guessing one would
+    map another card into its worker."""
+    return gpu.vendor != "amd" or gpu.render_node is not None
+
+
 @dataclass(frozen=True)
 class HardwareReport:
     """Facts only; ``decide.decide_profile`` turns them into a profile."""

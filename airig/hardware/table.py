@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from airig.hardware.decide import ProfileDecision
 from airig.hardware.report import GpuInfo, HardwareReport
@@ -19,7 +20,7 @@ def render_table(
     if docker.reachable:
         runtimes = ", ".join(docker.runtimes) or "none"
         cdi = ", ".join(docker.cdi_devices) or "none"
-        console.print(f"Docker runtimes: {runtimes}; CDI devices: {cdi}")
+        console.print(f"Docker runtimes: {runtimes}; CDI devices: {cdi}", markup=False)
     else:
         console.print(
             f"Docker: [yellow]not reachable[/] ({escape(str(docker.error))})", markup=True
@@ -37,8 +38,8 @@ def gpu_table(report: HardwareReport) -> Table:
     table = Table(title="GPUs")
     for column in ("Vendor", "Name", "Kind", "PCI", "VRAM", "Driver", "Details"):
         table.add_column(column)
-    for gpu in report.gpus:
-        table.add_row(
+    rows = [
+        (
             gpu.vendor,
             gpu.name,
             gpu.kind,
@@ -47,23 +48,23 @@ def gpu_table(report: HardwareReport) -> Table:
             gpu.driver_version or gpu.kernel_driver or "-",
             details(gpu),
         )
-    for device in report.other_display:
-        table.add_row(
-            "other",
-            device.vendor_name,
-            "not a GPU",
-            device.address,
-            "-",
-            device.kernel_driver or "-",
-            "ignored",
-        )
+        for gpu in report.gpus
+    ]
+    rows += [
+        ("other", device.vendor_name, "not a GPU", device.address, "-",
+         device.kernel_driver or "-", "ignored")
+        for device in report.other_display
+    ]  # fmt: skip
+    for row in rows:
+        # Names come from drivers and firmware: Text cells, never read as markup.
+        table.add_row(*(Text(cell) for cell in row))
     if not table.rows:
         table.add_row("-", "no display devices found", "", "", "", "", "")
     return table
 
 
 def render_decision(decision: ProfileDecision, console: Console) -> None:
-    console.print(f"Profile: [bold]{decision.profile}[/] (from {decision.source})")
+    console.print(f"Profile: [bold]{escape(decision.profile)}[/] (from {decision.source})")
     for reason in decision.reasons:
         console.print(f"  - {reason}", markup=False, highlight=False)
     if decision.fix:

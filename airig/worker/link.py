@@ -8,6 +8,7 @@ worker's token (``Unregistered``: register again).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -35,6 +36,8 @@ log = logging.getLogger("airig.worker.link")
 
 class LeaseLost(Exception):
     """The brain refused a write for this attempt (409): abort without side effects."""
+
+    retry_after: str | None = None
 
 
 class Unregistered(Exception):
@@ -99,7 +102,9 @@ class BrainLink:
     @staticmethod
     def _checked(response: requests.Response) -> requests.Response:
         if response.status_code == 409:
-            raise LeaseLost(response.json().get("detail", "lease lost"))
+            lost = LeaseLost(response.json().get("detail", "lease lost"))
+            lost.retry_after = response.headers.get("Retry-After")
+            raise lost
         if response.status_code == 401:
             raise Unregistered(response.text[:200])
         if response.status_code >= 400:
@@ -107,13 +112,36 @@ class BrainLink:
         return response
 
     def register(self, request: RegisterRequest, stop: threading.Event) -> RegisterResponse:
-        response = self._call(
-            "POST", "/v1/workers/register", token=self._bootstrap,
-            json_body=request.model_dump(), stop=stop,
-        )  # fmt: skip
+        """Trade the bootstrap token for a worker token. The token this link held (if
+        any) goes along, so the brain lets this worker keep its name; a 409 means a live
+        worker holds the name (another host, or this one's previous life, whose lease
+        the brain waits out): retried after the brain's Retry-After."""
+        body = request.model_copy(update={"previous_token": self._token or None})
+        while True:
+            try:
+                response = self._call(
+                    "POST", "/v1/workers/register", token=self._bootstrap,
+                    json_body=body.model_dump(), stop=stop,
+                )  # fmt: skip
+                break
+            except LeaseLost as exc:
+                wait = min(self._retry_cap_s * 3, float(exc.retry_after or 2))
+                log.warning("worker name in use, waiting", extra={"detail": str(exc),
+                                                                  "retry_s": wait})  # fmt: skip
+                if stop.wait(wait):
+                    raise BrainUnreachable("register: stopping") from None
         registered = RegisterResponse.model_validate(response.json())
         self._token = registered.token
         return registered
+
+    def deregister(self) -> None:
+        """Give the name back on a clean stop, so a restart can take it at once."""
+        # On failure the brain frees the name a lease after the last heartbeat anyway.
+        with contextlib.suppress(requests.RequestException):
+            self._session.post(
+                f"{self.base_url}/v1/workers/deregister",
+                headers={"Authorization": f"Bearer {self._token}"}, timeout=3,
+            )  # fmt: skip
 
     def heartbeat(self, body: HeartbeatRequest, timeout: float) -> None:
         deadline = time.monotonic() + timeout

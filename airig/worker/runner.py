@@ -116,6 +116,7 @@ class Worker:
     def shutdown(self) -> None:
         if self.heartbeat:
             self.heartbeat.stop()
+            self.link.deregister()
         write_state(self.settings.state_file, self.settings.name, ok=False)
         log.info("worker stopped")
 

@@ -124,7 +124,14 @@ class Cluster:
             raise AssertionError(f"brain exited:\n{self.brain.log()}")
         return requests.get(f"{self.url}/health", timeout=1).status_code == 200
 
-    def start_worker(self, name: str, classes: str = "cpu", **extra: str) -> Proc:
+    def start_worker(
+        self,
+        name: str,
+        classes: str = "cpu",
+        proc_name: str = "",
+        wait: bool = True,
+        **extra: str,
+    ) -> Proc:
         env = {
             "BRAIN_URL": self.url, "WORKER_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
             "WORKER_NAME": name, "WORKER_CLASSES": classes,
@@ -134,9 +141,10 @@ class Cluster:
             "WORKER_STOP_GRACE_S": "2", **self.services, **extra,
         }  # fmt: skip
         (self.root / "data").mkdir(exist_ok=True)
-        proc = spawn("airig.worker", name, env, self.root)
-        self.workers[name] = proc
-        wait_until(lambda: self.worker_alive(name), 20, f"worker {name} to register")
+        proc = spawn("airig.worker", proc_name or name, env, self.root)
+        self.workers[proc_name or name] = proc
+        if wait:
+            wait_until(lambda: self.worker_alive(name), 20, f"worker {name} to register")
         return proc
 
     def worker_alive(self, name: str) -> bool:

@@ -63,7 +63,10 @@ def test_a_stale_report_gets_409(cluster):
         json={**lease, "output": {"text": "too late"}}, timeout=10,
     )  # fmt: skip
     assert late.status_code == 409
-    assert "airig_stale_reports_rejected_total 1.0" in requests.get(f"{cluster.url}/metrics").text
+    assert (
+        "airig_stale_reports_rejected_total 1.0"
+        in requests.get(f"{cluster.url}/metrics", headers=ADMIN, timeout=10).text
+    )
 
 
 def test_a_worker_killed_mid_task_completes_once_elsewhere(cluster):
@@ -143,3 +146,19 @@ def test_cancelling_a_running_plan_stops_the_attempt_on_the_worker(cluster):
     assert cluster.wait_plan(follow_up["id"], 15)["status"] == "succeeded"
     assert "lease lost" in cluster.workers["w-busy"].log()
     assert cluster.get(f"/v1/plans/{plan['id']}")["tasks"][0]["state"] == "CANCELLED"
+
+
+def test_a_second_worker_cannot_take_a_live_workers_name(cluster):
+    """Every worker holds the bootstrap token; a twin with the same name (a copied .env
+    on a second rig) used to fail the holder's leases and revoke its token."""
+    cluster.start_brain()
+    holder = cluster.start_worker("gpu0")
+    twin = cluster.start_worker("gpu0", proc_name="gpu0-twin", wait=False)
+    wait_until(lambda: "worker name in use" in twin.log(), 15, f"the twin to wait\n{twin.log()}")
+    plan = cluster.submit({"name": "held", "tasks": [noop(f"t{i}") for i in range(4)]})
+    assert cluster.wait_plan(plan["id"], 30)["status"] == "succeeded"
+    assert '"registered"' not in twin.log() and holder.process.poll() is None
+    holder.stop()  # a clean stop gives the name back at once
+    wait_until(lambda: '"registered"' in twin.log(), 15, f"the twin to register\n{twin.log()}")
+    plan = cluster.submit({"name": "after", "tasks": [noop("x")]})
+    assert cluster.wait_plan(plan["id"], 30)["status"] == "succeeded"

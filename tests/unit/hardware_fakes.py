@@ -206,6 +206,9 @@ class FakeContainers:
             raise NotFound(f"No such container: {name}")
         return FakeContainer(self.engine, name)
 
+    def list(self, **kwargs: Any) -> list[FakeContainer]:
+        return []  # nothing of airig's is running (the launcher's own-ports query)
+
 
 class FakeImages:
     def __init__(self, engine: FakeDocker) -> None:

@@ -135,7 +135,7 @@ def test_worker_lifecycle_fencing_and_replay_over_http(brain_app):
     assert result["output"] == {"text": "hi"}
     events = client.get(f"/v1/plans/{plan['id']}/events", headers=ADMIN).json()["events"]
     assert [e["event_type"] for e in events].count("task_completed") == 1
-    metrics = client.get("/metrics").text
+    metrics = client.get("/metrics", headers=ADMIN).text
     assert "airig_stale_reports_rejected_total 3.0" in metrics
     assert 'airig_tasks{state="SUCCEEDED",task_class="cpu"} 1.0' in metrics
     lines = settings.events_file.read_text().splitlines()

@@ -99,7 +99,7 @@ def test_a_stale_report_in_an_exchange_gets_409_and_the_others_still_apply(clien
     assert answer["assignments"] == []
     other = register(client, "w2")  # not its lease either, even with the right ids
     assert exchange(client, other, [complete(a)])["results"][0]["status"] == 409
-    assert "airig_stale_reports_rejected_total 2.0" in client.get("/metrics").text
+    assert "airig_stale_reports_rejected_total 2.0" in client.get("/metrics", headers=ADMIN).text
 
 
 def test_prefetch_takes_only_cheap_classes_beyond_the_first_task(client):

@@ -18,6 +18,7 @@ from hardware_fakes import (
 
 from airig.hardware import HardwareReport, decide_profile, detect
 from airig.hardware.decide import DOCKER_FIX, ROCM_FIX, TOOLKIT_FIX, ProfileDecision
+from airig.hardware_choice import gpu_slots
 
 NVIDIA, AMD, INTEL, ASPEED = 0x10DE, 0x1002, 0x8086, 0x1A03
 
@@ -267,3 +268,20 @@ def test_amd_apu_only_without_kfd_offers_no_fix_to_detection(host: FakeHost) -> 
         "AMD GPU found (AMD GPU 0x15bf): integrated only (APU), not picked "
         "(ROCm support is limited)"
     ]
+
+
+def test_an_amd_card_kfd_does_not_list_gets_no_worker_and_is_reported(host: FakeHost) -> None:
+    # Two cards; the second is bound to vfio-pci (a VM), so KFD has no node for it and
+    # a guessed render node (renderD129) would have mapped some other card.
+    add_amd_dgpu(host)
+    host.pci("0000:04:00.0", AMD, 0x73BF, driver="vfio-pci", vram=16 * GIB)
+    host.amd_nodes()
+    report, decision = run(host)
+    assert decision.profile == "gpu-amd"
+    slots = gpu_slots(report, "gpu-amd")
+    # a device path compose can map (KFD gives only the node's name)
+    assert [(slot.index, slot.render_node) for slot in slots] == [(0, "/dev/dri/renderD128")]
+    assert (
+        "AMD GPU at 0000:04:00.0 skipped: the KFD topology does not list it "
+        "(kernel driver: vfio-pci), so no worker can use it"
+    ) in decision.reasons

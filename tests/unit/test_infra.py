@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
 
 import pytest
@@ -14,7 +16,11 @@ from airig import infra
 def files(tmp_path, monkeypatch):
     monkeypatch.setenv("FILES_ROOT", str(tmp_path))
     monkeypatch.setenv("BRAIN_ADMIN_TOKEN", "t0ken")
-    return TestClient(infra.create_app()), tmp_path
+    # Server errors come back as 500s so a test asserts the status a user would get.
+    return TestClient(infra.create_app(), raise_server_exceptions=False), tmp_path
+
+
+AUTH = {"Authorization": "Bearer t0ken"}
 
 
 def test_upload_list_download(files):
@@ -23,7 +29,7 @@ def test_upload_list_download(files):
     put = client.put("/files/inputs/talk.wav", content=b"RIFF1234", headers=auth)
     assert put.status_code == 201 and put.json() == {"path": "inputs/talk.wav", "size": 8}
     assert (root / "inputs" / "talk.wav").read_bytes() == b"RIFF1234"
-    assert not list(root.rglob("*.partial"))
+    assert not list(root.rglob("*.partial")) and not list(root.rglob(".upload-*"))
     listing = client.get("/files/inputs", headers=auth).json()
     assert listing["entries"] == [["talk.wav", 8]]
     assert client.get("/files/inputs/talk.wav", headers=auth).content == b"RIFF1234"
@@ -57,3 +63,217 @@ def test_prepare_sets_owners_and_layout(tmp_path, monkeypatch):
     assert (tmp_path / "data" / "inputs").is_dir() and (tmp_path / "ollama" / "models").is_dir()
     assert ("data", infra.AIRIG_UID) in chowned and ("whisper", infra.WHISPER_UID) in chowned
     assert len(done) == len(chowned)
+
+
+# --- uploads never write through links (issue 9) ---
+
+
+@pytest.fixture
+def outside(tmp_path_factory):
+    """A file outside the data volume that no request may touch."""
+    target = tmp_path_factory.mktemp("outside") / "precious"
+    target.write_bytes(b"keep")
+    return target
+
+
+def test_a_planted_partial_link_is_not_written_through(files, outside):
+    client, root = files
+    (root / "inputs").mkdir()
+    (root / "inputs" / "talk.wav.partial").symlink_to(outside)
+    assert client.put("/files/inputs/talk.wav", content=b"RIFF", headers=AUTH).status_code == 201
+    assert outside.read_bytes() == b"keep"
+    assert (root / "inputs" / "talk.wav").read_bytes() == b"RIFF"
+
+
+def test_a_link_in_the_target_place_is_replaced_not_followed(files, outside):
+    client, root = files
+    (root / "inputs").mkdir()
+    link = root / "inputs" / "talk.wav"
+    link.symlink_to(outside)
+    assert client.put("/files/inputs/talk.wav", content=b"RIFF", headers=AUTH).status_code == 201
+    assert outside.read_bytes() == b"keep"
+    assert not link.is_symlink() and link.read_bytes() == b"RIFF"
+
+
+@pytest.mark.parametrize("rel", ["evil/x.wav", "evil/new/deeper/x.wav"])
+def test_a_linked_folder_leading_outside_is_refused(files, outside, rel):
+    client, root = files
+    (root / "evil").symlink_to(outside.parent)
+    r = client.put(f"/files/{rel}", content=b"RIFF", headers=AUTH)
+    assert r.status_code == 400 and "escapes" in r.json()["detail"]
+    assert sorted(p.name for p in outside.parent.iterdir()) == ["precious"]
+
+
+def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path, outside):
+    # resolve() vetted the path; the descriptor walk must still refuse a link found later.
+    (tmp_path / "inputs").symlink_to(outside.parent)
+    with pytest.raises(OSError) as caught:
+        infra._open_dirs(tmp_path, ("inputs",))
+    assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
+
+
+def _asgi(app, method: str, path: str, messages: list[dict], auth: bytes = b"Bearer t0ken"):
+    """Drive the app with exactly these messages and header bytes: TestClient can neither
+    disconnect mid-body nor send a header byte that is not UTF-8."""
+    pending = iter(messages)
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return next(pending, {"type": "http.disconnect"})
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+        "query_string": b"", "client": ("127.0.0.1", 1), "server": ("testserver", 80),
+        "headers": [(b"host", b"testserver"), (b"authorization", auth)],
+    }  # fmt: skip
+    asyncio.run(app(scope, receive, send))
+    return sent
+
+
+def test_a_client_disconnect_leaves_nothing_behind(files):
+    client, root = files
+    (root / "inputs").mkdir()
+    (root / "inputs" / "talk.wav").write_bytes(b"old")
+    sent = _asgi(
+        client.app,
+        "PUT",
+        "/files/inputs/talk.wav",
+        [{"type": "http.request", "body": b"RIFF", "more_body": True}, {"type": "http.disconnect"}],
+    )
+    assert sent[0]["status"] == 400
+    assert os.listdir(root / "inputs") == ["talk.wav"]
+    assert (root / "inputs" / "talk.wav").read_bytes() == b"old"
+
+
+# --- upload size limit ---
+
+
+@pytest.fixture
+def small(tmp_path, monkeypatch):
+    monkeypatch.setenv("FILES_MAX_UPLOAD_BYTES", "10")
+    monkeypatch.setenv("FILES_ROOT", str(tmp_path))
+    monkeypatch.setenv("BRAIN_ADMIN_TOKEN", "t0ken")
+    return TestClient(infra.create_app(), raise_server_exceptions=False), tmp_path
+
+
+def test_a_streamed_upload_over_the_limit_is_413_and_leaves_the_old_file(small):
+    client, root = small
+    assert client.put("/files/inputs/a.bin", content=b"x" * 10, headers=AUTH).status_code == 201
+
+    def body():  # chunked: no Content-Length, so the limit is met while streaming
+        yield b"y" * 6
+        yield b"y" * 6
+
+    r = client.put("/files/inputs/a.bin", content=body(), headers=AUTH)
+    assert r.status_code == 413 and "FILES_MAX_UPLOAD_BYTES" in r.json()["detail"]
+    assert os.listdir(root / "inputs") == ["a.bin"]
+    assert (root / "inputs" / "a.bin").read_bytes() == b"x" * 10
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_anything_is_made(small):
+    client, root = small
+    r = client.put("/files/new/a.bin", content=b"x" * 11, headers=AUTH)
+    assert r.status_code == 413
+    assert not (root / "new").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "8GB", "１０"])
+def test_a_bad_upload_limit_refuses_to_start(monkeypatch, tmp_path, value):
+    monkeypatch.setenv("FILES_ROOT", str(tmp_path))
+    monkeypatch.setenv("BRAIN_ADMIN_TOKEN", "t0ken")
+    monkeypatch.setenv("FILES_MAX_UPLOAD_BYTES", value)
+    with pytest.raises(SystemExit, match="FILES_MAX_UPLOAD_BYTES must be a positive number"):
+        infra.create_app()
+
+
+# --- tokens are compared as bytes ---
+
+
+def test_a_non_ascii_bearer_is_401(files):
+    client, _ = files
+    r = client.put("/files/x", content=b"x", headers={"Authorization": b"Bearer t\xe9k\xff"})
+    assert r.status_code == 401
+
+
+def test_a_token_with_undecodable_bytes_answers_401_and_200_not_500(tmp_path, monkeypatch):
+    monkeypatch.setenv("FILES_ROOT", str(tmp_path))
+    # os.environ holds the byte 0xff as a lone surrogate; encoding it strictly raised.
+    monkeypatch.setenv("BRAIN_ADMIN_TOKEN", "t0k\udcff")
+    client = TestClient(infra.create_app(), raise_server_exceptions=False)
+    assert client.get("/files/", headers=AUTH).status_code == 401
+    sent = _asgi(client.app, "GET", "/files/", [], auth=b"Bearer t0k\xff")
+    assert sent[0]["status"] == 200
+
+
+# --- paths ---
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/files/%2e%2e/%2e%2e/etc/passwd",
+        "/files/..%2fetc/passwd",
+        "/files/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+        "/files/inputs/%2e%2e/inputs/a.wav",  # stays inside, still refused: no `..` at all
+        "/files/%252e%252e/etc/passwd",  # what a twice-decoding proxy would turn into `..`
+        "/files/inputs/a%00.wav",
+        "/files//etc/passwd",
+    ],
+)
+@pytest.mark.parametrize("method", ["GET", "PUT"])
+def test_traversal_nul_and_absolute_paths_are_400(files, url, method):
+    client, root = files
+    (root / "inputs").mkdir()
+    (root / "inputs" / "a.wav").write_bytes(b"RIFF")
+    r = client.request(method, url, content=b"x" if method == "PUT" else None, headers=AUTH)
+    assert r.status_code == 400, r.text
+    assert "data volume" in r.json()["detail"]
+    assert (root / "inputs" / "a.wav").read_bytes() == b"RIFF"
+
+
+@pytest.mark.parametrize(
+    "rel,detail", [("inputs", "is a folder"), ("inputs/a.wav/b.wav", "is a file")]
+)
+def test_put_on_a_folder_or_under_a_file_is_409(files, rel, detail):
+    client, root = files
+    (root / "inputs").mkdir()
+    (root / "inputs" / "a.wav").write_bytes(b"RIFF")
+    r = client.put(f"/files/{rel}", content=b"x", headers=AUTH)
+    assert r.status_code == 409 and detail in r.json()["detail"]
+    assert not list(root.rglob(".upload-*"))
+
+
+def test_a_listing_never_stats_outside_the_volume(files, outside):
+    client, root = files
+    (root / "inputs").mkdir()
+    (root / "inputs" / "a.wav").write_bytes(b"RIFF")
+    (root / "inputs" / "leak").symlink_to(outside)
+    (root / "inputs" / "dangling").symlink_to(root / "gone")
+    (root / "inputs" / "alias.wav").symlink_to(root / "inputs" / "a.wav")
+    (root / "inputs" / f"{infra.UPLOAD_PREFIX}abc").write_bytes(b"half")
+    r = client.get("/files/inputs", headers=AUTH)
+    assert r.status_code == 200
+    assert r.json()["entries"] == [["a.wav", 4], ["alias.wav", 4]]
+
+
+# --- bind address ---
+
+
+@pytest.mark.parametrize("env,host", [(None, "127.0.0.1"), ("0.0.0.0", "0.0.0.0")])
+def test_serve_binds_loopback_unless_told(monkeypatch, tmp_path, env, host):
+    import uvicorn
+
+    monkeypatch.setenv("FILES_ROOT", str(tmp_path))
+    monkeypatch.setenv("BRAIN_ADMIN_TOKEN", "t0ken")
+    if env is None:
+        monkeypatch.delenv("FILES_LISTEN_HOST", raising=False)
+    else:
+        monkeypatch.setenv("FILES_LISTEN_HOST", env)
+    calls = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append(kw))
+    assert infra.main(["serve"]) == 0
+    assert calls[0]["host"] == host and calls[0]["port"] == infra.PORT

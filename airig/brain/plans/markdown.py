@@ -35,12 +35,12 @@ values such as `[a, b]`, `true` or quoted strings mean what they mean in YAML.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import yaml
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
+
+from airig.brain.plans.readers import DocumentError, read_json, read_yaml
 
 FIELD_BLOCKS = {"prompt": "prompt", "text": "prompt", "system": "system"}
 COMMAND_BLOCKS = {"sh", "bash", "shell"}
@@ -56,16 +56,22 @@ def _heading_text(tokens: list[Token], index: int) -> str:
 
 
 def _bullet_fields(lines: list[str], token: Token, where: str) -> dict[str, Any]:
+    if token.markup != "-":  # YAML reads `- ` as a list item; `*` would be an alias
+        raise MarkdownPlanError(f"{where}: write the task fields as `- key: value` bullets")
     start, end = token.map or (0, 0)
     try:
-        items = yaml.safe_load("\n".join(lines[start:end]))
-    except yaml.YAMLError as exc:
+        items = read_yaml("\n".join(lines[start:end]))
+    except DocumentError as exc:
         message = f"{where}: the bullet list is not `key: value` items ({exc})"
         raise MarkdownPlanError(message) from None
     fields: dict[str, Any] = {}
-    for item in items or []:
+    for item in items if isinstance(items, list) else [items]:
         if not isinstance(item, dict) or len(item) != 1:
-            raise MarkdownPlanError(f"{where}: each bullet must be one `key: value`, got {item!r}")
+            got = f"{item!r:.80}"
+            raise MarkdownPlanError(f"{where}: each bullet must be one `key: value`, got {got}")
+        key = next(iter(item))
+        if key in fields:
+            raise MarkdownPlanError(f"{where}: the field {key!r:.80} is given twice")
         fields.update(item)
     return fields
 
@@ -73,16 +79,19 @@ def _bullet_fields(lines: list[str], token: Token, where: str) -> dict[str, Any]
 def _apply_fence(task: dict[str, Any], token: Token, where: str) -> None:
     language = (token.info or "").strip().split(" ")[0].lower()
     payload = task.setdefault("payload", {})
+    if not isinstance(payload, dict):
+        raise MarkdownPlanError(
+            f"{where}: `- payload: {payload!r:.40}` is not a mapping, so a code block cannot "
+            "add to it; give the payload as `- payload: {key: value}` or in code blocks only"
+        )
     if language in FIELD_BLOCKS:
         payload[FIELD_BLOCKS[language]] = token.content.rstrip("\n")
     elif language in COMMAND_BLOCKS:
         payload["command"] = token.content.strip()
     elif language in PAYLOAD_BLOCKS:
         try:
-            block = (
-                json.loads(token.content) if language == "json" else yaml.safe_load(token.content)
-            )
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            block = read_json(token.content) if language == "json" else read_yaml(token.content)
+        except DocumentError as exc:
             message = f"{where}: the {language} block does not parse ({exc})"
             raise MarkdownPlanError(message) from None
         if not isinstance(block, dict):
@@ -105,7 +114,11 @@ def _new_task(heading: str) -> dict[str, Any]:
 
 def parse_markdown(text: str) -> dict[str, Any]:
     """The plan mapping (``name``, ``tasks``) described by a Markdown document."""
-    tokens = MarkdownIt("commonmark").parse(text)
+    # Only block structure matters (headings, bullet lists, code blocks; a heading's text
+    # is read raw). Skipping the inline pass also skips its worst cases: a megabyte of `[`
+    # or `*a ` takes it seconds. A parser per call: its rule cache is filled lazily, which
+    # is not safe to share between the threads plans are read in.
+    tokens = MarkdownIt("commonmark").disable("inline").parse(text)
     lines = text.splitlines()
     plan: dict[str, Any] = {"name": "", "tasks": []}
     task: dict[str, Any] | None = None

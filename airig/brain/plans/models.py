@@ -17,7 +17,7 @@ class TaskSpec(BaseModel):
     id: str = Field(pattern=TASK_ID_PATTERN)
     name: str = Field("", max_length=200)
     type: str = Field(min_length=1, max_length=32)
-    task_class: str | None = None
+    task_class: str | None = Field(None, max_length=32)
     payload: dict[str, Any] = Field(default_factory=dict)
     depends_on: list[str] = Field(default_factory=list)
     priority: int = Field(5, ge=1, le=10)
@@ -32,5 +32,5 @@ class PlanSpec(BaseModel):
     """A validated plan, ready to be stored."""
 
     name: str
-    tasks: list[TaskSpec]
+    tasks: list[TaskSpec] = Field(min_length=1)
     fixes: list[dict[str, str]] = Field(default_factory=list)

@@ -1,13 +1,17 @@
-"""Turn a submitted body (JSON, YAML or Markdown) into a plain plan mapping."""
+"""Turn a submitted body (JSON, YAML or Markdown) into a plain plan mapping.
+
+The mapping holds JSON values only (checked by ``airig.jsonsafe``: no lone surrogates,
+NaN, integers past 64 bits, non-string keys or nesting past ``MAX_DEPTH``), so nothing
+that validation, SQLite or a worker does with it later can fail on what it holds.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import yaml
-
 from airig.brain.plans.markdown import MarkdownPlanError, parse_markdown
+from airig.brain.plans.readers import MAX_DEPTH, DocumentError, read_json, read_yaml
+from airig.jsonsafe import UnsafeJson, check_json_value
 
 
 class PlanSyntaxError(ValueError):
@@ -30,18 +34,12 @@ def detect_format(content_type: str | None, body: str) -> str:
 
 def parse_plan(body: str, fmt: str) -> dict[str, Any]:
     """A mapping with ``name`` and ``tasks``; PlanSyntaxError when it cannot be read."""
+    readers = {"json": read_json, "yaml": read_yaml, "markdown": parse_markdown}
+    if fmt not in readers:
+        raise PlanSyntaxError(f"unknown plan format {fmt!r}")
     try:
-        if fmt == "json":
-            data = json.loads(body)
-        elif fmt == "yaml":
-            data = yaml.safe_load(body)
-        elif fmt == "markdown":
-            data = parse_markdown(body)
-        else:
-            raise PlanSyntaxError(f"unknown plan format {fmt!r}")
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise PlanSyntaxError(f"not valid {fmt}: {exc}") from None
-    except MarkdownPlanError as exc:
+        data = check_json_value(readers[fmt](body), "plan", MAX_DEPTH)
+    except (DocumentError, MarkdownPlanError, UnsafeJson) as exc:
         raise PlanSyntaxError(str(exc)) from None
     if not isinstance(data, dict):
         raise PlanSyntaxError("a plan is a mapping with 'name' and 'tasks'")

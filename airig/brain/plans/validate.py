@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import graphlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,9 @@ CLASS_KEYWORDS = (
 )
 # Types that only make sense in one class; shell and noop tasks are classed by content.
 CONTENT_CLASSED_TYPES = {"shell", "noop"}
+# Errors listed in one refusal: a megabyte of bad dependencies would otherwise answer
+# with tens of megabytes of errors. The rest are counted in a last entry.
+MAX_REPORTED_ERRORS = 200
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ def _check_task(
     if not isinstance(raw, dict):
         errors.append(_error(None, "tasks", f"a task must be a mapping, got {raw!r:.60}"))
         return None, False
-    task_id = str(raw.get("id", "?"))
+    task_id = str(raw.get("id", "?"))[:80]
     size = len(json.dumps(raw.get("payload", {}), default=str).encode())
     if size > limits.max_payload_bytes:
         errors.append(
@@ -148,6 +152,27 @@ def _check_task(
     return spec, False
 
 
+def _names(kind: str, names: list[str]) -> str:
+    """``kind 'a'`` or ``kinds ['a', 'b'] and 3 more``: one error for any number of names."""
+    if len(names) == 1:
+        return f"{kind} {names[0]!r:.80}"
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return f"{kind}s {[name[:80] for name in names[:5]]}{more}"
+
+
+def _check_depends_on(spec: TaskSpec, seen: set[str], errors: list) -> None:
+    """A dependency listed twice (the dependency table holds each edge once, and a repeat
+    is most likely a typo for another id), on itself, or on no task of the plan."""
+    twice = [dep for dep, n in Counter(spec.depends_on).items() if n > 1]
+    if twice:
+        errors.append(_error(spec.id, "depends_on", _names("listed twice: task", twice)))
+    if spec.id in spec.depends_on:
+        errors.append(_error(spec.id, "depends_on", "a task cannot depend on itself"))
+    unknown = [dep for dep in dict.fromkeys(spec.depends_on) if dep not in seen]
+    if unknown:
+        errors.append(_error(spec.id, "depends_on", _names("unknown task", unknown)))
+
+
 def _check_graph(
     specs: list[TaskSpec], raw_ids: list[str], errors: list[dict[str, Any]]
 ) -> list[str]:
@@ -163,15 +188,11 @@ def _check_graph(
         seen.add(task_id)
     graph: dict[str, set[str]] = {}
     for spec in specs:
-        for dep in spec.depends_on:
-            if dep == spec.id:
-                errors.append(_error(spec.id, "depends_on", "a task cannot depend on itself"))
-            elif dep not in seen:
-                errors.append(_error(spec.id, "depends_on", f"unknown task {dep!r}"))
-        for ref in sorted(results.references(spec.payload) - set(spec.depends_on)):
-            errors.append(
-                _error(spec.id, "payload", f"template names {ref!r}, which is not in depends_on")
-            )
+        _check_depends_on(spec, seen, errors)
+        outside = sorted(results.references(spec.payload) - set(spec.depends_on))
+        if outside:
+            names = _names("task", outside)
+            errors.append(_error(spec.id, "payload", f"template names {names}, not in depends_on"))
         graph[spec.id] = {d for d in spec.depends_on if d in seen and d != spec.id}
     for task_id in seen - set(graph):
         graph[task_id] = set()
@@ -220,7 +241,16 @@ def validate_plan(data: dict[str, Any], limits: Limits) -> tuple[PlanSpec, set[s
     raw_ids = [str(raw["id"]) for raw in raw_tasks if isinstance(raw, dict) and "id" in raw]
     order = _check_graph(specs, raw_ids, errors)
     tainted = _check_taint({s.id: s for s in specs}, order, errors) if order else set()
+    name = data.get("name") or "plan"
+    if not isinstance(name, str | int | float) or isinstance(name, bool):
+        errors.append(_error(None, "name", f"the plan name must be text, got {name!r:.60}"))
     if errors:
-        raise PlanInvalid(errors, too_large=too_large, fixes=fixes)
-    name = str(data.get("name") or "plan")[:200]
-    return PlanSpec(name=name, tasks=specs, fixes=fixes), tainted
+        raise PlanInvalid(_bounded(errors), too_large=too_large, fixes=fixes)
+    return PlanSpec(name=str(name)[:200], tasks=specs, fixes=fixes), tainted
+
+
+def _bounded(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(errors) <= MAX_REPORTED_ERRORS:
+        return errors
+    more = len(errors) - MAX_REPORTED_ERRORS
+    return [*errors[:MAX_REPORTED_ERRORS], _error(None, "plan", f"and {more} more errors")]

@@ -1,0 +1,86 @@
+"""Schemathesis against a real brain process: every route, every token scope.
+
+The brain's OpenAPI schema is the contract; schemathesis generates valid and invalid
+requests from it and checks each answer: no 5xx, only documented status codes, bodies
+and headers as documented, invalid input refused, undeclared methods answered 405.
+One run per credential (admin, worker, bootstrap), so every route is reached with a
+token that may use it. ``positive_data_acceptance`` is left out on purpose: a plan that
+fits the schema can still be refused for what a schema cannot say (an unknown task
+type, a dependency on a task that does not exist), and that refusal is a 422 by design.
+
+The seed is fixed so a failure reproduces; ``AIRIG_FUZZ_SEED`` and
+``AIRIG_FUZZ_EXAMPLES`` explore further (``python -m pytest tests/integration/test_api_fuzz.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+sys.path.insert(0, str(Path(__file__).parent))
+from brain_procs import ADMIN, BOOTSTRAP_TOKEN, Cluster  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("schemathesis") is None, reason="schemathesis is installed by .ci/run"
+)
+SEED = os.environ.get("AIRIG_FUZZ_SEED", "20261123")
+EXAMPLES = os.environ.get("AIRIG_FUZZ_EXAMPLES", "25")
+
+
+@pytest.fixture
+def brain(tmp_path):
+    cluster = Cluster(tmp_path, brain_env={"BRAIN_MAX_CLAIM_WAIT_S": "0.2", "BRAIN_LEASE_S": "5"})
+    cluster.start_brain()
+    yield cluster
+    cluster.stop()
+
+
+def _fuzz(url: str, token: str, config: Path, report: Path) -> subprocess.CompletedProcess:
+    command = [
+        "schemathesis", "--config-file", str(config), "run", f"{url}/openapi.json",
+        "-H", f"Authorization: Bearer {token}", "--checks", "all",
+        "--exclude-checks", "positive_data_acceptance", "--max-examples", EXAMPLES,
+        "--seed", SEED, "--phases", "examples,coverage,fuzzing", "--workers", "1",
+        "--no-color", "--request-timeout", "10", "--generation-database", "none",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=report.parent)
+    report.write_text(done.stdout + done.stderr)
+    return done
+
+
+def test_the_api_holds_its_contract_for_every_scope(brain, tmp_path):
+    plan = brain.submit({"name": "fuzz", "tasks": [
+        {"id": "a", "type": "noop"}, {"id": "b", "type": "noop", "depends_on": ["a"]},
+    ]})  # fmt: skip
+    registered = requests.post(
+        f"{brain.url}/v1/workers/register", timeout=10,
+        headers={"Authorization": f"Bearer {BOOTSTRAP_TOKEN}"},
+        json={"name": "fuzz-worker", "classes": ["cpu", "script", "llm", "resource"]},
+    )  # fmt: skip
+    worker_token = registered.json()["token"]
+    config = tmp_path / "schemathesis.toml"
+    # Real identifiers, so the plan and task routes are exercised past their 404s.
+    config.write_text(
+        f'[parameters]\n"path.plan_id" = "{plan["id"]}"\n"path.key" = "a"\n'
+        f'"path.task_id" = {plan["tasks"][0]["uid"]}\n'
+    )
+    admin = ADMIN["Authorization"].split()[1]
+    failures = []
+    for scope, token in (("admin", admin), ("worker", worker_token),
+                         ("bootstrap", BOOTSTRAP_TOKEN)):  # fmt: skip
+        report = tmp_path / f"schemathesis-{scope}.txt"
+        done = _fuzz(brain.url, token, config, report)
+        summary = [line for line in done.stdout.splitlines() if "generated" in line]
+        print(f"{scope}: exit {done.returncode}; {' '.join(summary)}")
+        if done.returncode != 0:
+            failures.append(f"{scope}:\n{done.stdout[-6000:]}")
+    health = requests.get(f"{brain.url}/health", timeout=10)
+    assert health.status_code == 200, "the brain must survive the fuzzing"
+    assert "Traceback" not in brain.brain.log()
+    assert not failures, "\n\n".join(failures)
