@@ -44,6 +44,8 @@ def _row(svc: ServiceState) -> dict:
         address, _, port = host.rpartition(":")
         shown = "localhost" if address in ("0.0.0.0", "::", "") else address
         urls.append(f"http://{shown}:{port}")
+    # The operator dashboard is served by the brain itself.
+    urls += [f"{u}/dashboard" for u in urls if svc.service == "brain"]
     return {
         "service": svc.service,
         "container": svc.container,

@@ -13,7 +13,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from airig import __version__
-from airig.brain import routes_plans, routes_tasks, routes_workers
+from airig.brain import (
+    routes_dashboard,
+    routes_plans,
+    routes_tasks,
+    routes_tokens,
+    routes_workers,
+)
 from airig.brain.auth import bearer_from_scope, identify
 from airig.brain.guard import RequestGuard
 from airig.brain.service import Brain
@@ -79,8 +85,11 @@ def create_app(settings: BrainSettings) -> FastAPI:
     app.state.brain = brain
     app.state.settings = settings
     app.state.db = brain.db
-    for router in (routes_workers.router, routes_tasks.router, routes_plans.router):
+    for router in (
+        routes_workers.router, routes_tasks.router, routes_plans.router, routes_tokens.router,
+    ):  # fmt: skip
         app.include_router(router, responses=COMMON_RESPONSES)
+    app.include_router(routes_dashboard.router, responses=COMMON_RESPONSES)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.get("/health", tags=["ops"])

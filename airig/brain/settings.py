@@ -64,6 +64,8 @@ class BrainSettings(BaseSettings):
     # /metrics needs an admin or metrics-scoped token unless this is set: counters name
     # workers and models. Set it only when the port is reachable from trusted hosts.
     metrics_public: bool = Field(False, alias="BRAIN_METRICS_PUBLIC")
+    # 02-compute's models-ready gate: the verified-model inventory the dashboard shows.
+    models_url: str = Field("http://models-ready:8099/models", alias="BRAIN_MODELS_URL")
 
     @model_validator(mode="after")
     def _derive(self) -> BrainSettings:

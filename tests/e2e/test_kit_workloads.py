@@ -1,9 +1,10 @@
 """With the kit up for real: models verified and repaired, and plans run by the brain and
-workers across a worker kill and a brain restart."""
+workers across a worker kill and a brain restart; the operator dashboard at the end."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 import wave
 from pathlib import Path
@@ -205,3 +206,46 @@ def test_brain_restarted_mid_plan_completes(up_kit):
     assert restarted.returncode == 0, restarted.stderr
     plan = wait_plan(up_kit, plan_id, timeout=180)
     assert {t["state"] for t in plan["tasks"]} == {"SUCCEEDED"}
+
+
+# ============================================================================ dashboard
+# The operator dashboard (airig/brain/dashboard) in a real headless Chromium, against the
+# kit's own brain and workers. It runs on this module's stack (up_kit): no second kit.
+
+
+def test_dashboard_shows_the_kits_workers_and_a_plan_succeeding(up_kit):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+    from dashboard_browser import Dashboard, browser_missing, chromium
+
+    if why := browser_missing():
+        pytest.skip(why)
+    token = up_kit.env()["BRAIN_ADMIN_TOKEN"]
+    workers = requests.get(f"{BRAIN}/v1/workers", headers=auth(up_kit), timeout=10).json()
+    alive = [w["name"] for w in workers["workers"] if w["alive"]]
+    assert alive, workers
+    with chromium() as driver:
+        page = Dashboard(driver, BRAIN)
+        page.open()
+        page.sign_in(token)
+        for name in alive:
+            page.wait_css(f'[data-worker="{name}"][data-alive="true"]', timeout=30)
+        plan_id = submit(up_kit, (
+            "name: dashboard e2e\ntasks:\n"
+            "  - {id: fetch, type: noop, payload: {sleep_s: 1}}\n"
+            "  - {id: left, type: noop, depends_on: [fetch]}\n"
+            "  - {id: right, type: noop, depends_on: [fetch]}\n"
+            "  - {id: join, type: noop, depends_on: [left, right]}\n"
+        ))  # fmt: skip
+        page.go("plans")
+        page.click(f'tr[data-plan="{plan_id}"]')
+        page.wait(
+            lambda _: set(page.attrs(".dag [data-task]", "data-state")) == {"SUCCEEDED"},
+            120, "every task of the plan SUCCEEDED on the page",
+        )  # fmt: skip
+        page.wait_css('[data-plan-status="succeeded"]')
+        page.screenshot("dashboard-e2e-plan.png")
+        # The brain reaches 02-compute's models-ready gate over ai-network.
+        page.go("models")
+        assert "qwen2.5" in page.wait_css('[data-models="available"]', timeout=30)
+        assert page.session_token() == token
+        assert not [url for url in page.requested_urls() if token in url]

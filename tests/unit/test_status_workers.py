@@ -38,3 +38,14 @@ def test_a_hot_gpu_worker_shows_its_temperature_and_the_warning(tmp_path):
     cool = next(line for line in text.splitlines() if "gpu1" in line)
     assert "86°C" in hot and "⚠" in hot and "83" in hot
     assert "61°C" in cool and "⚠" not in cool
+
+
+def test_status_lists_the_dashboard_url_with_the_brain():
+    from airig.docker_adapter import ServiceState
+    from airig.status import _row
+
+    brain = ServiceState("brain", "airig-agents-brain-1", "running", "healthy", None,
+                         ["127.0.0.1:8080->8080/tcp"])  # fmt: skip
+    ollama = ServiceState("ollama", "o", "running", "healthy", None, ["0.0.0.0:11434->11434/tcp"])
+    assert _row(brain)["urls"] == ["http://127.0.0.1:8080", "http://127.0.0.1:8080/dashboard"]
+    assert _row(ollama)["urls"] == ["http://localhost:11434"]
