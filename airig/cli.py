@@ -94,6 +94,48 @@ def up(profile: ProfileOpt = None, dry_run: DryRunOpt = False) -> None:
         return
     rows = service_rows(launcher.docker, result.plan)
     console.print(services_table(rows, f"airig is up ({result.plan.profile})"))
+    if settings.joined:
+        _say_joined(settings)
+
+
+@app.command()
+def join(
+    brain: Annotated[
+        str, typer.Option("--brain", help="The brain's URL, e.g. https://brain.example.lan")
+    ],
+    token: Annotated[
+        str, typer.Option("--token", help="A join token (`token create --join` over there)")
+    ],
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="Allow plain http to another machine.")
+    ] = False,
+    profile: ProfileOpt = None,
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Join another machine's brain: this rig's models and GPU workers, no brain here."""
+    from airig.join import join_rig
+
+    settings, result = join_rig(
+        repo_root(), brain, token, insecure, profile, dry_run, console, _ensure_env, Docker()
+    )
+    if dry_run:
+        console.print("[bold]Dry run[/]: these commands would run, in order:")
+        for line in result.commands:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print(layout_table(worker_layout(result.plan, settings.get("AIRIG_CPU_WORKERS"))))
+        return
+    rows = service_rows(Docker(), result.plan)
+    console.print(services_table(rows, f"airig is up ({result.plan.profile}, joined)"))
+    _say_joined(settings)
+
+
+def _say_joined(settings: Settings) -> None:
+    url = escape(settings.get("AIRIG_JOIN_BRAIN_URL"))
+    rig = escape(settings.rig_name)
+    console.print(
+        f"Joined the brain at [bold]{url}[/] as rig [bold]{rig}[/]: its workers are named "
+        f"{rig}-…; `status` on the brain's machine lists them with their host."
+    )
 
 
 def _ensure_env(root: Path) -> None:
@@ -150,6 +192,9 @@ def status(as_json: JsonOpt = False) -> None:
     settings = _settings()
     plan = build_plan(settings, "cpu", [])
     rows = service_rows(Docker(), plan)
+    if settings.joined:
+        _joined_status(settings, rows, as_json)
+        return
     workers = brain_workers(settings.env_file) if rows else None
     if as_json:
         print(json.dumps({"services": rows, "workers": workers}, indent=2))
@@ -162,6 +207,24 @@ def status(as_json: JsonOpt = False) -> None:
         console.print(workers_table(workers))
     elif workers is None:
         console.print("[dim]The brain does not answer yet: no worker list.[/]")
+
+
+def _joined_status(settings: Settings, rows: list[dict], as_json: bool) -> None:
+    """A joined rig has no brain: its workers are listed on the brain's machine; here,
+    whether that brain still takes this rig's join token."""
+    from airig.join import join_state
+
+    joined = join_state(settings)
+    if as_json:
+        print(json.dumps({"services": rows, "workers": None, "joined": joined}, indent=2))
+        return
+    if rows:
+        console.print(services_table(rows, "airig services (joined rig)"))
+    else:
+        console.print("Nothing is running. Start with: python start_services.py")
+    _say_joined(settings)
+    if joined["token"] != "accepted":
+        console.print(f"[red]✘ {escape(joined['token'])}[/]")
 
 
 @app.command()
@@ -230,9 +293,11 @@ def _compute_client():
 
 def _mount_subcommands() -> None:
     from airig.cli_tasks import register
+    from airig.cli_tokens import build_tokens_app
     from airig.provision.cli import build_models_app
 
     app.add_typer(build_models_app(_compute_client), name="models")
+    app.add_typer(build_tokens_app(_settings), name="token")
     register(app)
 
 

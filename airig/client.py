@@ -1,8 +1,9 @@
 """The brain's HTTP client for the CLI (submit, list, show, cancel).
 
-Brain URL: ``BRAIN_URL``, else ``http://127.0.0.1:${BRAIN_PORT:-8080}``; the admin token
-from ``BRAIN_ADMIN_TOKEN`` in the environment, else from the checkout's ``.env``. The
-token is only ever sent in the Authorization header, never printed.
+Brain URL: ``BRAIN_URL``, else ``http://<AIRIG_BIND_ADDRESS>:${BRAIN_PORT:-8080}`` (the
+address the brain's port is published on; 127.0.0.1 when it is all interfaces); the admin
+token from ``BRAIN_ADMIN_TOKEN`` in the environment, else from the checkout's ``.env``.
+The token is only ever sent in the Authorization header, never printed.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
@@ -44,7 +46,18 @@ def brain_url(env_file: Path) -> str:
     explicit = _env_value("BRAIN_URL", env_file)
     if explicit:
         return explicit.rstrip("/")
-    return f"http://127.0.0.1:{_env_value('BRAIN_PORT', env_file) or '8080'}"
+    port = _env_value("BRAIN_PORT", env_file) or "8080"
+    # The port is published on AIRIG_BIND_ADDRESS only: a brain bound to a LAN or bridge
+    # address does not answer on 127.0.0.1.
+    address = _env_value("AIRIG_BIND_ADDRESS", env_file) or "127.0.0.1"
+    if address in ("0.0.0.0", "::", "[::]"):
+        address = "127.0.0.1"
+    return f"http://{url_host(address)}:{port}"
+
+
+def url_host(host: str) -> str:
+    """A host as it goes into a URL: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 class BrainClient:
@@ -64,7 +77,9 @@ class BrainClient:
             )
         return cls(brain_url(env_file), token)
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _request(
+        self, method: str, path: str, not_found: str = "list plans with `plans`", **kwargs: Any
+    ) -> Any:
         headers = {**self._headers, **kwargs.pop("headers", {})}
         try:
             response = requests.request(
@@ -74,9 +89,9 @@ class BrainClient:
             raise AirigError(
                 f"cannot reach the brain at {self.base_url} ({type(exc).__name__})", UP_HINT
             ) from None
-        return self._checked(response)
+        return self._checked(response, not_found)
 
-    def _checked(self, response: requests.Response) -> Any:
+    def _checked(self, response: requests.Response, not_found: str) -> Any:
         if response.status_code in (401, 403):
             raise ConfigError(
                 "the brain refused the admin token",
@@ -97,7 +112,7 @@ class BrainClient:
                 errors,
             )
         if response.status_code == 404:
-            raise AirigError(str(body.get("detail", "not found")), "list plans with `plans`")
+            raise AirigError(str(body.get("detail", "not found")), not_found)
         if response.status_code >= 400:
             raise AirigError(
                 f"the brain answered HTTP {response.status_code}: {body.get('detail')}",
@@ -132,3 +147,15 @@ class BrainClient:
 
     def workers(self) -> list[dict]:
         return self._request("GET", "/v1/workers")["workers"]
+
+    def create_token(self, scope: str, name: str) -> dict:
+        return self._request("POST", "/v1/tokens", json={"scope": scope, "name": name})
+
+    def tokens(self) -> list[dict]:
+        return self._request("GET", "/v1/tokens")["tokens"]
+
+    def revoke_token(self, token_id: str) -> dict:
+        return self._request(
+            "DELETE", f"/v1/tokens/{quote(token_id, safe='')}",
+            not_found="list the tokens and their ids with `token list`",
+        )  # fmt: skip

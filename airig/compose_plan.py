@@ -11,7 +11,10 @@ from pathlib import Path
 
 from airig.settings import PROFILES, STACKS, Settings
 
-PROJECTS = {"01-infra": "airig-infra", "02-compute": "airig-compute", "03-agents": "airig-agents"}
+# Project name per stack: "<AIRIG_PROJECT_PREFIX>-<suffix>" (airig-infra, … by default).
+PROJECT_SUFFIX = {"01-infra": "infra", "02-compute": "compute", "03-agents": "agents"}
+# A joined rig's overlay (checked in, not generated): the brain's machine runs the brain.
+JOIN_OVERLAY = "compose.join.yaml"
 GPU_OVERLAY = "agents.gpu.yaml"
 AMD_ENV = "gpu-amd.env"
 HOST_ENV = "host.env"
@@ -47,6 +50,8 @@ class ComposePlan:
     stacks: tuple[StackPlan, ...]
     # Generated files (path -> content) the launcher writes before running Compose.
     generated: dict[Path, str] = field(default_factory=dict)
+    # The brain a joined rig's workers use; "" when this rig runs its own brain.
+    join_brain_url: str = ""
 
     def stack(self, name: str) -> StackPlan:
         return next(s for s in self.stacks if s.name == name)
@@ -60,21 +65,28 @@ def build_plan(
         raise ValueError(f"unknown profile {profile}")
     state = settings.state_dir
     generated: dict[Path, str] = {}
-    host_env = {**(host_env or {}), "AIRIG_CPU_WORKER_CLASSES": cpu_worker_classes(profile, gpus)}
+    host_env = {
+        **(host_env or {}),
+        "AIRIG_CPU_WORKER_CLASSES": cpu_worker_classes(profile, gpus),
+        **rig_env(settings),
+    }
     generated[state / HOST_ENV] = "".join(f"{k}={v}\n" for k, v in sorted(host_env.items()))
     env_files = [settings.env_file, state / HOST_ENV]
+    projects = project_names(settings)
     stacks = []
     for name in STACKS:
         files = [settings.root / name / "compose.yaml"]
+        if name == "03-agents" and settings.joined:
+            files.append(settings.root / name / JOIN_OVERLAY)
         if name == "03-agents" and profile != "cpu" and gpus:
             overlay = state / GPU_OVERLAY
             group = brain_group(settings, gpus)
-            generated[overlay] = gpu_workers_overlay(profile, gpus, group)
+            generated[overlay] = gpu_workers_overlay(profile, gpus, group, settings.prefix)
             files.append(overlay)
         stacks.append(
             StackPlan(
                 name=name,
-                project=PROJECTS[name],
+                project=projects[name],
                 files=tuple(files),
                 profiles=(profile,),
                 env_files=tuple(env_files),
@@ -83,7 +95,22 @@ def build_plan(
         )
     if profile == "gpu-amd":
         generated[state / AMD_ENV] = amd_env(settings)
-    return ComposePlan(profile, settings.get("AIRIG_NETWORK"), tuple(stacks), generated)
+    return ComposePlan(
+        profile, settings.get("AIRIG_NETWORK"), tuple(stacks), generated,
+        settings.get("AIRIG_JOIN_BRAIN_URL").rstrip("/"),
+    )  # fmt: skip
+
+
+def project_names(settings: Settings) -> dict[str, str]:
+    """Each stack's compose project on this rig: two rigs on one engine never share one."""
+    return {name: f"{settings.prefix}-{suffix}" for name, suffix in PROJECT_SUFFIX.items()}
+
+
+def rig_env(settings: Settings) -> dict[str, str]:
+    """What the workers send the brain about their rig: its name (``host``), and on a
+    joined rig a name prefix, so its `gpu0` and the brain machine's `gpu0` are two names."""
+    rig = settings.rig_name
+    return {"AIRIG_RIG_NAME": rig, "AIRIG_WORKER_NAME_PREFIX": f"{rig}-" if settings.joined else ""}
 
 
 def cpu_worker_classes(profile: str, gpus: list[GpuSlot]) -> str:
@@ -113,7 +140,9 @@ def brain_group(settings: Settings, gpus: list[GpuSlot]) -> list[GpuSlot]:
     return [by_index[i] for i in wanted]
 
 
-def gpu_workers_overlay(profile: str, gpus: list[GpuSlot], group: list[GpuSlot] = ()) -> str:
+def gpu_workers_overlay(
+    profile: str, gpus: list[GpuSlot], group: list[GpuSlot] = (), prefix: str = "airig"
+) -> str:
     """Compose overlay: per GPU a worker and its own Ollama, both pinned to that GPU, and
     one pair for the brain's GPU group (all its GPUs in one container, so one model spans
     them). YAML text.
@@ -136,7 +165,7 @@ def gpu_workers_overlay(profile: str, gpus: list[GpuSlot], group: list[GpuSlot] 
     document = {
         "services": services,
         # the model store that 01-infra creates and 02-compute's init containers fill
-        "volumes": {"ollama-models": {"name": "airig-ollama-models", "external": True}},
+        "volumes": {"ollama-models": {"name": f"{prefix}-ollama-models", "external": True}},
     }
     return header + yaml.safe_dump(document, sort_keys=True)
 

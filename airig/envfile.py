@@ -85,6 +85,22 @@ def _generate_secrets(env: Path) -> list[str]:
     return todo
 
 
+def set_values(env: Path, values: dict[str, str]) -> None:
+    """Set keys in .env in place (a commented-out line stays as it is), appending the
+    keys it lacks; the file stays private (it holds secrets)."""
+    out, seen = [], set()
+    for line in env.read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        # every occurrence: with a key twice, the last one wins when .env is read
+        if key in values and "=" in line and not line.lstrip().startswith("#"):
+            line = f"{key}={_quote(values[key])}"
+            seen.add(key)
+        out.append(line)
+    out += [f"{key}={_quote(value)}" for key, value in values.items() if key not in seen]
+    env.write_text("\n".join(out) + "\n")
+    env.chmod(0o600)
+
+
 def _quote(value: str) -> str:
     # single quotes keep spaces, '#' and '$' literal for both python-dotenv and Compose
     return f"'{value}'" if any(c in value for c in ' #$"') else value

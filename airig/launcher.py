@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from airig.compose_plan import ComposePlan, StackPlan, build_plan
+from airig.compose_plan import ComposePlan, StackPlan, build_plan, project_names
 from airig.docker_adapter import Docker, ServiceState, engine_errors
 from airig.errors import DockerError, PreflightError
 from airig.hardware_choice import Choice, choose_profile, probe_images
@@ -27,11 +27,15 @@ from airig.image_source import image_hash, source_hash
 from airig.preflight import Check, disk_check, docker_checks, env_check, port_checks
 from airig.settings import Settings
 
+# The shared volumes, named "<AIRIG_PROJECT_PREFIX>-<name>" (see 01-infra/compose.yaml).
 VOLUMES = {
-    "data": ["airig-data", "airig-results", "airig-brain-state"],
-    "models": ["airig-ollama-models", "airig-comfyui-data", "airig-whisper-models"],
+    "data": ["data", "results", "brain-state"],
+    "models": ["ollama-models", "comfyui-data", "whisper-models"],
 }
-IMAGE_SERVICE = ("03-agents", "brain")  # the service whose build: makes the kit's image
+# The service whose build: makes the kit's image; a joined rig has no brain, and its
+# workers' build: is the same (the x-airig anchor).
+IMAGE_SERVICE = ("03-agents", "brain")
+JOINED_IMAGE_SERVICE = "worker-cpu"
 # 02-compute's init containers, whose JSON lines become the progress bars
 INIT_SERVICES = ("ollama-init", "comfyui-init", "whisper-init")
 
@@ -86,7 +90,7 @@ class Launcher:
             return
         self.console.print(f"[bold]Building[/] the kit's image {escape(image)} …")
         self.docker.build(
-            plan.stack(IMAGE_SERVICE[0]), [IMAGE_SERVICE[1]], {"AIRIG_SOURCE_HASH": wanted}
+            plan.stack(IMAGE_SERVICE[0]), [_image_service(plan)], {"AIRIG_SOURCE_HASH": wanted}
         )
 
     def commands(self, plan: ComposePlan) -> list[str]:
@@ -102,7 +106,7 @@ class Launcher:
                 "--quiet",
                 "--build-arg",
                 "AIRIG_SOURCE_HASH=<hash>",
-                IMAGE_SERVICE[1],
+                _image_service(plan),
             )
             + "   # only when the sources changed"
         )
@@ -128,10 +132,12 @@ class Launcher:
         return checks
 
     def own_ports(self) -> set[int]:
-        """Host ports already published by airig's containers (a second `up` is fine)."""
+        """Host ports already published by this rig's containers (a second `up` is fine).
+        Only this rig's projects: another rig's port on this engine is a real clash."""
+        ours = set(project_names(self.settings).values())
         ports = set()
         for c in self.docker.containers(label="com.docker.compose.project"):
-            if not c.labels.get("com.docker.compose.project", "").startswith("airig-"):
+            if c.labels.get("com.docker.compose.project", "") not in ours:
                 continue
             for bindings in (c.attrs["NetworkSettings"]["Ports"] or {}).values():
                 ports.update(int(b["HostPort"]) for b in bindings or [])
@@ -245,13 +251,18 @@ class Launcher:
             self.docker.down(stack)
             done.append(f"{stack.name} down")
         if volumes:
-            names = VOLUMES["data"] + ([] if keep_models else VOLUMES["models"])
+            kept = [] if keep_models else VOLUMES["models"]
+            names = [f"{self.settings.prefix}-{v}" for v in VOLUMES["data"] + kept]
             done += [f"volume {v} removed" for v in self.docker.remove_volumes(names)]
         done.append(self.docker.remove_network(plan.network))
         for path in plan.generated:
             if path.exists():
                 os.remove(path)
         return done
+
+
+def _image_service(plan: ComposePlan) -> str:
+    return JOINED_IMAGE_SERVICE if plan.join_brain_url else IMAGE_SERVICE[1]
 
 
 def _is_ok(s: ServiceState) -> bool:

@@ -95,6 +95,8 @@ def port_checks(settings: Settings, own_ports: set[int]) -> list[Check]:
     checks = []
     for key, port in settings.ports().items():
         service = PORTS[key][1]
+        if service == "brain" and settings.joined:
+            continue  # a joined rig runs no brain: its port is not published
         if port in own_ports:
             checks.append(Check(f"port {port}", True, f"held by airig's {service} (already up)"))
         elif port_free(address, port):

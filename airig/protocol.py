@@ -7,6 +7,7 @@ lease with 409, so a worker that lost its lease can never commit a result.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -80,8 +81,21 @@ class GpuInfo(Wire):
     power_w: float | None = None
 
 
+# A rig's name (its machine's hostname unless AIRIG_RIG_NAME says otherwise): shown next to
+# its workers in `status` and on the dashboard, so plain characters and a bounded length.
+HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+
+def rig_name(text: str) -> str:
+    """``text`` (a hostname) made a valid rig name: other characters become '-'."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", text.strip()).lstrip("._-")[:63]
+    return name or "rig"
+
+
 class RegisterRequest(Inbound):
     name: str = Field(min_length=1, max_length=128)
+    # Empty from a worker that predates rigs; the brain shows it as unknown.
+    host: str = Field(default="", max_length=63, pattern=f"{HOST_PATTERN}|^$")
     classes: list[str] = Field(default_factory=lambda: ["cpu"])
     gpu_index: int | None = Field(default=None, ge=0, le=4096)
     gpus: list[GpuInfo] = Field(default_factory=list)
@@ -238,8 +252,49 @@ class ExchangeResponse(Wire):
 
 
 class TokenRequest(Inbound):
-    scope: str = Field(pattern="^(admin|submit|metrics)$")
+    # join: registers workers of another rig (what the bootstrap token does), nothing else.
+    scope: str = Field(pattern="^(admin|submit|metrics|join)$")
     name: str = Field(default="", max_length=128)
+
+
+class TokenCreated(Wire):
+    """The new token, shown this once; the brain keeps only its hash."""
+
+    id: str
+    token: str
+    scope: str
+    name: str
+
+
+class TokenInfo(Wire):
+    """A stored token as listed: never the token, never its hash."""
+
+    id: str
+    scope: str
+    name: str
+    created_at: float
+    revoked: bool
+    revoked_at: float | None = None
+
+
+class TokenList(Wire):
+    tokens: list[TokenInfo]
+
+
+class TokenRevoked(Wire):
+    id: str
+    scope: str
+    # False when it was revoked before: revoking is idempotent.
+    revoked_now: bool
+    # Workers that registered with this (join) token: their tokens stop working too.
+    workers_revoked: list[str]
+
+
+class WhoAmI(Wire):
+    """Who a bearer token is: what `join` checks before it starts anything."""
+
+    scope: str
+    name: str
 
 
 class ErrorBody(Wire):

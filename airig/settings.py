@@ -8,6 +8,8 @@ guessing why a GPU profile was or was not chosen).
 from __future__ import annotations
 
 import os
+import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +32,16 @@ DEFAULTS: dict[str, str] = {
     "COMFYUI_PORT": "8188",
     "WHISPER_PORT": "8000",
     "BRAIN_PORT": "8080",
+    # Rigs: names of this rig's compose projects and volumes, its name at the brain, and
+    # the brain it joined (empty: it runs its own). See README, "Second rig".
+    "AIRIG_PROJECT_PREFIX": "airig",
+    "AIRIG_RIG_NAME": "",
+    "AIRIG_JOIN_BRAIN_URL": "",
+    "AIRIG_JOIN_TOKEN": "",
+    "AIRIG_BRAIN_PUBLIC_URL": "",
 }
+# Compose project names allow lowercase letters, digits, '-' and '_'; volume names follow.
+PREFIX_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 # Host port variable -> (stack, service it publishes), for preflight and the summary.
 PORTS: dict[str, tuple[str, str]] = {
     "FILES_PORT": ("01-infra", "files"),
@@ -78,6 +89,23 @@ class Settings:
     def source_of(self, key: str) -> str:
         return self.sources.get(key, "default")
 
+    @property
+    def prefix(self) -> str:
+        """Prefix of this rig's compose projects and volumes (two rigs on one engine)."""
+        return self.get("AIRIG_PROJECT_PREFIX")
+
+    @property
+    def rig_name(self) -> str:
+        """This rig's name at the brain: AIRIG_RIG_NAME, else the machine's hostname."""
+        from airig.protocol import rig_name
+
+        return rig_name(self.get("AIRIG_RIG_NAME") or socket.gethostname())
+
+    @property
+    def joined(self) -> bool:
+        """True when this rig's workers use another machine's brain (`join`)."""
+        return bool(self.get("AIRIG_JOIN_BRAIN_URL"))
+
 
 def load_settings(root: Path, flags: dict[str, str | None] | None = None) -> Settings:
     """Merge defaults < .env < environment < flags; validate what the launcher relies on."""
@@ -113,3 +141,26 @@ def _validate(settings: Settings) -> None:
             raise ConfigError(f"{key}={port} is not a TCP port", f"set {key} to 1-65535 in .env")
     if settings.get_int("AIRIG_CPU_WORKERS") < 0:
         raise ConfigError("AIRIG_CPU_WORKERS is negative", "set it to 0 or more in .env")
+    _validate_rig(settings)
+
+
+def _validate_rig(settings: Settings) -> None:
+    from airig.protocol import HOST_PATTERN
+
+    if not PREFIX_PATTERN.match(settings.prefix):
+        raise ConfigError(
+            f"AIRIG_PROJECT_PREFIX={settings.prefix!r} cannot name compose projects",
+            "use lowercase letters, digits, '-' or '_' (e.g. airig2), at most 40",
+        )
+    raw = settings.get("AIRIG_RIG_NAME")
+    if raw and not re.match(HOST_PATTERN, raw):
+        raise ConfigError(
+            f"AIRIG_RIG_NAME={raw!r} is not a plain name",
+            "use letters, digits, '.', '-' or '_' (at most 63), or leave it empty",
+        )
+    if bool(settings.get("AIRIG_JOIN_BRAIN_URL")) != bool(settings.get("AIRIG_JOIN_TOKEN")):
+        raise ConfigError(
+            "AIRIG_JOIN_BRAIN_URL and AIRIG_JOIN_TOKEN must be set together",
+            "run `python start_services.py join --brain URL --token T` again, or empty both "
+            "in .env to run this rig with its own brain",
+        )

@@ -86,9 +86,10 @@ def brain_workers(env_file) -> list[dict] | None:
 
 
 def workers_table(workers: list[dict]) -> Table:
-    """Workers with their GPU's temperature and the brain's warnings (thermal guard)."""
+    """Workers with their rig (host), GPU temperature and the brain's warnings."""
     table = Table(title="workers")
-    for col in ("worker", "classes", "gpu", "temp", "running", "resident models", "warnings"):
+    columns = ("worker", "host", "classes", "gpu", "temp", "running", "resident models")
+    for col in (*columns, "warnings"):
         table.add_column(col)
     for w in workers:
         gpus = w.get("gpus") or []
@@ -98,7 +99,8 @@ def workers_table(workers: list[dict]) -> Table:
         name = name if w.get("alive") else f"[red]{name} (silent)[/]"
         warnings = escape("; ".join(w.get("warnings") or []))
         table.add_row(
-            name, escape(",".join(w.get("classes") or [])), gpu or str(w.get("gpu_index")),
+            name, escape(w.get("host") or "-"), escape(",".join(w.get("classes") or [])),
+            gpu or str(w.get("gpu_index")),
             " ".join(f"{t:.0f}°C" for t in temps) or "-", str(w.get("running", 0)),
             escape(", ".join(w.get("resident_models") or [])) or "-",
             f"[yellow]⚠ {warnings}[/]" if warnings else "",

@@ -3,6 +3,9 @@
 - admin: the ``BRAIN_ADMIN_TOKEN`` from the environment, or a stored admin token.
 - submit: stored tokens created by an admin (``POST /v1/tokens``); submit and read plans.
 - worker: traded for the bootstrap token at registration; acts only on its own leases.
+- join: stored, created by an admin for another rig (`token create --join`); registers
+  workers like the bootstrap token and does nothing else. Revoking it (``revoked_at``)
+  also retires the worker tokens of every worker that registered with it.
 Stored tokens are kept as SHA-256 hashes (they are 256-bit random, so no slow hash is
 needed); comparisons with the environment secrets are constant-time.
 """
@@ -19,15 +22,16 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from airig.brain.db import Database
+from airig.brain.db import Database, new_token_id
 
 _bearer = HTTPBearer(auto_error=False)
 
 
 @dataclass(frozen=True)
 class Principal:
-    scope: str  # admin | submit | worker | bootstrap
+    scope: str  # admin | submit | metrics | join | worker | bootstrap
     name: str
+    token_id: str | None = None  # a stored token's id (admin, submit, metrics, join)
 
 
 def new_token() -> str:
@@ -53,14 +57,16 @@ def bearer_from_scope(scope: dict) -> str:
     return ""
 
 
-def store_token(db: Database, scope: str, name: str) -> str:
-    token = new_token()
+def store_token(db: Database, scope: str, name: str) -> tuple[str, str]:
+    """A new stored token: (its id, the token). Only the hash is kept."""
+    token, token_id = new_token(), new_token_id()
     with db.tx() as conn:
         conn.execute(
-            "INSERT INTO tokens (token_hash, scope, name, created_at) VALUES (?, ?, ?, ?)",
-            (hash_token(token), scope, name, time.time()),
+            """INSERT INTO tokens (token_hash, id, scope, name, created_at)
+               VALUES (?, ?, ?, ?, ?)""",
+            (hash_token(token), token_id, scope, name, time.time()),
         )
-    return token
+    return token_id, token
 
 
 def identify(request: Request, token: str) -> Principal | None:
@@ -77,10 +83,14 @@ def identify_token(settings, db: Database, token: str) -> Principal | None:
         return Principal("bootstrap", "bootstrap")
     digest = hash_token(token)
     with db.lookup() as conn:
-        row = conn.execute("SELECT scope, name FROM tokens WHERE token_hash = ?", (digest,))
+        row = conn.execute(
+            "SELECT id, scope, name, revoked_at FROM tokens WHERE token_hash = ?", (digest,)
+        )
         found = row.fetchone()
         if found:
-            return Principal(found["scope"], found["name"])
+            if found["revoked_at"] is not None:
+                return None
+            return Principal(found["scope"], found["name"], found["id"])
         row = conn.execute("SELECT id FROM workers WHERE token_hash = ?", (digest,))
         worker = row.fetchone()
     return Principal("worker", worker["id"]) if worker else None
@@ -113,10 +123,13 @@ def require(*scopes: str):
 admin_only = require("admin")
 submitter = require("admin", "submit")
 worker_only = require("worker")
-bootstrap_only = require("bootstrap")
+# Registration: the local bootstrap token, or another rig's join token.
+registrar = require("bootstrap", "join")
 
 # Annotated dependencies, so routes need no call in their argument defaults.
 AdminDep = Annotated[Principal, Depends(admin_only)]
 SubmitterDep = Annotated[Principal, Depends(submitter)]
 WorkerDep = Annotated[Principal, Depends(worker_only)]
-BootstrapDep = Annotated[Principal, Depends(bootstrap_only)]
+RegistrarDep = Annotated[Principal, Depends(registrar)]
+# Any valid token (GET /v1/whoami).
+AnyTokenDep = Annotated[Principal, Depends(_principal)]

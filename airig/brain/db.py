@@ -7,6 +7,7 @@ read-modify-write sequences such as claims atomic without retry loops on SQLITE_
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -76,13 +77,17 @@ CREATE TABLE IF NOT EXISTS workers (
     gpus_json TEXT NOT NULL DEFAULT '[]',
     models_json TEXT NOT NULL DEFAULT '[]',
     registered_at REAL NOT NULL,
-    last_heartbeat REAL NOT NULL
+    last_heartbeat REAL NOT NULL,
+    host TEXT NOT NULL DEFAULT '',
+    registered_by TEXT
 );
 CREATE TABLE IF NOT EXISTS tokens (
     token_hash TEXT PRIMARY KEY,
     scope TEXT NOT NULL,
     name TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    id TEXT,
+    revoked_at REAL
 );
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -95,6 +100,39 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_plan ON events(plan_id);
 CREATE INDEX IF NOT EXISTS workers_token ON workers(token_hash);
 """
+# Columns added after the first release, as (table, column, declaration). A database made
+# before them gains them when it is opened: an upgraded brain keeps its plans, workers and
+# tokens. New columns go here (and in SCHEMA), never by editing a released column.
+ADDED_COLUMNS = (
+    ("workers", "host", "TEXT NOT NULL DEFAULT ''"),
+    # tokens.id of the join token a worker registered with (NULL: the bootstrap token)
+    ("workers", "registered_by", "TEXT"),
+    ("tokens", "id", "TEXT"),
+    ("tokens", "revoked_at", "REAL"),
+)
+# Indexes on added columns: created after the columns exist.
+ADDED_INDEXES = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS tokens_id ON tokens(id)",
+    "CREATE INDEX IF NOT EXISTS workers_registered_by ON workers(registered_by)",
+)
+
+
+def new_token_id() -> str:
+    """A token's public handle (listed, used to revoke it); unrelated to the token."""
+    return secrets.token_hex(6)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring a database made by an older brain up to SCHEMA (idempotent)."""
+    for table, column, declaration in ADDED_COLUMNS:
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+    # Tokens stored before ids existed get one, so they can be listed and revoked.
+    for (rowid,) in conn.execute("SELECT rowid FROM tokens WHERE id IS NULL").fetchall():
+        conn.execute("UPDATE tokens SET id = ? WHERE rowid = ?", (new_token_id(), rowid))
+    for statement in ADDED_INDEXES:  # one by one: executescript would commit the transaction
+        conn.execute(statement)
 
 
 class Database:
@@ -112,6 +150,8 @@ class Database:
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.execute("PRAGMA busy_timeout=5000")
         self._conn.executescript(SCHEMA)
+        with self.tx() as conn:
+            migrate(conn)
         # A second connection for the event loop's token lookups: in WAL mode it reads the
         # last commit without waiting for the writer's lock (a commit waits on fsync).
         self._lookup = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)

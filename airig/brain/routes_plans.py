@@ -1,4 +1,4 @@
-"""Submitter routes: plans, their tasks and results, cancellation, tokens."""
+"""Submitter routes: plans, their tasks and results, cancellation."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse
 
 from airig.brain import results, states
-from airig.brain.auth import AdminDep, SubmitterDep, store_token
+from airig.brain.auth import SubmitterDep
 from airig.brain.events import Outbox
 from airig.brain.plans import submit
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError
 from airig.brain.plans.validate import Limits, PlanInvalid
 from airig.brain.routes_workers import brain_of
-from airig.protocol import ErrorBody, PlanErrorBody, TokenRequest
+from airig.protocol import ErrorBody, PlanErrorBody
 from airig.protocol import TaskState as S
 
 router = APIRouter(prefix="/v1", tags=["plans"])
@@ -235,10 +235,3 @@ def plan_events(plan_id: str, request: Request, _: SubmitterDep) -> dict:
             "SELECT body_json FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)
         ).fetchall()
     return {"events": [json.loads(row["body_json"]) for row in rows]}
-
-
-@router.post("/tokens", status_code=201)
-def create_token(body: TokenRequest, request: Request, _: AdminDep) -> dict:
-    """A new scoped token, shown once; only its hash is stored."""
-    token = store_token(brain_of(request).db, body.scope, body.name or body.scope)
-    return {"token": token, "scope": body.scope}

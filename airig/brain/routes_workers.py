@@ -10,7 +10,7 @@ import time
 from fastapi import APIRouter, HTTPException, Request
 
 from airig.brain import states
-from airig.brain.auth import AdminDep, BootstrapDep, WorkerDep, hash_token, new_token
+from airig.brain.auth import AdminDep, RegistrarDep, WorkerDep, hash_token, new_token
 from airig.brain.events import Outbox
 from airig.brain.retry import INFRA
 from airig.brain.service import Brain
@@ -23,7 +23,7 @@ def brain_of(request: Request) -> Brain:
     return request.app.state.brain
 
 
-def _drop_old_leases(
+def drop_leases(
     conn: sqlite3.Connection,
     outbox: Outbox,
     brain: Brain,
@@ -46,10 +46,11 @@ def _drop_old_leases(
 def _refuse_takeover(
     conn: sqlite3.Connection, body: RegisterRequest, lease_s: float, now: float
 ) -> None:
-    """Every worker registers with the one bootstrap token, so a name is not proof of
-    identity: a name whose holder is alive (heartbeat within a lease) is only handed to
-    a registrant that shows the holder's token. A crashed worker gets its name back
-    once its heartbeat is a lease old, when the reaper has given up on it anyway."""
+    """Every worker registers with the one bootstrap token (or its rig's join token),
+    so a name is not proof of identity: a name whose holder is alive (heartbeat within
+    a lease) is only handed to a registrant that shows the holder's token. A crashed
+    worker gets its name back once its heartbeat is a lease old, when the reaper has
+    given up on it anyway."""
     row = conn.execute(
         "SELECT token_hash, last_heartbeat FROM workers WHERE id = ?", (body.name,)
     ).fetchone()
@@ -76,28 +77,32 @@ def _refuse_takeover(
 def register(
     body: RegisterRequest,
     request: Request,
-    _: BootstrapDep,
+    registrar: RegistrarDep,
 ) -> RegisterResponse:
-    """Trade the bootstrap token for a worker token (a restart registers again)."""
+    """Trade the bootstrap token, or a join token of another rig, for a worker token (a
+    restart registers again). A join token is recorded with the worker: revoking it
+    retires the worker's token too."""
     brain = brain_of(request)
     token = new_token()
+    joined_with = registrar.token_id if registrar.scope == "join" else None
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
         _refuse_takeover(conn, body, brain.settings.lease_s, now)
-        _drop_old_leases(conn, outbox, brain, body.name, now)
+        drop_leases(conn, outbox, brain, body.name, now)
         conn.execute(
             """INSERT INTO workers (id, token_hash, classes_json, gpu_index, gpus_json,
-                   models_json, registered_at, last_heartbeat)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                   models_json, registered_at, last_heartbeat, host, registered_by)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash,
                    classes_json = excluded.classes_json, gpu_index = excluded.gpu_index,
                    gpus_json = excluded.gpus_json, models_json = excluded.models_json,
                    registered_at = excluded.registered_at,
-                   last_heartbeat = excluded.last_heartbeat""",
+                   last_heartbeat = excluded.last_heartbeat, host = excluded.host,
+                   registered_by = excluded.registered_by""",
             (
                 body.name, hash_token(token), json.dumps(body.classes), body.gpu_index,
                 json.dumps([g.model_dump() for g in body.gpus]),
-                json.dumps(body.resident_models), now, now,
+                json.dumps(body.resident_models), now, now, body.host, joined_with,
             ),
         )  # fmt: skip
 
@@ -139,7 +144,7 @@ def deregister(request: Request, worker: WorkerDep) -> dict:
     brain = brain_of(request)
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
-        _drop_old_leases(conn, outbox, brain, worker.name, now, "stopped")
+        drop_leases(conn, outbox, brain, worker.name, now, "stopped")
         conn.execute(
             "UPDATE workers SET last_heartbeat = 0, token_hash = ? WHERE id = ?",
             (hash_token(new_token()), worker.name),
@@ -166,6 +171,10 @@ def list_workers(request: Request, _: AdminDep) -> dict:
             {
                 "id": row["id"],
                 "name": row["id"],
+                # the rig the worker runs on ("" from a worker that predates rigs), and the
+                # join token it registered with (None: this machine's bootstrap token)
+                "host": row["host"],
+                "join_token": row["registered_by"],
                 "classes": json.loads(row["classes_json"]),
                 "gpu_index": row["gpu_index"],
                 "gpus": json.loads(row["gpus_json"]),

@@ -17,6 +17,7 @@ from typing import Any
 
 import requests
 
+from airig.errors import ConfigError
 from airig.protocol import (
     Assignment,
     ClaimRequest,
@@ -124,6 +125,14 @@ class BrainLink:
                     json_body=body.model_dump(), stop=stop,
                 )  # fmt: skip
                 break
+            except Unregistered:
+                # Not this worker's token but the registration token itself: a typo, a
+                # new brain, or a join token the brain's admin revoked. Retrying cannot help.
+                raise ConfigError(
+                    "the brain refused WORKER_BOOTSTRAP_TOKEN (unknown, or a revoked join token)",
+                    "on a joined rig get a new token on the brain's machine "
+                    "(`python start_services.py token create --join`) and run `join` again",
+                ) from None
             except LeaseLost as exc:
                 wait = min(self._retry_cap_s * 3, float(exc.retry_after or 2))
                 log.warning("worker name in use, waiting", extra={"detail": str(exc),

@@ -88,7 +88,8 @@ class Worker:
     def register(self) -> None:
         settings = self.settings
         request = RegisterRequest(
-            name=settings.name, classes=settings.classes, gpu_index=settings.gpu_index,
+            name=settings.name, host=settings.host, classes=settings.classes,
+            gpu_index=settings.gpu_index,
             gpus=probe_gpus(settings.gpu_indexes), resident_models=self.resident_models(),
         )  # fmt: skip
         registered = self.link.register(request, stop=self.stopping)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from airig.brain.settings import PLACEHOLDER_SECRETS
 from airig.errors import ConfigError
-from airig.protocol import TASK_CLASSES
+from airig.protocol import TASK_CLASSES, rig_name
 
 
 class WorkerSettings(BaseSettings):
@@ -19,6 +19,11 @@ class WorkerSettings(BaseSettings):
     brain_url: str = Field("http://brain:8080", alias="BRAIN_URL")
     bootstrap_token: str = Field("", alias="WORKER_BOOTSTRAP_TOKEN")
     name: str = Field(default_factory=socket.gethostname, alias="WORKER_NAME")
+    # A joined rig's workers are named "<rig>-<name>" (the launcher sets "<rig>-"), so
+    # two rigs' `gpu0` or containers never claim one name at the brain.
+    name_prefix: str = Field("", alias="WORKER_NAME_PREFIX")
+    # The rig this worker runs on (the launcher passes AIRIG_RIG_NAME); empty = hostname.
+    host: str = Field("", alias="WORKER_HOST")
     classes_csv: str = Field("cpu", alias="WORKER_CLASSES")
     gpu: str = Field("", alias="WORKER_GPU")
     ollama_url: str = Field("http://ollama:11434", alias="OLLAMA_URL")
@@ -34,6 +39,13 @@ class WorkerSettings(BaseSettings):
     retry_cap_s: float = Field(10.0, alias="WORKER_RETRY_CAP_S", gt=0)
     # Tasks a cpu / script worker may hold leased ahead (1 = none); GPU workers never do.
     prefetch: int = Field(1, alias="AIRIG_WORKER_PREFETCH", ge=1, le=32)
+
+    @model_validator(mode="after")
+    def _rig(self) -> WorkerSettings:
+        if self.name_prefix and not self.name.startswith(self.name_prefix):
+            self.name = f"{self.name_prefix}{self.name}"
+        self.host = rig_name(self.host or socket.gethostname())
+        return self
 
     @field_validator("classes_csv")
     @classmethod

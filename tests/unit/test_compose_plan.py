@@ -12,15 +12,18 @@ def settings(tmp_path, env=""):
 
 
 def test_stacks_in_order_with_profile_and_env(tmp_path):
-    plan = build_plan(settings(tmp_path), "cpu", [])
+    plan = build_plan(settings(tmp_path, "AIRIG_RIG_NAME=rig1\n"), "cpu", [])
     assert [s.name for s in plan.stacks] == ["01-infra", "02-compute", "03-agents"]
     assert [s.project for s in plan.stacks] == ["airig-infra", "airig-compute", "airig-agents"]
     host_env = tmp_path / ".airig" / "host.env"
     for s in plan.stacks:
         assert s.profiles == ("cpu",) and s.env_files == (tmp_path / ".env", host_env)
         assert s.files == (tmp_path / s.name / "compose.yaml",)
-    # no GPU workers: the CPU workers take every class
-    assert plan.generated == {host_env: "AIRIG_CPU_WORKER_CLASSES=cpu,script,llm,resource\n"}
+    # no GPU workers: the CPU workers take every class; they tell the brain their rig
+    assert plan.generated == {host_env: (
+        "AIRIG_CPU_WORKER_CLASSES=cpu,script,llm,resource\nAIRIG_RIG_NAME=rig1\n"
+        "AIRIG_WORKER_NAME_PREFIX=\n"
+    )}  # fmt: skip
 
 
 def test_gpu_layout_one_worker_per_gpu_pinned(tmp_path):
@@ -45,7 +48,7 @@ def test_gpu_layout_one_worker_per_gpu_pinned(tmp_path):
 
 def test_amd_layout_maps_one_render_node_and_host_gids(tmp_path):
     plan = build_plan(
-        settings(tmp_path, "HSA_OVERRIDE_GFX_VERSION=10.3.0\n"),
+        settings(tmp_path, "HSA_OVERRIDE_GFX_VERSION=10.3.0\nAIRIG_RIG_NAME=rig1\n"),
         "gpu-amd",
         [GpuSlot(0, render_node="/dev/dri/renderD129")],
         {"AIRIG_RENDER_GID": "993", "AIRIG_VIDEO_GID": "44"},
@@ -58,7 +61,8 @@ def test_amd_layout_maps_one_render_node_and_host_gids(tmp_path):
     assert services["ollama-gpu0"]["image"].startswith("${OLLAMA_IMAGE_ROCM")
     host_env = tmp_path / ".airig" / "host.env"
     assert plan.generated[host_env] == (
-        "AIRIG_CPU_WORKER_CLASSES=cpu\nAIRIG_RENDER_GID=993\nAIRIG_VIDEO_GID=44\n"
+        "AIRIG_CPU_WORKER_CLASSES=cpu\nAIRIG_RENDER_GID=993\nAIRIG_RIG_NAME=rig1\n"
+        "AIRIG_VIDEO_GID=44\nAIRIG_WORKER_NAME_PREFIX=\n"
     )
     assert plan.stack("02-compute").env_files == (tmp_path / ".env", host_env)
     assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in plan.generated[tmp_path / ".airig" / "gpu-amd.env"]
