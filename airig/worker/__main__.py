@@ -16,6 +16,8 @@ from pydantic import ValidationError
 
 from airig.brain.jsonlog import setup_json_logging
 from airig.errors import AirigError
+from airig.worker.heartbeat import write_state
+from airig.worker.link import RegistrationRefused
 from airig.worker.settings import WorkerSettings
 
 log = logging.getLogger("airig.worker")
@@ -51,7 +53,18 @@ def main(argv: list[str] | None = None) -> int:
 
         worker = Worker(settings)
         worker.install_signal_handlers()
-        return worker.run()
+        try:
+            return worker.run()
+        except RegistrationRefused as exc:
+            # Parked, not exited: no restart can fix a refused token, and under the
+            # restart policy an exit would repeat this line forever. The healthcheck
+            # reports unhealthy; `down`, or `join` with a new token, ends it.
+            log.error(exc.message, extra={"hint": exc.hint})
+            if worker.heartbeat:  # refused mid-run (a revoked rig): stop beating too
+                worker.heartbeat.stop()
+            write_state(settings.state_file, settings.name, ok=False)
+            worker.stopping.wait()
+            return 2
     except ValidationError as exc:
         first = exc.errors()[0]
         log.error("invalid worker setting", extra={"setting": first["loc"], "error": first["msg"]})

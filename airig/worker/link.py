@@ -45,6 +45,10 @@ class Unregistered(Exception):
     """The brain does not know this worker's token (401)."""
 
 
+class RegistrationRefused(ConfigError):
+    """The brain refused the registration token itself (401 at register)."""
+
+
 class BrainUnreachable(Exception):
     """The brain did not answer before the caller's deadline."""
 
@@ -128,7 +132,7 @@ class BrainLink:
             except Unregistered:
                 # Not this worker's token but the registration token itself: a typo, a
                 # new brain, or a join token the brain's admin revoked. Retrying cannot help.
-                raise ConfigError(
+                raise RegistrationRefused(
                     "the brain refused WORKER_BOOTSTRAP_TOKEN (unknown, or a revoked join token)",
                     "on a joined rig get a new token on the brain's machine "
                     "(`python start_services.py token create --join`) and run `join` again",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,19 @@ def test_a_second_worker_cannot_take_a_live_workers_name(cluster):
     wait_until(lambda: '"registered"' in twin.log(), 15, f"the twin to register\n{twin.log()}")
     plan = cluster.submit({"name": "after", "tasks": [noop("x")]})
     assert cluster.wait_plan(plan["id"], 30)["status"] == "succeeded"
+
+
+def test_a_revoked_rigs_worker_parks_instead_of_crash_looping(cluster):
+    """Under Docker's restart policy an exit would repeat the refusal forever."""
+    cluster.start_brain()
+    made = requests.post(f"{cluster.url}/v1/tokens", headers=ADMIN, timeout=10,
+                         json={"scope": "join", "name": "rig-b"}).json()  # fmt: skip
+    worker = cluster.start_worker("rig-b-cpu", WORKER_BOOTSTRAP_TOKEN=made["token"])
+    gone = requests.delete(f"{cluster.url}/v1/tokens/{made['id']}", headers=ADMIN, timeout=10)
+    assert gone.status_code == 200, gone.text
+    wait_until(lambda: "refused WORKER_BOOTSTRAP_TOKEN" in worker.log(), 20,
+               f"the refusal\n{worker.log()}")  # fmt: skip
+    time.sleep(2)
+    assert worker.process.poll() is None  # parked: still running, not restarting
+    assert worker.log().count("refused WORKER_BOOTSTRAP_TOKEN") == 1
+    assert worker.stop() == 2
