@@ -62,11 +62,11 @@ def seed(db_path: Path, count: int) -> float:
     return time.perf_counter() - start
 
 
-def claim_latencies(url: str, claims: int) -> list[float]:
+def claim_latencies(url: str, claims: int, name: str = "scale-bench") -> list[float]:
     session = requests.Session()
     answer = session.post(
         f"{url}/v1/workers/register",
-        json={"name": "scale-bench", "classes": ["llm", "cpu"], "resident_models": []},
+        json={"name": name, "classes": ["llm", "cpu"], "resident_models": []},
         headers={"Authorization": f"Bearer {BOOTSTRAP}"},
         timeout=10,
     )

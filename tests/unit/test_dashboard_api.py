@@ -215,6 +215,28 @@ def test_event_queries_use_an_index(client, plan):
     assert all(step.startswith("SEARCH") for step in steps), steps
 
 
+def test_every_poll_of_counts_reads_an_index_only(client, two_plans):
+    """The queue view and the plans list run on every dashboard poll: with 100k tasks a
+    scan of the task rows cost hundreds of ms (benchmarks/dashboard.py)."""
+    from airig.brain.routes_plans import plan_view
+
+    plan = two_plans[0]
+    with brain_of(client).db.read() as conn:
+        queue = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {routes_dashboard._GROUPS}")]
+        counts = [
+            row[3]
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT state, COUNT(*) AS n FROM tasks WHERE plan_id = ? "
+                "GROUP BY state", (plan,),
+            )
+        ]  # fmt: skip
+        row = conn.execute("SELECT * FROM plans WHERE id = ?", (plan,)).fetchone()
+        view = plan_view(conn, row, with_tasks=False)
+    assert all("COVERING INDEX" in step for step in queue), queue
+    assert all("COVERING INDEX" in step for step in counts), counts
+    assert view["task_total"] == sum(view["counts"].values()) > 0
+
+
 # ------------------------------------------------------------------ models
 @pytest.mark.parametrize(
     ("url", "reason"),
