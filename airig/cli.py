@@ -87,10 +87,7 @@ def up(profile: ProfileOpt = None, dry_run: DryRunOpt = False) -> None:
     launcher = Launcher(settings, Docker(), console)
     result = launcher.up(dry_run=dry_run)
     if dry_run:
-        console.print("[bold]Dry run[/]: these commands would run, in order:")
-        for line in result.commands:
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-        console.print(layout_table(worker_layout(result.plan, settings.get("AIRIG_CPU_WORKERS"))))
+        _print_dry_run(result, settings)
         return
     rows = service_rows(launcher.docker, result.plan)
     console.print(services_table(rows, f"airig is up ({result.plan.profile})"))
@@ -119,14 +116,18 @@ def join(
         repo_root(), brain, token, insecure, profile, dry_run, console, _ensure_env, Docker()
     )
     if dry_run:
-        console.print("[bold]Dry run[/]: these commands would run, in order:")
-        for line in result.commands:
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-        console.print(layout_table(worker_layout(result.plan, settings.get("AIRIG_CPU_WORKERS"))))
+        _print_dry_run(result, settings)
         return
     rows = service_rows(Docker(), result.plan)
     console.print(services_table(rows, f"airig is up ({result.plan.profile}, joined)"))
     _say_joined(settings)
+
+
+def _print_dry_run(result, settings: Settings) -> None:
+    console.print("[bold]Dry run[/]: these commands would run, in order:")
+    for line in result.commands:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(layout_table(worker_layout(result.plan, settings.get("AIRIG_CPU_WORKERS"))))
 
 
 def _say_joined(settings: Settings) -> None:
