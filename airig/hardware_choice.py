@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from airig.compose_plan import GpuSlot
+from airig.compose_plan import GpuSlot, amd_host_env
 from airig.docker_adapter import Docker
 from airig.errors import ConfigError, DockerError, HardwareError
 from airig.hardware import HardwareReport, detect, kfd_visible, nvml_visible
 from airig.hardware.decide import decide_profile
+from airig.hardware.report import GpuInfo
+from airig.images import ImageSelection, choose_images, load_catalog, pins_from
 
 VENDOR_OF = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
 SOURCE_LABEL = {"flag": "--profile flag", "env": "AIRIG_PROFILE", "detected": "detection"}
@@ -32,6 +34,8 @@ class Choice:
     host_env: dict[str, str] = field(default_factory=dict)
     # Not strict (dry-run, detect): the forced profile `up` would refuse, and why.
     refusal: HardwareError | None = None
+    # the image each compute service runs, and why (02-compute/images.yaml)
+    images: ImageSelection | None = None
 
 
 def probe_images(settings) -> list[str]:
@@ -90,26 +94,49 @@ def choose_profile(settings, docker: Docker, strict: bool = True, client=None) -
     if label == "AIRIG_PROFILE":
         label = f"AIRIG_PROFILE in {source}"
     gpus = gpu_slots(report, profile)
-    host_env = report.amd.env_values() if profile == "gpu-amd" else {}
-    return Choice(profile, label, reasons, fix, gpus, report, host_env, refusal)
+    host_env = detected_env(report, profile)
+    images = select_images(settings, report, profile)
+    return Choice(profile, label, reasons, fix, gpus, report, host_env, refusal, images)
+
+
+def select_images(settings, report: HardwareReport, profile: str) -> ImageSelection:
+    """Per compute service, the newest image variant that fits every GPU it will use;
+    a pin in .env wins (refused when it cannot run on a detected GPU)."""
+    return choose_images(
+        load_catalog(settings.root),
+        profile,
+        profile_gpus(report, profile),
+        pins_from(settings.get),
+        settings.get("HSA_OVERRIDE_GFX_VERSION").strip(),
+    )
+
+
+def profile_gpus(report: HardwareReport, profile: str) -> list[GpuInfo]:
+    """The discrete GPUs of the profile's vendor that its containers can use."""
+    vendor = VENDOR_OF.get(profile)
+    return [
+        g
+        for g in report.gpus
+        if g.vendor == vendor and g.kind != "integrated" and nvml_visible(g) and kfd_visible(g)
+    ]
+
+
+def detected_env(report: HardwareReport, profile: str) -> dict[str, str]:
+    """Detected values for host.env: on gpu-amd the GIDs owning /dev/kfd and the render
+    nodes, each once (they are one `render` group on most hosts)."""
+    return amd_host_env(report.amd.gids) if profile == "gpu-amd" else {}
 
 
 def gpu_slots(report: HardwareReport, profile: str) -> list[GpuSlot]:
     """The discrete GPUs of the profile's vendor, one worker each. An NVIDIA card NVML does
     not see gets none: its worker would be pinned to a CUDA index that does not exist (the
     report's reasons say it was skipped, and why)."""
-    vendor = VENDOR_OF.get(profile)
-    if vendor is None:
-        return []
-    chosen = [
-        g
-        for g in report.gpus
-        if g.vendor == vendor and g.kind != "integrated" and nvml_visible(g) and kfd_visible(g)
-    ]
+    chosen = profile_gpus(report, profile)
     slots = []
     for position, gpu in enumerate(chosen):
         index = gpu.index if gpu.index is not None else position
         # KFD names the node ("renderD128"); compose maps a device path.
         node = f"/dev/dri/{gpu.render_node}" if gpu.render_node else ""
-        slots.append(GpuSlot(index, gpu.name, gpu.vram_total_bytes or 0, node))
+        gids = report.amd.gids if gpu.vendor == "amd" else ()  # its container's group_add
+        slots.append(GpuSlot(index, gpu.name, gpu.vram_total_bytes or 0, node, gids))
     return slots

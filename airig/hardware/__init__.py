@@ -24,6 +24,7 @@ from airig.hardware.docker_gpu import (
 from airig.hardware.merge import merge_gpus
 from airig.hardware.nvidia import NvmlResult, load_nvml, query_nvml
 from airig.hardware.pci import PciDisplayDevice, scan_pci
+from airig.hardware.pciids import PciIds, find_pci_ids
 from airig.hardware.report import GpuInfo, HardwareReport, kfd_visible, nvml_visible
 from airig.hardware.table import render_table
 
@@ -61,16 +62,19 @@ def detect(
     docker_client: Any = AUTO,
     probe_image: str | Sequence[str] | None = None,
     probe_client: Any = None,
+    pci_ids: Any = AUTO,
 ) -> HardwareReport:
     """Scan PCI, NVML, KFD and Docker. ``None`` skips NVML / amdsmi / Docker; ``AUTO`` uses
     the real ones. ``probe_image``: image(s) to probe with, the first present locally wins.
     ``probe_client``: the client that runs the probe container (a GPU container can take
-    far longer to start than a query takes); ``docker_client`` when not given."""
+    far longer to start than a query takes); ``docker_client`` when not given.
+    ``pci_ids``: the PCI ID database that names cards NVML / amdsmi do not (``AUTO``: the
+    host's, where lspci looks; ``None``: none, cards are named by their PCI ids)."""
     pci = scan_pci(Path(sysfs_root))
     nvml_result = nvml_facts(nvml)
     amd_host = scan_amd(Path(sysfs_root), Path(dev_root), amd_module(amdsmi, pci))
     client, docker_support = docker_facts(docker_client)
-    gpus = merge_gpus(pci, nvml_result, amd_host)
+    gpus = merge_gpus(pci, nvml_result, amd_host, pci_names(pci_ids))
     images = [probe_image] if isinstance(probe_image, str) else list(probe_image or [])
     if client is not None and probe_client is not None:
         client = probe_client
@@ -94,6 +98,13 @@ def nvml_facts(nvml: Any) -> NvmlResult:
         if nvml is None:
             return NvmlResult(available=False, error=why, error_kind="pynvml-missing")
     return query_nvml(nvml)
+
+
+def pci_names(pci_ids: Any) -> PciIds | None:
+    """The database to name cards from; it is only read if a card needs a name."""
+    if pci_ids is None:
+        return None
+    return PciIds(find_pci_ids() if pci_ids is AUTO else Path(pci_ids))
 
 
 def amd_module(amdsmi: Any, pci: list[PciDisplayDevice]) -> Any:

@@ -2,8 +2,10 @@
 
 A ROCm container needs ``/dev/kfd`` (the compute driver) and ``/dev/dri/renderD*``;
 images that do not run as root reach them only through the numeric GIDs that own them
-(``group_add`` by name fails when the image lacks the group). The gfx target comes from
-the KFD topology, which the kernel publishes without ROCm user space installed.
+(``group_add`` by name fails when the image lacks the group). ``AmdHost.gids`` holds each
+such GID once: on most ROCm hosts kfd and the render nodes share the `render` group.
+The gfx target comes from the KFD topology, which the kernel publishes without ROCm user
+space installed.
 ``amdsmi`` is used for marketing names when it imports; its import can print and raise
 anything when ``libamd_smi.so`` is missing, so it is guarded broadly.
 """
@@ -48,27 +50,13 @@ class AmdHost:
     render_nodes: tuple[str, ...] = ()
     kfd_gid: int | None = None
     render_gid: int | None = None
-    gids: tuple[int, ...] = ()  # every GID owning kfd or a render node: compose group_add
+    gids: tuple[int, ...] = ()  # every GID owning kfd or a render node, sorted, each once
     nodes: tuple[KfdNode, ...] = ()
     smi_names: dict[str, str] = field(default_factory=dict)  # pci address -> market name
     smi_note: str | None = None
 
-    @property
-    def video_gid(self) -> int | None:
-        """The second GID for compose: /dev/kfd's owner when it is not the render group."""
-        if self.kfd_gid is not None and self.kfd_gid != self.render_gid:
-            return self.kfd_gid
-        return self.render_gid
-
-    def env_values(self) -> dict[str, str]:
-        """AIRIG_VIDEO_GID / AIRIG_RENDER_GID for .env, when the nodes exist."""
-        if self.render_gid is None or self.video_gid is None:
-            return {}
-        return {"AIRIG_VIDEO_GID": str(self.video_gid), "AIRIG_RENDER_GID": str(self.render_gid)}
-
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["video_gid"] = self.video_gid
         data["nodes"] = [asdict(node) for node in self.nodes]
         return data
 

@@ -53,6 +53,9 @@ class PciDisplayDevice:
     boot_vga: bool | None
     vram_total_bytes: int | None
     vram_used_bytes: int | None
+    # the board maker's ids (a Sapphire RX 7900 XTX: 0x1da2 / 0x471e), for pci.ids names
+    subsystem_vendor_id: int | None = None
+    subsystem_device_id: int | None = None
 
     @property
     def vendor_name(self) -> str:
@@ -74,6 +77,8 @@ class PciDisplayDevice:
             "boot_vga": self.boot_vga,
             "vram_total_bytes": self.vram_total_bytes,
             "vram_used_bytes": self.vram_used_bytes,
+            "subsystem_vendor_id": hex4(self.subsystem_vendor_id),
+            "subsystem_device_id": hex4(self.subsystem_device_id),
         }
 
 
@@ -113,6 +118,8 @@ def read_display_device(device_dir: Path) -> PciDisplayDevice | None:
         boot_vga=None if boot_vga is None else bool(boot_vga),
         vram_total_bytes=vram_total,
         vram_used_bytes=read_int(device_dir / "mem_info_vram_used"),
+        subsystem_vendor_id=read_hex(device_dir / "subsystem_vendor"),
+        subsystem_device_id=read_hex(device_dir / "subsystem_device"),
     )
 
 
@@ -164,6 +171,10 @@ def driver_name(device_dir: Path) -> str | None:
         return os.path.basename(os.readlink(link))
     except OSError:
         return None
+
+
+def hex4(value: int | None) -> str | None:
+    return None if value is None else f"0x{value:04x}"
 
 
 def read_text(path: Path) -> str | None:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from unit.hardware_fakes import FakeHost
 
-from airig.compose_plan import GpuSlot, build_plan
+from airig.compose_plan import GpuSlot, amd_host_env, build_plan
+from airig.hardware import detect
+from airig.hardware_choice import detected_env, gpu_slots
 from airig.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,8 +67,8 @@ def kit(tmp_path):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_stack_validates(kit, profile):
-    gpus = [GpuSlot(0), GpuSlot(1)] if profile != "cpu" else []
-    plan = build_plan(load_settings(kit), profile, gpus, {"AIRIG_RENDER_GID": "993"})
+    gpus = [GpuSlot(0, gids=(993,)), GpuSlot(1, gids=(993,))] if profile != "cpu" else []
+    plan = build_plan(load_settings(kit), profile, gpus, amd_host_env([993]))
     for path, text in plan.generated.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -75,7 +80,7 @@ def test_every_stack_validates(kit, profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_compute_variants_per_profile(kit, profile):
-    plan = build_plan(load_settings(kit), profile, [], {"AIRIG_RENDER_GID": "993"})
+    plan = build_plan(load_settings(kit), profile, [], amd_host_env([993]))
     for path, text in plan.generated.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -92,7 +97,7 @@ def test_compute_variants_per_profile(kit, profile):
     elif profile == "gpu-amd":
         assert {d["source"] for d in ollama["devices"]} == {"/dev/kfd", "/dev/dri"}
         assert ollama["image"].endswith("-rocm")
-        assert "993" in ollama["group_add"]  # detected GID overrides .env
+        assert ollama["group_add"] == ["993"]  # the detected GID, from the generated overlay
         assert svcs["whisper-gpu-amd"]["image"].endswith("-cpu")  # no ROCm speaches
     else:
         assert "deploy" not in ollama and "devices" not in ollama
@@ -156,3 +161,66 @@ def test_brain_gpu_group_and_amd_layout(kit):
         "/dev/dri/renderD128",
     ]
     assert svcs["worker-gpu0"]["environment"]["ROCR_VISIBLE_DEVICES"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("kfd_gid", "render_gid"),
+    [(109, 109), (44, 993)],
+    ids=["kfd-and-render-in-one-group", "kfd-in-its-own-group"],
+)
+def test_amd_hosts_device_groups_pass_compose(kit, tmp_path, kfd_gid, render_gid):
+    """gpu-amd as `up` runs it, from detection on a fixture host to Compose's own check.
+    Most ROCm hosts (Ubuntu) own /dev/kfd and /dev/dri/renderD* by one `render` group:
+    a group_add naming that GID twice makes Compose reject the whole 02-compute file."""
+    if os.geteuid() != 0 and kfd_gid != render_gid:
+        pytest.skip("two owning groups need chown (root)")
+    host = FakeHost(tmp_path / "host")
+    host.pci("0000:03:00.0", 0x1002, 0x744C, driver="amdgpu", vram=24 << 30)
+    host.kfd_node(
+        1, simd_count=192, gfx_target_version=110000, location_id=3 << 8, drm_render_minor=128
+    )
+    host.amd_nodes(kfd_gid=kfd_gid, render_gid=render_gid)
+    report = detect(host.sys, host.dev, nvml=None, amdsmi=None, docker_client=None, pci_ids=None)
+    gids = {(host.dev / node).stat().st_gid for node in ("kfd", "dri/renderD128")}
+    expected = [str(gid) for gid in sorted(gids)]
+    assert len(expected) == (1 if kfd_gid == render_gid else 2)
+
+    plan = build_plan(
+        load_settings(kit), "gpu-amd", gpu_slots(report, "gpu-amd"), detected_env(report, "gpu-amd")
+    )
+    for path, text in plan.generated.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    compute = config(plan.stack("02-compute"))["services"]
+    for name in ("ollama-gpu-amd", "comfyui-gpu-amd"):
+        assert compute[name]["group_add"] == expected
+        assert {d["source"] for d in compute[name]["devices"]} == {"/dev/kfd", "/dev/dri"}
+    agents = config(plan.stack("03-agents"))["services"]
+    for name in ("ollama-gpu0", "worker-gpu0"):
+        assert agents[name]["group_add"] == expected
+        assert [d["source"] for d in agents[name]["devices"]] == [
+            "/dev/kfd",
+            "/dev/dri/renderD128",
+        ]
+    for stack in plan.stacks:  # and the other stack is unaffected
+        config(stack)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_02_compute_passes_compose_without_the_launcher(kit, profile):
+    """`docker compose --profile P config` by hand in 02-compute (images pinned in .env):
+    the AMD variants map the devices and carry no GID list that .env could make repeat
+    an item (an old .env still names both GIDs)."""
+    env = kit / ".env"
+    text = re.sub(r"^([A-Z_]*IMAGE[A-Z_]*)=$", r"\1=example/image:1", env.read_text(), flags=re.M)
+    env.write_text(text + "\nAIRIG_VIDEO_GID=109\nAIRIG_RENDER_GID=109\n")
+    cmd = ["docker", "compose", "--env-file", str(env), "--profile", profile, "config"]
+    done = subprocess.run(
+        [*cmd, "--format", "json"], cwd=kit / "02-compute", capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    services = json.loads(done.stdout)["services"]
+    assert all("group_add" not in service for service in services.values())
+    if profile == "gpu-amd":
+        for name in ("ollama-gpu-amd", "comfyui-gpu-amd"):
+            assert {d["source"] for d in services[name]["devices"]} == {"/dev/kfd", "/dev/dri"}

@@ -7,6 +7,7 @@ against the installed pynvml so the fake cannot drift.
 
 from __future__ import annotations
 
+import gzip
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,11 +37,15 @@ class FakeHost:
         driver: str | None = None,
         vram: int | None = None,
         vram_used: int | None = None,
+        subsystem: tuple[int, int] | None = None,
     ) -> FakeHost:
         path = self.sys / "bus" / "pci" / "devices" / address
         path.mkdir()
         (path / "vendor").write_text(f"0x{vendor:04x}\n")
         (path / "device").write_text(f"0x{device:04x}\n")
+        if subsystem is not None:  # the board maker's ids, as sysfs spells them
+            (path / "subsystem_vendor").write_text(f"0x{subsystem[0]:04x}\n")
+            (path / "subsystem_device").write_text(f"0x{subsystem[1]:04x}\n")
         (path / "class").write_text(f"0x{pci_class:06x}\n")
         if driver:
             target = self.sys / "bus" / "pci" / "drivers" / driver
@@ -67,12 +72,59 @@ class FakeHost:
             os.chown(path, -1, gid)
         return path
 
-    def amd_nodes(self, render: tuple[str, ...] = ("renderD128",)) -> FakeHost:
-        self.dev_node("kfd", 109)
+    def amd_nodes(
+        self, render: tuple[str, ...] = ("renderD128",), kfd_gid: int = 109, render_gid: int = 109
+    ) -> FakeHost:
+        """ROCm's device nodes. The defaults are the common Ubuntu layout: /dev/kfd and the
+        render nodes both belong to `render`; some hosts give /dev/kfd another group."""
+        self.dev_node("kfd", kfd_gid)
         self.dev_node("dri/card0", 44)
         for name in render:
-            self.dev_node(f"dri/{name}", 109)
+            self.dev_node(f"dri/{name}", render_gid)
         return self
+
+
+# ------------------------------------------------------------------ pci.ids
+# A few lines in the real database's format, with its traps: comments inside sections, a
+# device id equal to a vendor's id, one device id under two vendors, the class list last.
+PCI_IDS = """\
+#
+#\tList of PCI ID's (a test fixture, not the real database)
+#
+0001  SafeNet (wrong ID)
+0010  Allied Telesis, Inc (Wrong ID)
+# This is a relabelled RTL-8139
+\t8139  AT-2500TX V3 Ethernet
+1002  Advanced Micro Devices, Inc. [AMD/ATI]
+\t1638  Cezanne [Radeon Vega Series / Radeon Vega Mobile Series]
+\t73bf  Navi 21 [Radeon RX 6800/6800 XT / 6900 XT]
+\t\t1002 0e3a  Radeon RX 6900 XT
+\t\t1da2 e438  Radeon RX 6800 XT Nitro+ SE
+\t744c  Navi 31 [Radeon RX 7900 XT/7900 XTX/7900 GRE/7900M]
+#\t\t1002 0000  a commented-out entry
+\t\t1002 0e3b  Radeon RX 7900 GRE
+\t\t1da2 471e  NITRO+ RX 7900 XTX Vapor-X
+1003  ULSI Systems
+\t0201  US201
+\t744c  not AMD's 744c
+10de  NVIDIA Corporation
+\t1002  not AMD: an NVIDIA device id
+\t1c03  GP106 [GeForce GTX 1060 6GB]
+\t\t1043 85ac  GeForce GTX 1060 6GB
+\t2504  GA106 [GeForce RTX 3060 Lite Hash Rate]
+8086  Intel Corporation
+\t4680  AlderLake-S GT1 [UHD Graphics 770]
+\t56a0  DG2 [Arc A770]
+C 03  Display controller
+\t00  VGA compatible controller
+\t\t00  VGA controller
+"""
+
+
+def write_pci_ids(path: Path, gz: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(PCI_IDS.encode()) if gz else PCI_IDS.encode())
+    return path
 
 
 # ------------------------------------------------------------------ NVML

@@ -19,6 +19,7 @@ def kit(tmp_path):
     for name in ("01-infra", "02-compute", "03-agents"):
         (tmp_path / name).mkdir()
         shutil.copy(ROOT / name / "compose.yaml", tmp_path / name / "compose.yaml")
+    shutil.copy(ROOT / "02-compute" / "images.yaml", tmp_path / "02-compute" / "images.yaml")
     shutil.copy(ROOT / ".env.example", tmp_path / ".env.example")
     return tmp_path
 

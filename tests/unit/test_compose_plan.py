@@ -1,13 +1,30 @@
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
 import yaml
 
-from airig.compose_plan import GpuSlot, build_plan
+from airig.compose_plan import (
+    AMD_COMPUTE_SERVICES,
+    GpuSlot,
+    amd_compute_overlay,
+    amd_group_add,
+    amd_host_env,
+    build_plan,
+)
 from airig.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def settings(tmp_path, env=""):
     (tmp_path / ".env").write_text(env)
+    catalog = ROOT / "02-compute" / "images.yaml"  # build_plan reads the image catalog
+    if catalog.exists():
+        (tmp_path / "02-compute").mkdir(exist_ok=True)
+        shutil.copy(catalog, tmp_path / "02-compute" / "images.yaml")
     return load_settings(tmp_path)
 
 
@@ -20,10 +37,14 @@ def test_stacks_in_order_with_profile_and_env(tmp_path):
         assert s.profiles == ("cpu",) and s.env_files == (tmp_path / ".env", host_env)
         assert s.files == (tmp_path / s.name / "compose.yaml",)
     # no GPU workers: the CPU workers take every class; they tell the brain their rig
-    assert plan.generated == {host_env: (
-        "AIRIG_CPU_WORKER_CLASSES=cpu,script,llm,resource\nAIRIG_RIG_NAME=rig1\n"
-        "AIRIG_WORKER_NAME_PREFIX=\n"
-    )}  # fmt: skip
+    assert list(plan.generated) == [host_env]
+    values = dict(line.split("=", 1) for line in plan.generated[host_env].splitlines())
+    assert values["AIRIG_CPU_WORKER_CLASSES"] == "cpu,script,llm,resource"
+    assert (values["AIRIG_RIG_NAME"], values["AIRIG_WORKER_NAME_PREFIX"]) == ("rig1", "")
+    # every image variable compose interpolates has a value (02-compute/images.yaml)
+    assert values["COMFYUI_IMAGE_CPU"] == "yanwk/comfyui-boot:cpu"
+    assert values["COMFYUI_IMAGE_NVIDIA"] == "yanwk/comfyui-boot:cu130-slim-v2"
+    assert values["OLLAMA_IMAGE_ROCM"] == "ollama/ollama:0.20.6-rocm"
 
 
 def test_gpu_layout_one_worker_per_gpu_pinned(tmp_path):
@@ -50,22 +71,75 @@ def test_amd_layout_maps_one_render_node_and_host_gids(tmp_path):
     plan = build_plan(
         settings(tmp_path, "HSA_OVERRIDE_GFX_VERSION=10.3.0\nAIRIG_RIG_NAME=rig1\n"),
         "gpu-amd",
-        [GpuSlot(0, render_node="/dev/dri/renderD129")],
-        {"AIRIG_RENDER_GID": "993", "AIRIG_VIDEO_GID": "44"},
+        [GpuSlot(0, render_node="/dev/dri/renderD129", gids=(44, 993))],
+        amd_host_env([993, 44]),
     )
     overlay = plan.stack("03-agents").files[1]
     services = yaml.safe_load(plan.generated[overlay])["services"]
     for name in ("worker-gpu0", "ollama-gpu0"):
         assert services[name]["devices"] == ["/dev/kfd", "/dev/dri/renderD129"]
+        assert services[name]["group_add"] == ["44", "993"]
     assert services["ollama-gpu0"]["environment"]["ROCR_VISIBLE_DEVICES"] == "0"
     assert services["ollama-gpu0"]["image"].startswith("${OLLAMA_IMAGE_ROCM")
     host_env = tmp_path / ".airig" / "host.env"
-    assert plan.generated[host_env] == (
-        "AIRIG_CPU_WORKER_CLASSES=cpu\nAIRIG_RENDER_GID=993\nAIRIG_RIG_NAME=rig1\n"
-        "AIRIG_VIDEO_GID=44\nAIRIG_WORKER_NAME_PREFIX=\n"
-    )
-    assert plan.stack("02-compute").env_files == (tmp_path / ".env", host_env)
+    assert "AIRIG_AMD_GIDS=44,993\n" in plan.generated[host_env]
+    compute = plan.stack("02-compute")
+    assert compute.env_files == (tmp_path / ".env", host_env)
+    # the AMD groups come right after compose.yaml: a later overlay may still undo them
+    amd_overlay = tmp_path / ".airig" / "compute.gpu-amd.yaml"
+    assert compute.files[:2] == (tmp_path / "02-compute" / "compose.yaml", amd_overlay)
+    assert yaml.safe_load(plan.generated[amd_overlay]) == {
+        "services": {name: {"group_add": ["44", "993"]} for name in AMD_COMPUTE_SERVICES}
+    }
     assert "HSA_OVERRIDE_GFX_VERSION=10.3.0" in plan.generated[tmp_path / ".airig" / "gpu-amd.env"]
+
+
+@pytest.mark.parametrize(
+    ("gids", "group_add"),
+    [
+        ([109, 109], ["109"]),  # kfd and the render nodes in `render`: the usual host
+        ([109, 44, 109], ["44", "109"]),  # kfd in `video`: numbers sort, each once
+        (["993", 44], ["44", "993"]),
+        ([], []),
+    ],
+)
+def test_amd_group_add_lists_each_gid_once(gids, group_add):
+    assert amd_group_add(gids) == group_add
+    overlay = yaml.safe_load(amd_compute_overlay(gids))["services"]
+    assert overlay == {name: {"group_add": group_add} for name in AMD_COMPUTE_SERVICES}
+    assert amd_host_env(int(g) for g in gids) == (
+        {"AIRIG_AMD_GIDS": ",".join(group_add)} if group_add else {}
+    )
+
+
+def test_amd_per_gpu_services_repeat_no_gid_and_need_none_without_detection(tmp_path):
+    same = [GpuSlot(0, gids=(109,)), GpuSlot(1, gids=(109,))]
+    env = settings(tmp_path, "AIRIG_BRAIN_GPUS=0,1\n")
+    plan = build_plan(env, "gpu-amd", same, amd_host_env([109]))
+    services = yaml.safe_load(plan.generated[plan.stack("03-agents").files[1]])["services"]
+    assert services["ollama-brain"]["group_add"] == ["109"]  # two cards, one group
+    plan = build_plan(settings(tmp_path), "gpu-amd", [GpuSlot(0)])
+    services = yaml.safe_load(plan.generated[plan.stack("03-agents").files[1]])["services"]
+    assert "group_add" not in services["ollama-gpu0"]  # no detection: root needs none
+    compute_overlay = plan.generated[tmp_path / ".airig" / "compute.gpu-amd.yaml"]
+    assert yaml.safe_load(compute_overlay)["services"]["ollama-gpu-amd"] == {"group_add": []}
+
+
+def test_the_amd_overlay_covers_exactly_the_services_mapping_amd_devices():
+    """The checked-in file maps the devices and adds no group (the overlay does), so its
+    list cannot repeat a GID whatever .env says."""
+    compose = yaml.safe_load((ROOT / "02-compute" / "compose.yaml").read_text())
+    services = compose["services"]
+    mapping = {n for n, s in services.items() if "/dev/kfd" in s.get("devices", [])}
+    assert mapping == set(AMD_COMPUTE_SERVICES)
+    assert [n for n, s in services.items() if "group_add" in s] == []
+
+
+@pytest.mark.parametrize("profile", ["cpu", "gpu-nvidia"])
+def test_other_profiles_get_no_amd_overlay(tmp_path, profile):
+    plan = build_plan(settings(tmp_path), profile, [GpuSlot(0)] if profile != "cpu" else [])
+    assert all(path.name != "compute.gpu-amd.yaml" for path in plan.generated)
+    assert all(f.name != "compute.gpu-amd.yaml" for s in plan.stacks for f in s.files)
 
 
 def test_gpu_profile_without_gpus_has_no_overlay(tmp_path):

@@ -108,6 +108,7 @@ def kit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("01-infra", "02-compute", "03-agents"):
         (root / name).mkdir(parents=True)
         shutil.copy(ROOT / name / "compose.yaml", root / name / "compose.yaml")
+    shutil.copy(ROOT / "02-compute" / "images.yaml", root / "02-compute" / "images.yaml")
     shutil.copy(ROOT / ".env.example", root / ".env.example")
     for key in [k for k in os.environ if k.startswith("AIRIG_")]:
         monkeypatch.delenv(key)
@@ -495,3 +496,70 @@ def test_doctor_json_leaks_no_password(kit, host, monkeypatch, capsys) -> None:
     data = json.loads(out)
     assert data["settings"]["DB_PASSWORD"] == "<redacted>"
     assert "hunter2" not in out
+
+
+# ------------------------------------------------------------------ issue 13: images that fit
+def seed_rig(monkeypatch: pytest.MonkeyPatch, host: FakeHost, driver: str = "535.183.01",
+             capability: tuple[int, int] = (6, 1), cards: int = 5) -> None:  # fmt: skip
+    """The seed's rig: five GTX 1060 (compute capability 6.1) on driver 535."""
+    nvml_cards = []
+    for bus in range(1, cards + 1):
+        host.pci(f"0000:{bus:02x}:00.0", NVIDIA, 0x1C03, driver="nvidia")
+        card = gtx1060(bus)
+        card.capability = capability
+        nvml_cards.append(card)
+    on_host(monkeypatch, host, FakeNvml(nvml_cards, driver=driver))
+
+
+def test_dry_run_on_the_seed_rig_picks_a_comfyui_for_pascal_and_says_why(
+    kit, host, monkeypatch, capsys
+) -> None:
+    seed_rig(monkeypatch, host)
+    code, out, err = cli(monkeypatch, capsys, FakeAdapter(base_engine()), "--dry-run")
+    assert code == 0, err
+    (comfy,) = [line for line in out.splitlines() if "Image comfyui" in line]
+    assert "(GPU): yanwk/comfyui-boot:cu126-slim" in comfy and "fits all 5 GPUs" in comfy
+    (warning,) = [line for line in out.splitlines() if "⚠" in line]
+    assert warning.strip().startswith("⚠ Whisper runs on CPU")
+    assert "GTX 1060" in warning and "6.1" in warning and "535.183.01" in warning
+    # the exact commands: both env files, and the overlay that moves Whisper to its CPU image
+    (compute_up,) = [line for line in out.splitlines() if "airig-compute up" in line]
+    assert f"--env-file {kit / '.env'} --env-file {kit / '.airig' / 'host.env'}" in compute_up
+    assert str(kit / ".airig" / "compute.cpu-fallback.yaml") in compute_up
+
+
+@pytest.mark.parametrize(("driver", "tag"), [("570.124.06", "cu128-slim"),
+                                             ("580.95.05", "cu130-slim-v2")])  # fmt: skip
+def test_detect_on_a_blackwell_rig_picks_a_build_with_its_kernels(
+    kit, host, monkeypatch, capsys, driver, tag
+) -> None:
+    seed_rig(monkeypatch, host, driver, (12, 0), cards=1)
+    code, out, _ = cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect", "--json")
+    assert code == 0
+    images = {i["service"]: i for i in json.loads(out)["images"]}
+    assert images["comfyui"]["image"] == f"yanwk/comfyui-boot:{tag}"
+    assert images["comfyui"]["device"] == "gpu" and images["comfyui"]["warning"] is None
+
+
+def test_a_pin_that_cannot_run_stops_up_before_anything_starts(
+    kit, host, monkeypatch, capsys
+) -> None:
+    seed_rig(monkeypatch, host)
+    env = (kit / ".env.example").read_text().replace("change-me", "s3cret")
+    pinned = "COMFYUI_IMAGE_NVIDIA=yanwk/comfyui-boot:cu130-slim-v2"
+    (kit / ".env").write_text(env.replace("COMFYUI_IMAGE_NVIDIA=", pinned))
+    adapter = FakeAdapter(base_engine())
+    code, out, err = cli(monkeypatch, capsys, adapter, "up")
+    assert code == 1
+    (line,) = error_lines(err)
+    assert line == (
+        "✘ COMFYUI_IMAGE_NVIDIA=yanwk/comfyui-boot:cu130-slim-v2 cannot run on GPU 0 NVIDIA "
+        "GeForce GTX 1060 6GB (compute capability 6.1, driver 535.183.01): it needs driver ≥ "
+        "580.65.06; has no kernels for compute capability 6.1"
+    )
+    assert "empty COMFYUI_IMAGE_NVIDIA in .env" in err
+    assert [c for c in adapter.calls if c[0] in ("build", "up", "network")] == []
+    assert not (kit / ".airig").exists()  # nothing written, nothing started
+    # detect says the same and exits ≠ 0; the dry run shows it and starts nothing
+    code, out, _ = cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect")
+    assert code == 1 and "✘ COMFYUI_IMAGE_NVIDIA=" in out

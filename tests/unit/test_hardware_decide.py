@@ -47,6 +47,7 @@ def report_for(
         amdsmi=None,
         docker_client=docker,
         probe_image="airig-test/base:bookworm",
+        pci_ids=None,  # cards named by PCI id, whatever database this machine has
     )
 
 

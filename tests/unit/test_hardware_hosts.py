@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,10 @@ from hardware_fakes import (
     rtx3060,
 )
 
+from airig.compose_plan import amd_group_add
 from airig.hardware import HardwareReport, decide_profile, detect
 from airig.hardware.decide import DOCKER_FIX, ROCM_FIX, TOOLKIT_FIX, ProfileDecision
-from airig.hardware_choice import gpu_slots
+from airig.hardware_choice import detected_env, gpu_slots
 
 NVIDIA, AMD, INTEL, ASPEED = 0x10DE, 0x1002, 0x8086, 0x1A03
 
@@ -43,6 +45,7 @@ def run(
         amdsmi=None,
         docker_client=docker or FakeDocker(),
         probe_image=["missing/image:1", PROBE_IMAGE],
+        pci_ids=None,  # cards named by PCI id, whatever database this machine has
     )
     return report, decide_profile(report, flag=None, env_value=None)
 
@@ -126,6 +129,28 @@ def test_amd_dgpu_is_probed_with_devices_and_numeric_groups(host: FakeHost) -> N
     (gpu,) = report.gpus
     assert (gpu.kind, gpu.gfx_target, gpu.render_node) == ("discrete", "gfx1030", "renderD128")
     assert (gpu.vram_total_bytes, gpu.vram_free_bytes) == (16 * GIB, 15 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("kfd_gid", "render_gid", "group_add"),
+    [(109, 109, ["109"]), (44, 109, ["44", "109"])],  # one `render` group; kfd in `video`
+)
+def test_amd_containers_get_each_device_group_once(
+    host: FakeHost, kfd_gid: int, render_gid: int, group_add: list[str]
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the fake device nodes' groups need chown (root)")
+    add_amd_dgpu(host)
+    host.amd_nodes(kfd_gid=kfd_gid, render_gid=render_gid)
+    docker = FakeDocker()
+    report, decision = run(host, docker=docker)
+    assert decision.profile == "gpu-amd"
+    assert docker.runs[0]["group_add"] == group_add  # the probe container
+    (slot,) = gpu_slots(report, "gpu-amd")  # the per-GPU overlay's services
+    assert amd_group_add(slot.gids) == group_add
+    # host.env; compose_plan makes 02-compute's AMD overlay from it
+    assert detected_env(report, "gpu-amd") == {"AIRIG_AMD_GIDS": ",".join(group_add)}
+    assert detected_env(report, "cpu") == {}
 
 
 def test_rdna2_consumer_card_gets_the_hsa_override_note(host: FakeHost) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -24,7 +25,14 @@ from hardware_fakes import (
 from rich.console import Console
 
 from airig.hardware import decide_profile, detect, render_table
-from airig.hardware.amd import AmdHost, gfx_target, kfd_node, load_amdsmi, read_smi_names
+from airig.hardware.amd import (
+    AmdHost,
+    gfx_target,
+    kfd_node,
+    load_amdsmi,
+    read_smi_names,
+    scan_amd,
+)
 from airig.hardware.decide import TOOLKIT_FIX
 from airig.hardware.docker_gpu import nvidia_run_options, probe, read_docker_info
 from airig.hardware.nvidia import query_nvml
@@ -113,18 +121,25 @@ def test_kfd_node_decodes_location_and_render_minor() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kfd_gid", "render_gid", "env"),
+    ("kfd_gid", "render_gid", "gids"),
     [
-        (109, 109, {"AIRIG_VIDEO_GID": "109", "AIRIG_RENDER_GID": "109"}),
-        (44, 109, {"AIRIG_VIDEO_GID": "44", "AIRIG_RENDER_GID": "109"}),
-        (None, None, {}),
+        (109, 109, (109,)),  # Ubuntu with ROCm: kfd and render nodes both in `render`
+        (44, 109, (44, 109)),  # kfd in `video`
+        (993, 44, (44, 993)),
     ],
 )
-def test_amd_env_values_cover_kfd_and_render_groups(
-    kfd_gid: int | None, render_gid: int | None, env: dict[str, str]
+def test_amd_device_gids_are_each_listed_once(
+    tmp_path: Path, kfd_gid: int, render_gid: int, gids: tuple[int, ...]
 ) -> None:
-    host = AmdHost(kfd_present=kfd_gid is not None, kfd_gid=kfd_gid, render_gid=render_gid)
-    assert host.env_values() == env
+    if os.geteuid() != 0 and kfd_gid != render_gid:
+        pytest.skip("two owning groups need chown (root)")
+    host = FakeHost(tmp_path).amd_nodes(("renderD128", "renderD129"), kfd_gid, render_gid)
+    amd = scan_amd(host.sys, host.dev)
+    if os.geteuid() == 0:
+        assert (amd.kfd_gid, amd.render_gid, amd.gids) == (kfd_gid, render_gid, gids)
+    assert len(amd.gids) == len(set(amd.gids)) == (1 if kfd_gid == render_gid else 2)
+    assert "video_gid" not in amd.to_dict()
+    assert AmdHost(kfd_present=False).gids == ()
 
 
 def test_amd_device_gids_come_from_the_nodes(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def kit(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "kit"
     for name in ("01-infra", "02-compute", "03-agents"):
         (root / name).mkdir(parents=True)
-        for f in (ROOT / name).glob("compose*.yaml"):
+        for f in (ROOT / name).glob("*.yaml"):  # compose files and images.yaml
             shutil.copy(f, root / name / f.name)
     shutil.copy(ROOT / ".env.example", root / ".env.example")
     for key in [k for k in os.environ if k.startswith("AIRIG_") or k == "BRAIN_URL"]:
