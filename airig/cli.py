@@ -270,6 +270,7 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
             "reasons": choice.reasons,
             "fix": choice.fix,
             "refused": choice.refusal.message if choice.refusal else None,
+            "images": [c.to_dict() for c in choice.images.choices] if choice.images else [],
             "report": choice.report.to_dict(),
         }
         print(json.dumps(data, indent=2, default=str))
@@ -281,9 +282,16 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
                 console.print(f"  · {escape(reason)}")
             if choice.fix:
                 console.print(f"  [yellow]→ {escape(choice.fix)}[/]")
+        if choice.images is not None:
+            from airig.launcher import image_lines
+
+            for line in image_lines(choice.images):
+                console.print(line, highlight=False, soft_wrap=True)
     if choice.refusal is not None:
         # A forced profile `up` would refuse: the same ✘ line and fix, and exit ≠ 0.
         raise choice.refusal
+    if choice.images is not None and choice.images.refusals:
+        raise typer.Exit(1)  # a pinned image `up` would refuse (its ✘ line is above)
 
 
 def _compute_client():
@@ -320,13 +328,15 @@ def main() -> None:
     except typer.Abort:
         fail("aborted")
         sys.exit(1)
+    except typer.Exit as exc:  # returned above by every typer so far; raised, should one change
+        sys.exit(exc.exit_code)
     except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.ClickException):
-            exc.show()
+        usage_error, click_error = _click_errors()
+        if isinstance(exc, usage_error):
+            _usage(exc)
+            sys.exit(2)  # click's code for a usage error
+        if isinstance(exc, click_error):  # not usage: e.g. a file it could not open
+            fail(_one_line(exc.format_message()))
             sys.exit(exc.exit_code)
         if _engine_failure(exc):
             # A Docker call that slipped past the adapter's conversion: still one line.
@@ -343,3 +353,58 @@ def _engine_failure(exc: Exception) -> bool:
 
     engine = (docker.errors.DockerException, requests.RequestException, DockerException)
     return isinstance(exc, engine)
+
+
+def _click_errors() -> tuple[type[Exception], type[Exception]]:
+    """(UsageError, ClickException) of the click that the installed typer parses with.
+
+    typer < 0.26 parses with click itself; 0.26 and later with their own copy of it
+    (`typer._click`), whose errors are not `click`'s, so `except click.UsageError` misses
+    them. Both export their `BadParameter` as the public `typer.BadParameter`, a subclass of
+    that click's `UsageError`, itself a `ClickException`: found through it, no private
+    module is imported and the edge follows whichever click typer uses.
+    """
+    by_name = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+    usage_error = by_name.get("UsageError", typer.BadParameter)
+    return usage_error, by_name.get("ClickException", usage_error)
+
+
+def _usage(exc: Exception) -> None:
+    """A command-line mistake: one line naming it, one hint pointing at the right help."""
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError":  # a group with no_args_is_help, run bare
+        exc.show()  # type: ignore[attr-defined]  (its message is that group's help)
+        return
+    if ctx is not None:
+        command, help_opt = ctx.command_path, (ctx.help_option_names or ["--help"])[0]
+        if command.split(" ", 1)[0].endswith(".py"):
+            command = f"python {command}"
+    else:  # the parser's own errors ("requires an argument") carry no context
+        command = " ".join([_program(), *_typed_commands(sys.argv[1:])])
+        help_opt = "--help"
+    fail(_one_line(exc.format_message()), f"try: {command} {help_opt}")  # type: ignore[attr-defined]
+
+
+def _program() -> str:
+    """How the user ran us: `python start_services.py`, `python -m airig` or `airig`."""
+    name = Path(sys.argv[0]).name
+    if name == "__main__.py":
+        return "python -m airig"
+    return f"python {name}" if name.endswith(".py") else name
+
+
+def _typed_commands(args: list[str]) -> list[str]:
+    """The (sub)command names in ARGS, following the app's groups, for the help hint."""
+    command, names = typer.main.get_command(app), []
+    for word in args:
+        subcommands = getattr(command, "commands", None)
+        if not subcommands:  # a command, not a group: the rest are its own words
+            break
+        if word in subcommands:
+            command = subcommands[word]
+            names.append(word)
+    return names
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
