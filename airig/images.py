@@ -400,6 +400,26 @@ def _gpu_words(gpus: list[GpuInfo]) -> str:
     return f"all {len(gpus)} GPUs"
 
 
+# ComfyUI's comfy/cli_args.py puts these and --cpu in one mutually exclusive argparse
+# group (vram_group): with --cpu, argparse exits 2 before ComfyUI starts.
+COMFYUI_VRAM_FLAGS = ("--gpu-only", "--highvram", "--normalvram", "--lowvram", "--novram")
+
+
+def comfyui_flag_clash(selection: ImageSelection, user_args: str) -> ConfigError | None:
+    """COMFYUI_CLI_ARGS that ComfyUI would refuse next to its variant's --cpu."""
+    comfy = selection.of("comfyui")
+    if "--cpu" not in comfy.args.split():
+        return None
+    clash = [flag for flag in user_args.split() if flag.split("=")[0] in COMFYUI_VRAM_FLAGS]
+    if not clash:
+        return None
+    return ConfigError(
+        f"COMFYUI_CLI_ARGS has {' '.join(clash)}, which ComfyUI refuses with --cpu "
+        f"(its {comfy.image} runs on CPU here)",
+        "remove the VRAM flags from COMFYUI_CLI_ARGS in .env",
+    )
+
+
 def pins_from(get: Any) -> dict[str, str]:
     """Image variables the user set (flag, environment or .env); ``get`` is Settings.get."""
     variables = sorted(set(VARIABLE.values()))

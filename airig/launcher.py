@@ -24,7 +24,7 @@ from airig.docker_adapter import Docker, ServiceState, engine_errors
 from airig.errors import DockerError, PreflightError
 from airig.hardware_choice import Choice, choose_profile, probe_images
 from airig.image_source import image_hash, source_hash
-from airig.images import ImageSelection
+from airig.images import ImageSelection, comfyui_flag_clash
 from airig.preflight import Check, disk_check, docker_checks, env_check, port_checks
 from airig.settings import Settings
 
@@ -72,6 +72,9 @@ class Launcher:
             self._say_images(images, dry_run)
             if images.refusals and not dry_run:
                 raise images.refusals[0]  # a pin that cannot run here: nothing started
+            clash = comfyui_flag_clash(images, self.settings.get("COMFYUI_CLI_ARGS"))
+            if clash is not None:
+                raise clash
         plan = build_plan(self.settings, choice.profile, choice.gpus, choice.host_env, images)
         result = UpResult(plan=plan, choice=choice)
         if dry_run:

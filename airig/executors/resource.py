@@ -107,10 +107,17 @@ def _whisper_route(payload: ResourcePayload) -> str:
 
 
 def _whisper_load(payload: ResourcePayload, ctx: ExecContext) -> ExecResult:
-    """speaches: ``POST /api/ps/{model}`` loads (201); 409 means it already is loaded."""
+    """speaches: ``POST /api/ps/{model}`` loads (201); 409 means it already is loaded.
+
+    The model must be installed (``GET /v1/models/{id}``: 404 when not, speaches
+    routers/models.py): speaches 0.8.3 would otherwise download it inside the load, past
+    the kit's verification, and a model it cannot load answers 500 yet stays registered,
+    so a retry would get 409 and report a model loaded that never was. Both are final."""
     start = time.monotonic()
-    url = ctx.whisper_url.rstrip("/") + _whisper_route(payload)
-    response = _http(ctx, "POST", url, "the Whisper server", ok=(200, 201, 409))
+    base = ctx.whisper_url.rstrip("/")
+    _http(ctx, "GET", f"{base}/v1/models/{payload.model}", "the Whisper server")
+    response = _http(ctx, "POST", base + _whisper_route(payload), "the Whisper server",
+                     ok=(200, 201, 409), final_5xx=True)  # fmt: skip
     output = {"service": "whisper", "action": "load", "model": payload.model, "loaded": True}
     if response.status_code == 409:
         output["note"] = "already loaded"
@@ -121,19 +128,32 @@ def _whisper_unload(payload: ResourcePayload, ctx: ExecContext) -> ExecResult:
     """speaches: ``DELETE /api/ps/{model}`` unloads (204); 404 = not loaded (nothing to do).
 
     409 means the model is in use: retry later rather than pull it from under a request.
-    """
+    A 409 saying "is not loaded" (a model whose load failed: speaches keeps it registered
+    with no reference, model_manager.py) can never succeed on retry: nothing to unload."""
     start = time.monotonic()
     url = ctx.whisper_url.rstrip("/") + _whisper_route(payload)
-    response = _http(ctx, "DELETE", url, "the Whisper server", ok=(200, 204, 404))
+    response = _http(ctx, "DELETE", url, "the Whisper server", ok=(200, 204, 404, 409))
+    if response.status_code == 409 and "is not loaded" not in response.text:
+        detail = response.text[:300]
+        raise TaskError(f"the Whisper server is busy with that model: {detail}",
+                        error_type="service_busy")  # fmt: skip
     output = {"service": "whisper", "action": "unload", "model": payload.model, "unloaded": True}
-    if response.status_code == 404:
+    if response.status_code in (404, 409):
         output["note"] = "was not loaded"
     return ExecResult(output=output, metrics={"unload_ms": elapsed_ms(start)})
 
 
 def _http(
-    ctx: ExecContext, method: str, url: str, service: str, *, ok=(200,), json=None
+    ctx: ExecContext,
+    method: str,
+    url: str,
+    service: str,
+    *,
+    ok=(200,),
+    json=None,
+    final_5xx: bool = False,
 ) -> requests.Response:
+    """``final_5xx``: a server error is the model's fault, not the server's (no retry)."""
     session = requests.Session()
     try:
         response = run_abortable(
@@ -158,6 +178,12 @@ def _http(
         raise TaskError(
             f"{service} does not know that model: {detail}",
             error_type="model_not_found",
+            retryable=False,
+        )
+    if final_5xx and response.status_code >= 500:
+        raise TaskError(
+            f"{service} could not load that model (HTTP {response.status_code}): {detail}",
+            error_type="model_load_failed",
             retryable=False,
         )
     raise TaskError(

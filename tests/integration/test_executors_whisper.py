@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import wave
 from pathlib import Path
 
@@ -99,7 +100,75 @@ def test_missing_audio_and_escapes_are_bad_input(make_ctx, tmp_path):
         assert (caught.value.error_type, caught.value.retryable) == ("bad_input", False)
 
 
-def test_unload_of_a_model_that_is_not_loaded_is_a_no_op(make_ctx):
-    payload = {"action": "unload", "service": "whisper", "model": MODEL}
+def loaded(url: str) -> list[str]:
+    """speaches' GET /api/ps (routers/misc.py get_running_models)."""
+    response = requests.get(f"{url}/api/ps", timeout=5)
+    response.raise_for_status()
+    return response.json()["models"]
+
+
+def test_load_and_unload_go_through_api_ps(make_ctx, whisper_url):
+    """routers/misc.py: POST /api/ps/{id} 201 then 409 "Model already loaded"; DELETE 204
+    then 404 "Model not found". The kit reports each answer as it means."""
+    base = "Systran/faster-whisper-base"
+    requests.post(f"{whisper_url}/v1/models/{base}", timeout=30).raise_for_status()
+    assert base not in loaded(whisper_url)
+    load = {"action": "load", "service": "whisper", "model": base}
+    first = run_task("resource", load, make_ctx())
+    assert first.output == {"service": "whisper", "action": "load", "model": base, "loaded": True}
+    assert base in loaded(whisper_url)
+    again = run_task("resource", load, make_ctx())
+    assert (again.output["loaded"], again.output["note"]) == (True, "already loaded")
+    unload = {"action": "unload", "service": "whisper", "model": base}
+    gone = run_task("resource", unload, make_ctx())
+    assert gone.output["unloaded"] and "note" not in gone.output
+    assert base not in loaded(whisper_url)
+    twice = run_task("resource", unload, make_ctx())
+    assert twice.output["unloaded"] and twice.output["note"] == "was not loaded"
+
+
+def test_unload_of_a_model_that_is_not_loaded_is_a_no_op(make_ctx, whisper_url):
+    never = "Systran/faster-whisper-base.en"
+    assert never not in loaded(whisper_url)  # the route exists and does not list it
+    payload = {"action": "unload", "service": "whisper", "model": never}
     result = run_task("resource", payload, make_ctx())
     assert result.output["unloaded"] and result.output["note"] == "was not loaded"
+    response = requests.delete(f"{whisper_url}/api/ps/{never}", timeout=5)
+    assert (response.status_code, response.text) == (404, "Model not found")
+
+
+def test_unload_of_a_model_in_use_is_busy(make_ctx, tmp_path):
+    """SelfDisposingModel.unload refuses while a request holds the model: 409, which the
+    kit reports as service_busy (retry later, do not pull it from under the request)."""
+    standin = start_standin(
+        "whisper",
+        tmp_path / "busy-hub",
+        {"STANDIN_MODEL_BYTES": "1024", "STANDIN_TRANSCRIBE_SECONDS": "2"},
+    )
+    try:
+        requests.post(f"{standin.url}/v1/models/{MODEL}", timeout=30).raise_for_status()
+        ctx = make_ctx(whisper_url=standin.url)
+        job = {"audio": "audio/one_second.wav", "model": MODEL}
+        worker = threading.Thread(target=run_task, args=("transcribe", job, ctx))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while MODEL not in loaded(standin.url):
+            assert time.monotonic() < deadline, "the transcription never loaded the model"
+            time.sleep(0.05)
+        unload = {"action": "unload", "service": "whisper", "model": MODEL}
+        with pytest.raises(TaskError) as caught:
+            run_task("resource", unload, make_ctx(whisper_url=standin.url))
+        assert caught.value.error_type == "service_busy"
+        assert f"Model {MODEL} is still in use. self.ref_count=1" in str(caught.value)
+        worker.join(10)
+    finally:
+        standin.stop()
+
+
+def test_loading_a_model_that_is_not_installed_fails_for_good(make_ctx, whisper_url):
+    missing = "someone/not-a-whisper-model"
+    load = {"action": "load", "service": "whisper", "model": missing}
+    for _attempt in range(2):  # the worker retries a retryable error
+        with pytest.raises(TaskError) as caught:
+            run_task("resource", load, make_ctx())
+        assert (caught.value.error_type, caught.value.retryable) == ("model_not_found", False)

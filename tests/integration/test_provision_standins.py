@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -246,9 +247,53 @@ def comfy(standins, tmp_path: Path):
 NAME = "checkpoints/tiny.safetensors"
 
 
-def test_comfyui_downloads_with_comfy_cli_then_detects_and_repairs(comfy) -> None:
+@pytest.fixture
+def downloads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
+    """Which downloader ran, in call order: ("comfy-cli", its failure reason or None) and
+    ("range", url) for the kit's own requests fallback."""
+    calls: list[tuple[str, object]] = []
+    real_cli, real_range = download.run_comfy_cli, download.range_download
+
+    def cli(*args):
+        reason = real_cli(*args)
+        calls.append(("comfy-cli", reason))
+        return reason
+
+    def ranged(url, *args, **kwargs):
+        calls.append(("range", url))
+        return real_range(url, *args, **kwargs)
+
+    monkeypatch.setattr(download, "run_comfy_cli", cli)
+    monkeypatch.setattr(download, "range_download", ranged)
+    return calls
+
+
+def file_agents(files: helpers.StandIn, name: str) -> set[str]:
+    """The User-Agent products that GET the file itself from the file host."""
+    agents = set()
+    for line in files.log().splitlines():
+        entry = json.loads(line)
+        if f"GET /files/{name}?" in entry["msg"]:
+            agents.add(entry.get("agent", "").split("/")[0])
+    return agents
+
+
+def require_comfy_cli() -> None:
+    """comfy-cli comes with the `provision` extra (.ci/run installs it); CI must not fall
+    back silently to the requests downloader."""
+    if shutil.which("comfy") is None:
+        message = "comfy-cli is not on PATH: pip install -e '.[test,provision]'"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def test_comfyui_downloads_with_comfy_cli_then_detects_and_repairs(comfy, downloads) -> None:
+    require_comfy_cli()
     config = comfy()
     assert outcome(provision(Service.comfyui, Mode.ensure, config)[1]) == {NAME: "verified"}
+    assert downloads == [("comfy-cli", None)]  # comfy-cli fetched it, no fallback
+    assert file_agents(comfy.files, "tiny.safetensors") == {"python-httpx"}  # comfy-cli's
     folder = comfy.ui.root / "models" / "checkpoints"
     assert sorted(p.name for p in folder.iterdir()) == ["tiny.safetensors"]
     assert requests.get(f"{comfy.ui.url}/models/checkpoints", timeout=5).json() == [
@@ -266,6 +311,20 @@ def test_comfyui_downloads_with_comfy_cli_then_detects_and_repairs(comfy) -> Non
     assert code == 1 and "sha256 mismatch" in outcome(events)[NAME]
     assert provision(Service.comfyui, Mode.pull, config)[0] == 0
     assert provision(Service.comfyui, Mode.verify, config)[0] == 0
+
+
+def test_comfyui_without_comfy_cli_downloads_with_requests(
+    comfy, downloads, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback path on its own: no `comfy` on PATH, the kit's Range downloader."""
+    empty_path = tmp_path / "no-comfy-bin"
+    empty_path.mkdir()
+    monkeypatch.setenv("PATH", str(empty_path))
+    config = comfy()
+    assert outcome(provision(Service.comfyui, Mode.ensure, config)[1]) == {NAME: "verified"}
+    url = f"{comfy.files.url}/files/tiny.safetensors?size=200000"
+    assert downloads == [("comfy-cli", "comfy-cli is not installed"), ("range", url)]
+    assert file_agents(comfy.files, "tiny.safetensors") == {"python-requests"}
 
 
 def test_comfyui_hash_mismatch_deletes_the_download_and_names_the_model(comfy) -> None:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import subprocess
 import sys
 import time
-import wave
 from pathlib import Path
 
 import ollama
@@ -79,13 +77,16 @@ def test_ollama_repull_skips_verified_blobs_and_digests_are_stable(standins, tmp
 
 
 def test_ollama_unknown_model_is_an_error_line_inside_200(standins):
-    server = standins("ollama", env={**FAST_OLLAMA, "STANDIN_UNKNOWN_MODELS": "ghost"})
-    for model in ("ghost", "nonexistent-model:7b"):
+    """server/images.go PullModel: the registry's 404 for the manifest becomes
+    "pull model manifest: file does not exist" after "pulling manifest" (so inside the 200);
+    the stand-in's registry has only its catalogue (names.py DEFAULT_CATALOGUE + knob)."""
+    server = standins("ollama", env={**FAST_OLLAMA, "STANDIN_UNKNOWN_MODELS": "tinyllama"})
+    for model in ("ghost", "qwen2.5:99b", "someone/private:v1", "tinyllama"):
         lines = pull_lines(server, model)
         assert lines == [
             {"status": "pulling manifest"},
             {"error": "pull model manifest: file does not exist"},
-        ]
+        ], model
     resp = requests.post(f"{server.url}/api/pull", json={"model": "ghost", "stream": False})
     assert resp.status_code == 500 and "file does not exist" in resp.json()["error"]
     assert not (server.root / "manifests").exists()
@@ -93,9 +94,54 @@ def test_ollama_unknown_model_is_an_error_line_inside_200(standins):
         list(ollama.Client(host=server.url).pull("ghost", stream=True))
 
 
+def test_ollama_registry_knob_adds_models(standins):
+    server = standins("ollama", env={**FAST_OLLAMA, "STANDIN_REGISTRY_MODELS": "ghost,me/m:v1"})
+    assert pull_lines(server, "ghost")[-1] == {"status": "success"}
+    assert pull_lines(server, "me/m:v1")[-1] == {"status": "success"}
+    assert (server.root / "manifests/registry.ollama.ai/me/m/v1").is_file()
+
+
+# server/routes.go (v0.20.6) per handler: parseAndValidateModelRef / parseNormalizePullModelRef,
+# then writeModelRefParseError(err, fallback status, fallback message).
+INVALID_NAMES = ("bad name", "a$b:!!", "x" * 300, "ns.dot/model", "m:local:cloud")
+
+
+def test_ollama_invalid_names_are_refused_as_upstream(standins):
+    server = standins("ollama", env=FAST_OLLAMA)
+    for name in INVALID_NAMES:
+        expected = {"error": "invalid model name"}
+        if name == "m:local:cloud":  # errConflictingModelSource keeps its own text
+            expected = {"error": f'use either :local or :cloud, not both: "{name}"'}
+        for path, body in [
+            ("/api/pull", {"model": name}),
+            ("/api/show", {"model": name}),
+            ("/api/generate", {"model": name, "prompt": "x"}),
+            ("/api/chat", {"model": name, "messages": []}),
+            ("/api/embed", {"model": name, "input": "x"}),
+        ]:
+            resp = requests.post(f"{server.url}{path}", json=body, timeout=5)
+            assert (resp.status_code, resp.json()) == (400, expected), (name, path)
+    assert not (server.root / "manifests").exists()
+
+
+def test_ollama_empty_model_is_refused_per_handler(standins):
+    server = standins("ollama", env=FAST_OLLAMA)
+    expected = {
+        "/api/pull": (400, "invalid model name"),  # PullHandler fallback
+        "/api/show": (400, "model is required"),  # ShowHandler's own check
+        "/api/generate": (404, "model '' not found"),  # GenerateHandler fallback
+        "/api/embed": (404, "model '' not found"),  # EmbedHandler fallback
+        "/api/chat": (400, "model is required"),  # ChatHandler fallback
+        "/api/embeddings": (400, "model is required"),  # EmbeddingsHandler fallback
+    }
+    for path, (status, error) in expected.items():
+        resp = requests.post(f"{server.url}{path}", json={"model": "", "prompt": "x"}, timeout=5)
+        assert (resp.status_code, resp.json()) == (status, {"error": error}), path
+
+
 def test_ollama_failure_midstream_leaves_a_partial_blob(standins):
-    server = standins("ollama", env={**FAST_OLLAMA, "STANDIN_FAIL_MIDSTREAM": "flaky"})
-    lines = pull_lines(server, "flaky")
+    server = standins("ollama", env={**FAST_OLLAMA, "STANDIN_FAIL_MIDSTREAM": "tinyllama"})
+    lines = pull_lines(server, "tinyllama")
     assert "error" in lines[-1] and any("completed" in line for line in lines[:-1])
     assert list((server.root / "blobs").glob("sha256-*-partial"))
     assert not (server.root / "manifests").exists()
@@ -104,16 +150,16 @@ def test_ollama_failure_midstream_leaves_a_partial_blob(standins):
 def test_ollama_client_disconnect_cancels_and_next_pull_resumes(standins):
     env = {"STANDIN_MODEL_BYTES": str(2 * 1024 * 1024), "STANDIN_PULL_CHUNK_SECONDS": "0.1"}
     server = standins("ollama", env=env)
-    with requests.post(f"{server.url}/api/pull", json={"model": "m"}, stream=True) as resp:
+    with requests.post(f"{server.url}/api/pull", json={"model": "tinyllama"}, stream=True) as resp:
         lines = resp.iter_lines()
         next(lines), next(lines)  # the manifest line and the first chunk, then hang up
     time.sleep(1.2)  # an uncancelled pull of 8 chunks would have finished by now
     assert list((server.root / "blobs").glob("*-partial"))
     assert not (server.root / "manifests").exists()
-    assert pull_lines(server, "m")[-1] == {"status": "success"}
+    assert pull_lines(server, "tinyllama")[-1] == {"status": "success"}
     assert not list((server.root / "blobs").glob("*-partial"))
     manifest = json.loads(
-        (server.root / "manifests/registry.ollama.ai/library/m/latest").read_text()
+        (server.root / "manifests/registry.ollama.ai/library/tinyllama/latest").read_text()
     )
     model_blob = server.root / "blobs" / manifest["layers"][0]["digest"].replace(":", "-")
     assert "sha256:" + sha256_file(model_blob) == manifest["layers"][0]["digest"]
@@ -174,121 +220,6 @@ def test_ollama_cli_list_is_a_healthcheck(standins):
     assert down.returncode == 1 and "could not connect" in down.stderr
 
 
-# ---------------------------------------------------------------------------- whisper
-def wav_bytes(seconds: float, rate: int = 16000) -> bytes:
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(rate)
-        wav.writeframes(b"\x00\x00" * int(seconds * rate))
-    return buffer.getvalue()
-
-
-def test_whisper_download_200_then_201_and_local_listing(standins):
-    server = standins("whisper", env={"STANDIN_MODEL_BYTES": "4096"})
-    model = "Systran/faster-whisper-small"
-    assert requests.get(f"{server.url}/v1/models", timeout=5).json()["data"] == []
-    first = requests.post(f"{server.url}/v1/models/{model}", timeout=10)
-    assert (first.status_code, first.text) == (200, f"Model '{model}' downloaded")
-    again = requests.post(f"{server.url}/v1/models/{model}", timeout=10)
-    assert (again.status_code, again.text) == (201, f"Model '{model}' already exists")
-    assert [m["id"] for m in requests.get(f"{server.url}/v1/models").json()["data"]] == [model]
-    repo = server.root / "models--Systran--faster-whisper-small"
-    revision = (repo / "refs" / "main").read_text()
-    model_bin = repo / "snapshots" / revision / "model.bin"
-    assert model_bin.is_symlink() and model_bin.resolve().name == sha256_file(model_bin)
-    missing = requests.post(f"{server.url}/v1/models/Systran/nonexistent-tiny", timeout=5)
-    assert missing.status_code == 404 and "not found" in missing.json()["detail"]
-
-
-def test_whisper_transcription(standins):
-    server = standins("whisper", env={"STANDIN_MODEL_BYTES": "4096"})
-    audio = wav_bytes(1.5)
-    form = {"model": "Systran/faster-whisper-small", "language": "en"}
-    files = {"file": ("clip.wav", audio, "audio/wav")}
-    absent = requests.post(f"{server.url}/v1/audio/transcriptions", data=form, files=files)
-    assert absent.status_code == 404 and "is not installed locally" in absent.json()["detail"]
-    requests.post(f"{server.url}/v1/models/{form['model']}", timeout=10)
-    text = requests.post(f"{server.url}/v1/audio/transcriptions", data=form, files=files).json()
-    assert text == {"text": f"Stand-in transcript of 1.50 seconds of wav ({len(audio)} bytes)."}
-    verbose = requests.post(
-        f"{server.url}/v1/audio/transcriptions",
-        files=files,
-        data={**form, "response_format": "verbose_json"},
-    ).json()
-    assert verbose["duration"] == 1.5 and verbose["segments"][0]["end"] == 1.5
-    assert verbose["language"] == "en" and verbose["text"] == text["text"]
-
-
-# ---------------------------------------------------------------------------- comfyui
-GRAPH = {
-    "4": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "sd15.safetensors"}},
-    "5": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
-    "6": {"class_type": "CLIPTextEncode", "inputs": {"text": "a rig", "clip": ["4", 1]}},
-    "3": {
-        "class_type": "KSampler",
-        "inputs": {
-            "model": ["4", 0],
-            "seed": 7,
-            "steps": 2,
-            "cfg": 7.0,
-            "sampler_name": "euler",
-            "scheduler": "normal",
-            "positive": ["6", 0],
-            "negative": ["6", 0],
-            "latent_image": ["5", 0],
-            "denoise": 1.0,
-        },
-    },
-    "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["4", 2]}},
-    "9": {"class_type": "SaveImage", "inputs": {"filename_prefix": "airig", "images": ["8", 0]}},
-}
-
-
-def wait_for_history(url: str, prompt_id: str) -> dict:
-    for _ in range(100):
-        history = requests.get(f"{url}/history/{prompt_id}", timeout=5).json()
-        if history:
-            return history[prompt_id]
-        time.sleep(0.05)
-    raise AssertionError("prompt never finished")
-
-
-def test_comfyui_prompt_history_view(standins, tmp_path):
-    root = tmp_path / "ComfyUI"
-    (root / "models" / "checkpoints").mkdir(parents=True)
-    (root / "models" / "checkpoints" / "sd15.safetensors").write_bytes(b"weights")
-    server = standins("comfyui", env={"STANDIN_EXEC_SECONDS": "0.1"}, root=root)
-    stats = requests.get(f"{server.url}/api/system_stats", timeout=5).json()
-    assert stats["devices"][0]["type"] == "cpu"
-    assert requests.get(f"{server.url}/models/checkpoints").json() == ["sd15.safetensors"]
-    queued = requests.post(f"{server.url}/prompt", json={"prompt": GRAPH, "client_id": "t"})
-    assert queued.status_code == 200 and queued.json()["node_errors"] == {}
-    entry = wait_for_history(server.url, queued.json()["prompt_id"])
-    assert entry["status"]["status_str"] == "success" and entry["status"]["completed"]
-    image = entry["outputs"]["9"]["images"][0]
-    assert image["type"] == "output" and image["filename"] == "airig_00001_.png"
-    view = requests.get(f"{server.url}/api/view", params=image, timeout=5)
-    assert view.status_code == 200 and view.content.startswith(b"\x89PNG\r\n\x1a\n")
-    assert view.content == (root / "output" / image["filename"]).read_bytes()
-
-
-def test_comfyui_rejects_missing_checkpoint_and_bad_graphs(standins):
-    server = standins("comfyui", env={"STANDIN_EXEC_SECONDS": "0.1"})
-    bad = requests.post(f"{server.url}/prompt", json={"prompt": GRAPH}, timeout=5)
-    assert bad.status_code == 400
-    body = bad.json()
-    assert body["error"]["type"] == "prompt_outputs_failed_validation"
-    error = body["node_errors"]["4"]["errors"][0]
-    assert error["type"] == "value_not_in_list"
-    assert error["extra_info"]["received_value"] == "sd15.safetensors"
-    assert body["node_errors"]["4"]["dependent_outputs"] == ["9"]
-    no_output = {k: v for k, v in GRAPH.items() if k != "9"}
-    resp = requests.post(f"{server.url}/prompt", json={"prompt": no_output}, timeout=5)
-    assert resp.status_code == 400 and resp.json()["error"]["type"] == "prompt_no_outputs"
-
-
 # ---------------------------------------------------------------------------- filehost
 def test_filehost_range_and_resume(standins):
     server = standins("filehost", env={"STANDIN_DROP_AFTER_BYTES": "1000"})
@@ -308,20 +239,9 @@ def test_filehost_range_and_resume(standins):
 
 
 # ---------------------------------------------------------------------------- docker
-def docker_available() -> bool:
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def docker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.mark.docker
 def test_ollama_image_answers_ollama_list_inside_the_container():
-    if not docker_available():
+    if not helpers.docker_available():
         pytest.skip("no Docker engine reachable (`docker info` failed)")
     build = subprocess.run(
         [str(helpers.STANDINS_DIR / "build.sh"), "ollama"],
@@ -331,21 +251,21 @@ def test_ollama_image_answers_ollama_list_inside_the_container():
     )
     assert build.returncode == 0, build.stderr
     name = f"airig-standin-test-{hashlib.sha256(str(time.time()).encode()).hexdigest()[:8]}"
-    run = docker(
+    run = helpers.docker(
         "run", "-d", "--name", name, "-e", "STANDIN_MODEL_BYTES=4096", "airig-test/ollama:test"
     )
     assert run.returncode == 0, run.stderr
     try:
         deadline = time.monotonic() + 20
-        while (listed := docker("exec", name, "ollama", "list")).returncode != 0:
-            assert time.monotonic() < deadline, listed.stderr + docker("logs", name).stdout
+        while (listed := helpers.docker("exec", name, "ollama", "list")).returncode != 0:
+            assert time.monotonic() < deadline, listed.stderr + helpers.docker("logs", name).stdout
             time.sleep(0.2)
         assert listed.stdout.split() == ["NAME", "ID", "SIZE", "MODIFIED"]
-        assert docker("exec", name, "ollama", "pull", "tinyllama").returncode == 0
-        assert "tinyllama:latest" in docker("exec", name, "ollama", "list").stdout
-        store = docker(
+        assert helpers.docker("exec", name, "ollama", "pull", "tinyllama").returncode == 0
+        assert "tinyllama:latest" in helpers.docker("exec", name, "ollama", "list").stdout
+        store = helpers.docker(
             "exec", name, "ls", "/root/.ollama/models/manifests/registry.ollama.ai/library"
         )
         assert store.stdout.split() == ["tinyllama"]
     finally:
-        docker("rm", "-f", name)
+        helpers.docker("rm", "-f", name)

@@ -36,7 +36,19 @@ READY_PATHS = {
     "filehost": "/health",
 }
 # Stand-in knobs that leak in from the caller's environment would change behaviour.
-_SCRUBBED_PREFIXES = ("STANDIN_", "OLLAMA_", "HF_")
+_SCRUBBED_PREFIXES = (
+    "STANDIN_",
+    "OLLAMA_",
+    "HF_",
+    "WHISPER__",
+    "CLI_ARGS",
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+)
+# What the images add to the command line: the ComfyUI stand-in imitates
+# yanwk/comfyui-boot:cpu, whose CLI_ARGS is "--cpu" (without it ComfyUI does not start).
+DEFAULT_ARGS = {"comfyui": ["--cpu"]}
 
 
 @dataclass
@@ -82,9 +94,14 @@ def _wait_ready(standin: StandIn, timeout: float) -> None:
 
 
 def start_standin(
-    name: str, root: Path, env: dict[str, str] | None = None, timeout: float = 10.0
+    name: str,
+    root: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 10.0,
+    args: list[str] | None = None,
 ) -> StandIn:
-    """Start stand-in `name` with its data under `root`; returns once it answers."""
+    """Start stand-in `name` with its data under `root`; returns once it answers.
+    `args` are added to the command line (default DEFAULT_ARGS[name])."""
     if name not in NAMES:
         raise ValueError(f"unknown stand-in {name!r}; one of {NAMES}")
     root.mkdir(parents=True, exist_ok=True)
@@ -101,6 +118,7 @@ def start_standin(
         str(root),
     ]
     command += ["--listen", "127.0.0.1"] if name == "comfyui" else ["--host", "127.0.0.1"]
+    command += DEFAULT_ARGS.get(name, []) if args is None else args
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     standin = StandIn(name, f"http://127.0.0.1:{port}", port, root, process, log_path)
@@ -108,14 +126,31 @@ def start_standin(
     return standin
 
 
+def docker_available() -> bool:
+    """Whether a Docker engine answers (docker-marked tests skip with the reason if not)."""
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def docker(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.fixture
 def standins(tmp_path: Path) -> Iterator[Callable[..., StandIn]]:
-    """Factory fixture: standins(name, env=None, root=None) -> StandIn; all are stopped
+    """Factory fixture: standins(name, env=None, root=None, args=None) -> StandIn; all are stopped
     at teardown. The default root is tmp_path/<name>."""
     started: list[StandIn] = []
 
-    def start(name: str, env: dict[str, str] | None = None, root: Path | None = None) -> StandIn:
-        standin = start_standin(name, root or tmp_path / name, env)
+    def start(
+        name: str,
+        env: dict[str, str] | None = None,
+        root: Path | None = None,
+        args: list[str] | None = None,
+    ) -> StandIn:
+        standin = start_standin(name, root or tmp_path / name, env, args=args)
         started.append(standin)
         return standin
 

@@ -36,7 +36,9 @@ def http(monkeypatch):
         def request(self, method, url, **kwargs):
             calls.append((method, url, kwargs.get("json")))
             response = requests.Response()
-            response.status_code, response._content = status, b"msg"
+            # speaches' "is it installed" check answers 200 (the model is installed)
+            installed = method == "GET" and "/v1/models/" in url
+            response.status_code, response._content = (200 if installed else status), b"msg"
             return response
 
         monkeypatch.setattr(requests.Session, "request", request)
@@ -58,7 +60,10 @@ def test_whisper_uses_speaches_ps_routes(ctx, http, action, status, method, note
     calls = http(status)
     payload = {"action": action, "service": "whisper", "model": "Systran/faster-whisper-small"}
     result = run_task("resource", payload, ctx)
-    assert calls == [(method, "http://whisper:8000/api/ps/Systran/faster-whisper-small", None)]
+    checked = [("GET", "http://whisper:8000/v1/models/Systran/faster-whisper-small", None)]
+    assert calls == (checked if action == "load" else []) + [
+        (method, "http://whisper:8000/api/ps/Systran/faster-whisper-small", None)
+    ]
     assert result.output.get("note") == note
 
 
@@ -112,3 +117,23 @@ def test_ollama_load_keeps_the_model_and_sends_pinned_options(ctx, monkeypatch):
     result = run_task("resource", {"action": "load", "service": "ollama", "model": "m"}, ctx)
     assert client.generate_calls == [{"model": "m", "keep_alive": -1, "options": {"num_ctx": 8192}}]
     assert result.output["loaded"]
+
+
+def test_a_whisper_model_speaches_cannot_load_fails_for_good(ctx, http):
+    http(500)  # speaches: the load raised; the model stays registered (a retry gets 409)
+    payload = {"action": "load", "service": "whisper", "model": "w"}
+    with pytest.raises(TaskError) as caught:
+        run_task("resource", payload, ctx)
+    assert (caught.value.error_type, caught.value.retryable) == ("model_load_failed", False)
+
+
+def test_unloading_a_model_whose_load_failed_is_nothing_to_do(ctx, monkeypatch):
+    def request(self, method, url, **kwargs):
+        response = requests.Response()
+        response.status_code = 409
+        response._content = b'{"detail": "Model w is not loaded. self.ref_count=0"}'
+        return response
+
+    monkeypatch.setattr(requests.Session, "request", request)
+    result = run_task("resource", {"action": "unload", "service": "whisper", "model": "w"}, ctx)
+    assert result.output["note"] == "was not loaded"

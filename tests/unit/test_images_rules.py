@@ -173,3 +173,14 @@ def test_the_cpu_profile_runs_every_cpu_image_and_fills_every_variable():
 def test_unknown_facts_are_not_held_against_an_image():
     assert misfit(CATALOG.gpu[("comfyui", "nvidia")][0], nvidia(None, None)) is None
     assert misfit(CATALOG.gpu[("comfyui", "amd")][0], amd(None)) is None
+
+
+def test_vram_flags_next_to_the_cpu_variants_cpu_flag_are_refused_before_start():
+    from airig.images import comfyui_flag_clash
+
+    cpu = choose_images(CATALOG, "cpu", [], {})
+    clash = comfyui_flag_clash(cpu, "--preview-method auto --lowvram")
+    assert clash is not None and "--lowvram" in clash.message and "--cpu" in clash.message
+    assert comfyui_flag_clash(cpu, "--preview-method auto") is None
+    gpu = choose_images(CATALOG, "gpu-nvidia", [nvidia("8.6", "580.95.05")], {})
+    assert comfyui_flag_clash(gpu, "--lowvram") is None  # a GPU variant takes them

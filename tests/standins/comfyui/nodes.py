@@ -1,19 +1,41 @@
 """Node catalogue and prompt validation of the ComfyUI stand-in.
 
-Error shapes follow ComfyUI's execution.py (validate_prompt / validate_inputs): the
-response to an invalid graph is {"error": {...}, "node_errors": {id: {"errors": [...],
-"dependent_outputs": [...], "class_type": ...}}}.
+Input specs are upstream's (Comfy-Org/ComfyUI nodes.py INPUT_TYPES of each class; the
+samplers and schedulers are a subset of comfy/samplers.py KSampler.SAMPLERS/SCHEDULERS).
+Validation follows execution.py validate_inputs / validate_prompt: each widget value is
+converted with int() / float() / str() (invalid_input_type on failure), then checked
+against the spec's "min" (value_smaller_than_min) and "max" (value_bigger_than_max), then
+combos (value_not_in_list). The response to an invalid graph is 400 {"error": {...},
+"node_errors": {id: {"errors": [...], "dependent_outputs": [...], "class_type": ...}}}.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-INT = ["INT", {"default": 0, "min": 0, "max": 0xFFFFFFFFFFFFFFFF}]
-FLOAT = ["FLOAT", {"default": 1.0, "min": 0.0, "max": 100.0}]
-STRING = ["STRING", {"multiline": True}]
+MAX_RESOLUTION = 16384  # nodes.py MAX_RESOLUTION
+
+
+def INT(**spec: object) -> list:  # noqa: N802  (named after the ComfyUI type)
+    return ["INT", spec]
+
+
+def FLOAT(**spec: object) -> list:  # noqa: N802
+    return ["FLOAT", spec]
+
+
+SEED = INT(default=0, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True)
+STRENGTH = FLOAT(default=1.0, min=-100.0, max=100.0, step=0.01)  # nodes.py LoraLoader
+SIZE = INT(default=1024, min=16, max=MAX_RESOLUTION, step=8)  # nodes.py EmptyLatentImage
+STRING = ["STRING", {"multiline": True, "dynamicPrompts": True}]
 SAMPLERS = ["euler", "euler_ancestral", "dpmpp_2m", "dpmpp_sde", "ddim", "uni_pc"]
 SCHEDULERS = ["normal", "karras", "exponential", "sgm_uniform", "simple", "beta"]
+CONVERT: dict[str, Callable[[object], object]] = {
+    "INT": int,  # type: ignore[dict-item]
+    "FLOAT": float,  # type: ignore[dict-item]
+    "STRING": str,
+    "BOOLEAN": bool,
+}
 
 # class_type -> (required inputs, output types, output node?, model folder per combo input)
 # A required input spec is a type name (a link from another node), a primitive spec, or
@@ -21,7 +43,10 @@ SCHEDULERS = ["normal", "karras", "exponential", "sgm_uniform", "simple", "beta"
 NODES: dict[str, tuple[dict[str, object], list[str], bool]] = {
     "CheckpointLoaderSimple": ({"ckpt_name": "@checkpoints"}, ["MODEL", "CLIP", "VAE"], False),
     "UNETLoader": (
-        {"unet_name": "@diffusion_models", "weight_dtype": [["default", "fp8_e4m3fn"]]},
+        {
+            "unet_name": "@diffusion_models",
+            "weight_dtype": [["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]],
+        },
         ["MODEL"],
         False,
     ),
@@ -36,26 +61,30 @@ NODES: dict[str, tuple[dict[str, object], list[str], bool]] = {
             "model": "MODEL",
             "clip": "CLIP",
             "lora_name": "@loras",
-            "strength_model": FLOAT,
-            "strength_clip": FLOAT,
+            "strength_model": STRENGTH,
+            "strength_clip": STRENGTH,
         },
         ["MODEL", "CLIP"],
         False,
     ),
     "CLIPTextEncode": ({"text": STRING, "clip": "CLIP"}, ["CONDITIONING"], False),
-    "EmptyLatentImage": ({"width": INT, "height": INT, "batch_size": INT}, ["LATENT"], False),
+    "EmptyLatentImage": (
+        {"width": SIZE, "height": SIZE, "batch_size": INT(default=1, min=1, max=4096)},
+        ["LATENT"],
+        False,
+    ),
     "KSampler": (
         {
             "model": "MODEL",
-            "seed": INT,
-            "steps": INT,
-            "cfg": FLOAT,
+            "seed": SEED,
+            "steps": INT(default=20, min=1, max=10000),
+            "cfg": FLOAT(default=8.0, min=0.0, max=100.0, step=0.1, round=0.01),
             "sampler_name": [SAMPLERS],
             "scheduler": [SCHEDULERS],
             "positive": "CONDITIONING",
             "negative": "CONDITIONING",
             "latent_image": "LATENT",
-            "denoise": FLOAT,
+            "denoise": FLOAT(default=1.0, min=0.0, max=1.0, step=0.01),
         },
         ["LATENT"],
         False,
@@ -100,53 +129,78 @@ def _error(kind: str, message: str, details: str = "", **extra: object) -> dict:
     return {"type": kind, "message": message, "details": details, "extra_info": extra}
 
 
-def _check_input(prompt: dict, name: str, kind: object, value: object, options: list) -> list:
-    """Errors for one input value, in ComfyUI's vocabulary."""
-    if isinstance(value, list):
-        if len(value) != 2 or str(value[0]) not in prompt:
-            return [
-                _error(
-                    "bad_linked_input",
-                    "Bad linked input, must be a length-2 list of [node_id, slot_index]",
-                    name,
-                    input_name=name,
-                )
-            ]
-        source = NODES.get(prompt[str(value[0])].get("class_type"), ({}, [], False))[1]
-        slot = value[1] if isinstance(value[1], int) else -1
-        received = source[slot] if 0 <= slot < len(source) else None
-        if isinstance(kind, str) and not kind.startswith("@") and received != kind:
-            return [
-                _error(
-                    "return_type_mismatch",
-                    "Return type mismatch between linked nodes",
-                    f"{name}, received_type({received}) mismatch input_type({kind})",
-                    input_name=name,
-                )
-            ]
-        return []
-    if isinstance(kind, list) and kind[0] in ("INT", "FLOAT"):
+def _spec(kind: object, list_models) -> tuple[object, dict]:
+    """(input_type, extra_info) as execution.py get_input_info returns them; a combo's
+    type is its list of options (a model combo lists the files on disk)."""
+    if isinstance(kind, str) and kind.startswith("@"):
+        return list_models(kind[1:]), {"tooltip": f"files in models/{kind[1:]}"}
+    if isinstance(kind, str):
+        return kind, {}
+    assert isinstance(kind, list)
+    return kind[0], dict(kind[1]) if len(kind) > 1 else {}
+
+
+def _check_link(prompt: dict, name: str, input_type: object, info: list, value: list) -> list:
+    """execution.py validate_inputs, a linked input: [node_id, slot]."""
+    if len(value) != 2 or str(value[0]) not in prompt:
+        message = "Bad linked input, must be a length-2 list of [node_id, slot_index]"
+        extra = {"input_name": name, "input_config": info, "received_value": value}
+        return [_error("bad_linked_input", message, name, **extra)]
+    source = NODES.get(prompt[str(value[0])].get("class_type"), ({}, [], False))[1]
+    slot = value[1] if isinstance(value[1], int) else -1
+    received = source[slot] if 0 <= slot < len(source) else None
+    if isinstance(input_type, str) and received != input_type:
+        return [
+            _error(
+                "return_type_mismatch",
+                "Return type mismatch between linked nodes",
+                f"{name}, received_type({received}) mismatch input_type({input_type})",
+                input_name=name,
+                input_config=info,
+                received_type=received,
+                linked_node=value,
+            )
+        ]
+    return []
+
+
+def _check_widget(inputs: dict, name: str, input_type: object, extra: dict, info: list) -> list:
+    """execution.py validate_inputs, a widget value: convert, then min, max, combo."""
+    value = inputs[name]
+    if isinstance(value, dict) and "__value__" in value:
+        value = inputs[name] = value["__value__"]
+    if isinstance(input_type, str) and input_type in CONVERT:
         try:
-            (int if kind[0] == "INT" else float)(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+            value = inputs[name] = CONVERT[input_type](value)
+        except Exception as exc:  # noqa: BLE001  (upstream catches every conversion error)
             return [
                 _error(
                     "invalid_input_type",
-                    f"Failed to convert an input value to a {kind[0]} value",
-                    f"{name}, {value}",
+                    f"Failed to convert an input value to a {input_type} value",
+                    f"{name}, {value}, {exc}",
                     input_name=name,
+                    input_config=info,
                     received_value=value,
+                    exception_message=str(exc),
                 )
             ]
-    if options and value not in options[0]:
-        listing = options[0] if len(options[0]) <= 20 else f"(list of length {len(options[0])})"
+    bounds = {"input_name": name, "input_config": info, "received_value": value}
+    if "min" in extra and value < extra["min"]:
+        message = f"Value {value} smaller than min of {extra['min']}"
+        return [_error("value_smaller_than_min", message, name, **bounds)]
+    if "max" in extra and value > extra["max"]:
+        message = f"Value {value} bigger than max of {extra['max']}"
+        return [_error("value_bigger_than_max", message, name, **bounds)]
+    if isinstance(input_type, list) and value not in input_type:
+        big = len(input_type) > 20  # "Don't send back gigantic lists"
+        listing = f"(list of length {len(input_type)})" if big else str(input_type)
         return [
             _error(
                 "value_not_in_list",
                 "Value not in list",
-                f"{name}: '{value}' not in {listing}",
+                f"{name}: {value!r} not in {listing}",
                 input_name=name,
-                input_config=options,
+                input_config=None if big else info,
                 received_value=value,
             )
         ]
@@ -167,16 +221,16 @@ def _validate_node(prompt: dict, node_id: str, list_models, seen: dict) -> bool:
                 _error("required_input_missing", "Required input is missing", name, input_name=name)
             )
             continue
+        input_type, extra = _spec(kind, list_models)
+        info = [input_type, extra]
         value = inputs[name]
-        options: list = []
-        if isinstance(kind, str) and kind.startswith("@"):
-            options = [list_models(kind[1:])]
-        elif isinstance(kind, list) and isinstance(kind[0], list):
-            options = [kind[0]]
-        found = _check_input(prompt, name, kind, value, options)
+        if isinstance(value, list):
+            found = _check_link(prompt, name, input_type, info, value)
+            if not found:
+                valid = _validate_node(prompt, str(value[0]), list_models, seen) and valid
+        else:
+            found = _check_widget(inputs, name, input_type, extra, info)
         errors += found
-        if isinstance(value, list) and not found:
-            valid = _validate_node(prompt, str(value[0]), list_models, seen) and valid
     seen[node_id] = (valid and not errors, errors)
     return seen[node_id][0]
 
@@ -227,10 +281,10 @@ def validate_prompt(prompt: object, list_models) -> tuple[dict | None, list[str]
                 )
                 entry["dependent_outputs"].append(output)
     if not good:
+        # Only each failed output's *own* reasons make the summary (errors += [(o, reasons)]
+        # in validate_prompt): a graph broken upstream of SaveImage has details "".
         details = "\n".join(
-            f"{e['message']}: {e['details']}"
-            for entry in node_errors.values()
-            for e in entry["errors"]
+            f"{e['message']}: {e['details']}" for output in outputs for e in seen[output][1]
         )
         return (
             _error("prompt_outputs_failed_validation", "Prompt outputs failed validation", details),

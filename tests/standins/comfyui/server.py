@@ -1,15 +1,19 @@
 """ComfyUI stand-in for tests: ComfyUI's HTTP API over a real models/ and output/ tree.
 
-Run: python server.py [--listen [HOST]] [--port N] [--root COMFYUI_DIR] [--cpu]
-The root (default STANDIN_COMFYUI_ROOT or /root/ComfyUI, as in yanwk/comfyui-boot) holds
-models/<folder>/ and output/. Every route also answers under /api/. A worker thread
-"runs" each queued graph after STANDIN_EXEC_SECONDS and writes a real PNG per SaveImage.
-Knobs: STANDIN_EXEC_SECONDS, STANDIN_DEVICE_TYPE, STANDIN_FAIL_EXECUTION.
+Run: python server.py [ComfyUI's flags: --listen [HOST] --port N --cpu ...] [--root DIR]
+Starts as ComfyUI's main.py does: the flags are parsed strictly (cli_args.py, exit 2),
+then the torch device is probed (devices.py: without --cpu, a build or machine with no
+usable GPU ends the process with upstream's traceback, exit 1). The image runs it as
+yanwk/comfyui-boot runs ComfyUI: `--listen --port 8188 ${CLI_ARGS}` (entrypoint.sh).
+The root (--root, default STANDIN_COMFYUI_ROOT or /root/ComfyUI) holds models/<folder>/
+and output/. Every route also answers under /api/. A worker thread "runs" each queued
+graph after STANDIN_EXEC_SECONDS and writes a real PNG per SaveImage.
+Knobs: STANDIN_TORCH_BUILD, STANDIN_GPU_COUNT, STANDIN_GPU_NAME, STANDIN_VRAM_BYTES,
+STANDIN_EXEC_SECONDS, STANDIN_FAIL_EXECUTION.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import mimetypes
@@ -21,6 +25,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import cli_args
+from devices import (
+    TORCH_VERSIONS,
+    Device,
+    StartupError,
+    torch_build,
+    torch_devices,
+    traceback_text,
+)
 from nodes import object_info, validate_prompt
 from worker import PromptQueue
 
@@ -130,29 +143,35 @@ class Handler(BaseHTTPRequestHandler):
         return sorted(found)
 
     def system_stats(self) -> None:
+        """server.py system_stats: one entry per torch device, the primary first."""
         ram_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         ram_free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-        device_type = os.environ.get("STANDIN_DEVICE_TYPE", "cpu")
-        device = {
-            "name": device_type,
-            "type": device_type,
-            "index": None if device_type == "cpu" else 0,
-            "vram_total": ram_total,
-            "vram_free": ram_free,
-            "torch_vram_total": ram_total,
-            "torch_vram_free": ram_free,
-        }
+        vram = int(os.environ.get("STANDIN_VRAM_BYTES", str(8 << 30)))
+        devices = []
+        for device in self.server.devices:
+            total, free = (ram_total, ram_free) if device.type == "cpu" else (vram, vram)
+            devices.append(
+                {
+                    "name": device.name,
+                    "type": device.type,
+                    "index": device.index,
+                    "vram_total": total,
+                    "vram_free": free,
+                    "torch_vram_total": total if device.type == "cpu" else 0,
+                    "torch_vram_free": free if device.type == "cpu" else 0,
+                }
+            )
         system = {
-            "os": os.name,
+            "os": sys.platform,
             "ram_total": ram_total,
             "ram_free": ram_free,
-            "comfyui_version": "0.3.60",
+            "comfyui_version": "0.28.0",
             "python_version": sys.version,
-            "pytorch_version": "stand-in",
+            "pytorch_version": TORCH_VERSIONS[torch_build()],
             "embedded_python": False,
             "argv": sys.argv,
         }
-        self.send_json(200, {"system": system, "devices": [device]})
+        self.send_json(200, {"system": system, "devices": devices})
 
     def post_prompt(self, body: object) -> None:
         prompt = body.get("prompt") if isinstance(body, dict) else None
@@ -185,9 +204,10 @@ class Handler(BaseHTTPRequestHandler):
 class ComfyServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], root: Path):
+    def __init__(self, address: tuple[str, int], root: Path, devices: list[Device]):
         super().__init__(address, Handler)
         self.root = root
+        self.devices = devices
         seconds = float(os.environ.get("STANDIN_EXEC_SECONDS", "0.3"))
         self.queue = PromptQueue(root / "output", seconds)
 
@@ -209,24 +229,28 @@ def mark_as_comfyui_checkout(root: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="ComfyUI stand-in for tests")
-    parser.add_argument("--listen", nargs="?", const="0.0.0.0", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8188)
-    default_root = os.environ.get("STANDIN_COMFYUI_ROOT", "/root/ComfyUI")
-    parser.add_argument("--root", type=Path, default=Path(default_root))
-    args, _ignored = parser.parse_known_args(argv)  # --cpu and other ComfyUI flags
+    """main.py's order: parse the flags (argparse exits 2), import model_management (no
+    usable torch device: traceback, exit 1), create the folders, then listen."""
+    args = cli_args.parse(argv)
+    try:
+        devices = torch_devices(args.cpu, args.cuda_device)
+    except StartupError as exc:
+        sys.stderr.write(traceback_text(exc))
+        sys.exit(1)
     # The folders ComfyUI creates at start, so volume mounts and listings find them.
     for folder in ("output", "input", "temp"):
         (args.root / folder).mkdir(parents=True, exist_ok=True)
     for folder in (d for dirs in MODEL_FOLDERS.values() for d in dirs):
         (args.root / "models" / folder).mkdir(parents=True, exist_ok=True)
     mark_as_comfyui_checkout(args.root)
-    server = ComfyServer((args.listen, args.port), args.root)
+    # --listen takes a comma list (bare: "0.0.0.0,::"); the stand-in binds the first.
+    host = args.listen.split(",")[0]
+    server = ComfyServer((host, args.port), args.root, devices)
     server.queue.start()
     line = {
         "time": now_iso(),
         "service": "comfyui-standin",
-        "msg": f"To see the GUI go to: http://{args.listen}:{args.port}",
+        "msg": f"Device: {devices[0].name}; To see the GUI go to: http://{host}:{args.port}",
     }
     print(json.dumps(line), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

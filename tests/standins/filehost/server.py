@@ -72,7 +72,15 @@ class Handler(BaseHTTPRequestHandler):
     server: FileHost
 
     def log_message(self, fmt: str, *args: object) -> None:
-        line = {"time": now_iso(), "service": "filehost-standin", "msg": fmt % args}
+        # The client's User-Agent shows which downloader fetched a file (comfy-cli's httpx
+        # or the kit's requests fallback).
+        agent = self.headers.get("User-Agent", "") if hasattr(self, "headers") else ""
+        line = {
+            "time": now_iso(),
+            "service": "filehost-standin",
+            "msg": fmt % args,
+            "agent": agent,
+        }
         print(json.dumps(line), flush=True)
 
     def send_text(self, status: int, text: str, extra: dict | None = None) -> None:

@@ -2,9 +2,9 @@
 
 Run: python server.py [--host H] [--port N] [--root MODELS_DIR]
 Defaults follow Ollama: OLLAMA_HOST (127.0.0.1:11434), OLLAMA_MODELS (~/.ollama/models).
-Knobs: STANDIN_MODEL_BYTES, STANDIN_UNKNOWN_MODELS, STANDIN_FAIL_MIDSTREAM,
-STANDIN_LOAD_SECONDS, STANDIN_TOKENS_PER_SECOND, STANDIN_VRAM_FRACTION,
-STANDIN_PULL_CHUNK_SECONDS, STANDIN_OLLAMA_VERSION (see tests/standins/README.md).
+Knobs: STANDIN_MODEL_BYTES, STANDIN_REGISTRY_MODELS, STANDIN_UNKNOWN_MODELS,
+STANDIN_FAIL_MIDSTREAM, STANDIN_LOAD_SECONDS, STANDIN_TOKENS_PER_SECOND,
+STANDIN_VRAM_FRACTION, STANDIN_PULL_CHUNK_SECONDS, STANDIN_OLLAMA_VERSION (README.md).
 """
 
 from __future__ import annotations
@@ -22,8 +22,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from names import (
+    INVALID_MODEL_NAME,
+    MODEL_REQUIRED,
+    ConflictingSource,
+    ModelName,
+    ModelRequired,
+    NameError_,
+    parse_ref,
+    pull_name,
+)
 from runtime import LoadedModel, Runtime, embedding, eval_metrics, parse_keep_alive, reply_words
-from store import ModelName, ModelStore, PullError, is_embedding_model, stream_pull
+from store import ModelStore, PullError, is_embedding_model, stream_pull
 
 VERSION = os.environ.get("STANDIN_OLLAMA_VERSION", "0.20.6")
 
@@ -185,20 +195,38 @@ class Handler(BaseHTTPRequestHandler):
         ]
         self.send_json(200, {"models": models})
 
-    def model_of(self, body: dict) -> tuple[ModelName, dict]:
-        """The requested model's name and manifest; 404 in upstream's words if absent."""
-        given = str(body.get("model") or body.get("name") or "")
+    def model_of(self, body: dict, empty: ApiError | None = None) -> tuple[ModelName, dict]:
+        """The model's name and manifest, refused as server/routes.go GenerateHandler /
+        EmbedHandler / ChatHandler do (parseAndValidateModelRef, writeModelRefParseError):
+        a bad name 400 "invalid model name", absent 404 "model '<given>' not found"; an
+        empty name 404 too, or `empty` (ChatHandler, EmbeddingsHandler: 400)."""
+        given = str(body.get("model") or "")
+        not_found = ApiError(404, f"model '{given}' not found")
         try:
-            name = ModelName.parse(given)
-        except ValueError as exc:
-            raise ApiError(404, f"model '{given}' not found") from exc
+            name, _source = parse_ref(given)
+        except ModelRequired as exc:
+            raise (empty or not_found) from exc
+        except NameError_ as exc:
+            raise ApiError(400, str(exc)) from exc
         manifest = self.server.store.read_manifest(name)
         if manifest is None:
-            raise ApiError(404, f"model '{given}' not found")
+            raise not_found
         return name, manifest
 
     def show(self) -> None:
-        name, manifest = self.model_of(self.read_json())
+        """server/routes.go ShowHandler: `model` or else `name`; neither is 400 "model is
+        required"; a bad name 400; absent 404 "model '<base>' not found"."""
+        body = self.read_json()
+        given = str(body.get("model") or body.get("name") or "")
+        if not given:
+            raise ApiError(400, MODEL_REQUIRED)
+        try:
+            name, _source = parse_ref(given)
+        except NameError_ as exc:
+            raise ApiError(400, str(exc)) from exc
+        manifest = self.server.store.read_manifest(name)
+        if manifest is None:
+            raise ApiError(404, f"model '{given.strip()}' not found")
         details = self.details(manifest)
         capability = "embedding" if is_embedding_model(name) else "completion"
         self.send_json(
@@ -218,10 +246,14 @@ class Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ pull
     def pull(self) -> None:
         body = self.read_json()
+        # server/routes.go PullHandler: parseNormalizePullModelRef, then
+        # writeModelRefParseError with fallback 400 "invalid model name" (an empty name too).
         try:
-            name = ModelName.parse(str(body.get("model") or body.get("name") or ""))
-        except ValueError as exc:
-            raise ApiError(400, "invalid model name") from exc
+            name = pull_name(str(body.get("model") or body.get("name") or ""))
+        except ConflictingSource as exc:
+            raise ApiError(400, str(exc)) from exc
+        except NameError_ as exc:
+            raise ApiError(400, INVALID_MODEL_NAME) from exc
         lines: list[dict] = []
         if body.get("stream", True) is False:
             # Upstream's waitForStream: the last progress line, or the error as a 500.
@@ -234,10 +266,10 @@ class Handler(BaseHTTPRequestHandler):
         self.stream_ndjson(stream_pull(self.server.store, name))
 
     # ------------------------------------------------------------------ inference
-    def prepare(self, body: dict) -> tuple[LoadedModel, float, bool]:
+    def prepare(self, body: dict, empty: ApiError | None = None) -> tuple[LoadedModel, float, bool]:
         """Find and load the model; returns it, the load seconds and whether the request
         asked to unload it afterwards (keep_alive 0)."""
-        name, manifest = self.model_of(body)
+        name, manifest = self.model_of(body, empty)
         try:
             keep_alive = parse_keep_alive(body.get("keep_alive"))
         except ValueError as exc:
@@ -268,7 +300,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def infer(self, body: dict, prompt: str, content, kind: str) -> None:
         """generate and chat share everything but the shape of the content field."""
-        model, load_seconds, unload = self.prepare(body)
+        required = ApiError(400, MODEL_REQUIRED) if kind == "message" else None
+        model, load_seconds, unload = self.prepare(body, required)
         if kind == "response" and is_embedding_model(ModelName.parse(model.name)):
             raise ApiError(400, f'"{body.get("model")}" does not support generate')
         base = {"model": body.get("model"), "created_at": now_iso()}
@@ -321,7 +354,7 @@ class Handler(BaseHTTPRequestHandler):
     def embeddings(self) -> None:
         """The legacy single-prompt endpoint."""
         body = self.read_json()
-        model, _, _ = self.prepare(body)
+        model, _, _ = self.prepare(body, ApiError(400, MODEL_REQUIRED))
         self.send_json(200, {"embedding": embedding(model.name, str(body.get("prompt", "")))})
 
 

@@ -1,4 +1,4 @@
-"""On-disk model store of the Ollama stand-in: names, manifests, blobs, pulls.
+"""On-disk model store of the Ollama stand-in: manifests, blobs, pulls.
 
 The layout is Ollama's own (server/images.go, manifest/*.go), so the kit's checks
 that read the store directly behave exactly as against a real Ollama:
@@ -20,9 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_HOST = "registry.ollama.ai"
-DEFAULT_NAMESPACE = "library"
-DEFAULT_TAG = "latest"
+from names import ModelName, fails_midstream, in_catalogue
+
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
 CHUNK = 256 * 1024
@@ -32,39 +31,6 @@ Progress = Callable[[dict], None]
 
 class PullError(Exception):
     """A pull failure; its text is what Ollama puts in the `error` line."""
-
-
-@dataclass(frozen=True)
-class ModelName:
-    host: str
-    namespace: str
-    model: str
-    tag: str
-
-    @classmethod
-    def parse(cls, text: str) -> ModelName:
-        text = text.strip()
-        base, _, tag = text.rpartition(":") if ":" in text.split("/")[-1] else (text, "", "")
-        parts = base.split("/")
-        if not base or len(parts) > 3 or not all(parts):
-            raise ValueError("invalid model name")
-        host = parts[0] if len(parts) == 3 else DEFAULT_HOST
-        namespace = parts[-2] if len(parts) >= 2 else DEFAULT_NAMESPACE
-        return cls(host, namespace, parts[-1], tag or DEFAULT_TAG)
-
-    @property
-    def display(self) -> str:
-        """The shortest form, as `ollama list` prints it (DisplayShortest)."""
-        prefix = ""
-        if self.host != DEFAULT_HOST:
-            prefix = f"{self.host}/{self.namespace}/"
-        elif self.namespace != DEFAULT_NAMESPACE:
-            prefix = f"{self.namespace}/"
-        return f"{prefix}{self.model}:{self.tag}"
-
-
-def env_list(name: str) -> set[str]:
-    return {item.strip() for item in os.environ.get(name, "").split(",") if item.strip()}
 
 
 def is_embedding_model(name: ModelName) -> bool:
@@ -192,15 +158,12 @@ class ModelStore:
         """Pull as Ollama does: manifest, each blob (partial file, then rename),
         verify, write the manifest. Raises PullError with upstream's wording."""
         progress({"status": "pulling manifest"})
-        unknown = env_list("STANDIN_UNKNOWN_MODELS")
-        if name.model.startswith("nonexistent") or {name.display, name.model} & unknown:
+        if not in_catalogue(name):
+            # server/images.go PullModel: pullModelManifest gets the registry's 404 as
+            # os.ErrNotExist (makeRequestWithRetry) and wraps it "pull model manifest: %s".
             raise PullError("pull model manifest: file does not exist")
         config, layers = remote_layers(name, self.model_bytes)
-        # Names starting "midstream-fail" let e2e tests ask for the fault without
-        # reaching into the container's environment.
-        fail_midstream = name.model.startswith("midstream-fail") or bool(
-            {name.display, name.model} & env_list("STANDIN_FAIL_MIDSTREAM")
-        )
+        fail_midstream = fails_midstream(name)
         fetched = [self._download(layer, progress, fail_midstream) for layer in [*layers, config]]
         progress({"status": "verifying sha256 digest"})
         for layer, was_fetched in zip([*layers, config], fetched, strict=True):

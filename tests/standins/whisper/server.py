@@ -1,11 +1,14 @@
-"""Whisper (speaches) stand-in for tests: speaches' model and transcription API over a
-real Hugging Face hub-cache layout.
+"""Whisper (speaches) stand-in for tests: speaches' model, memory and transcription API over
+a real Hugging Face hub-cache layout, refusing what speaches v0.8.3 refuses.
 
 Run: python server.py [--host H] [--port N] [--root HF_HUB_CACHE]
 Cache dir: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub.
-POST /v1/models/{id} answers 200 when it downloaded, 201 when the model was there
-(speaches' routers/models.py); transcription of a model not on disk is a 404.
-Knobs: STANDIN_UNKNOWN_MODELS, STANDIN_MODEL_BYTES (model.bin size, default 1 MiB).
+Routes (speaches v0.8.3 src/speaches/routers/):
+  models.py  GET /v1/models, GET|POST|DELETE /v1/models/{id}   (hub.py)
+  misc.py    GET /health, GET /api/ps, POST|DELETE /api/ps/{id}  (models.py)
+  stt.py     POST /v1/audio/transcriptions                      (audio.py)
+Knobs: STANDIN_REGISTRY_MODELS, STANDIN_UNKNOWN_MODELS, STANDIN_MODEL_BYTES (model.bin
+size, default 1 MiB), STANDIN_LOAD_SECONDS, STANDIN_TRANSCRIBE_SECONDS, WHISPER__TTL.
 """
 
 from __future__ import annotations
@@ -14,22 +17,21 @@ import argparse
 import contextlib
 import email.parser
 import email.policy
-import hashlib
-import io
 import json
 import os
 import shutil
 import signal
 import sys
-import wave
+import time
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-TASK = "automatic-speech-recognition"
-# The files faster-whisper needs plus the model card speaches filters on.
-MODEL_CARD = "---\nlibrary_name: ctranslate2\nlanguage:\n- en\ntags:\n- audio\n- {task}\n---\n"
+from audio import NOT_SUPPORTED, RESPONSE_FORMATS, Undecodable, decode, render
+from hub import HubCache, in_registry
+from models import LoadError, ModelManager
+
 NOT_INSTALLED = (
     "Model '{model}' is not installed locally. You can download the model using `POST /v1/models`"
 )
@@ -37,96 +39,6 @@ NOT_INSTALLED = (
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def model_files(model_id: str) -> dict[str, bytes]:
-    """Deterministic repository contents for `model_id`."""
-    size = int(os.environ.get("STANDIN_MODEL_BYTES", str(1024 * 1024)))
-    return {
-        "README.md": MODEL_CARD.format(task=TASK).encode(),
-        "config.json": json.dumps({"model_id": model_id, "num_mel_bins": 80}).encode(),
-        "preprocessor_config.json": json.dumps({"feature_size": 80}).encode(),
-        "tokenizer.json": json.dumps({"version": "1.0", "model": model_id}).encode(),
-        "vocabulary.txt": b"\n".join(f"token{i}".encode() for i in range(64)),
-        "model.bin": hashlib.shake_256(f"{model_id}:model.bin".encode()).digest(size),
-    }
-
-
-class HubCache:
-    """The hub cache layout: models--org--name/{blobs,snapshots/<rev>,refs/main}."""
-
-    def __init__(self, root: Path):
-        self.root = root
-
-    def repo_dir(self, model_id: str) -> Path:
-        return self.root / ("models--" + model_id.replace("/", "--"))
-
-    def snapshot(self, model_id: str) -> Path | None:
-        """The complete snapshot of a model, or None."""
-        repo = self.repo_dir(model_id)
-        try:
-            revision = (repo / "refs" / "main").read_text().strip()
-        except OSError:
-            return None
-        snap = repo / "snapshots" / revision
-        complete = all((snap / name).is_file() for name in model_files(model_id))
-        return snap if complete else None
-
-    def download(self, model_id: str) -> bool:
-        """Write the repository; False when it was already complete (speaches' 201)."""
-        if self.snapshot(model_id) is not None:
-            return False
-        repo = self.repo_dir(model_id)
-        revision = hashlib.sha1(model_id.encode()).hexdigest()
-        snap = repo / "snapshots" / revision
-        (repo / "blobs").mkdir(parents=True, exist_ok=True)
-        snap.mkdir(parents=True, exist_ok=True)
-        for name, data in model_files(model_id).items():
-            blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-            incomplete = blob.with_name(blob.name + ".incomplete")  # as huggingface_hub
-            incomplete.write_bytes(data)
-            os.replace(incomplete, blob)
-            link = snap / name
-            link.unlink(missing_ok=True)
-            link.symlink_to(Path("..", "..", "blobs", blob.name))
-        (repo / "refs").mkdir(exist_ok=True)
-        (repo / "refs" / "main").write_text(revision)
-        return True
-
-    def local_models(self) -> list[dict]:
-        models = []
-        for repo in sorted(self.root.glob("models--*--*")):
-            model_id = repo.name[len("models--") :].replace("--", "/", 1)
-            snap = self.snapshot(model_id)
-            if snap is None or "ctranslate2" not in (snap / "README.md").read_text():
-                continue
-            models.append(
-                {
-                    "id": model_id,
-                    "created": int(repo.stat().st_mtime),
-                    "object": "model",
-                    "owned_by": model_id.split("/")[0],
-                    "language": ["en"],
-                    "task": TASK,
-                }
-            )
-        return models
-
-
-def is_known(model_id: str) -> bool:
-    unknown = {s.strip() for s in os.environ.get("STANDIN_UNKNOWN_MODELS", "").split(",")}
-    org, _, name = model_id.partition("/")
-    return bool(org and name) and not name.startswith("nonexistent") and model_id not in unknown
-
-
-def audio_facts(data: bytes) -> tuple[float, str]:
-    """(duration in seconds, description) of an upload; WAV is read, other formats are
-    estimated as 16 kHz 16-bit mono."""
-    try:
-        with wave.open(io.BytesIO(data)) as wav:
-            return wav.getnframes() / wav.getframerate(), "wav"
-    except (wave.Error, EOFError):
-        return len(data) / 32000, "audio"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -137,9 +49,10 @@ class Handler(BaseHTTPRequestHandler):
         line = {"time": now_iso(), "service": "whisper-standin", "msg": fmt % args}
         print(json.dumps(line), flush=True)
 
-    def send_body(self, status: int, data: bytes, content_type: str) -> None:
+    def send_body(self, status: int, data: bytes, content_type: str | None) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
+        if content_type:
+            self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -148,28 +61,33 @@ class Handler(BaseHTTPRequestHandler):
         self.send_body(status, json.dumps(body).encode(), "application/json")
 
     def send_text(self, status: int, text: str) -> None:
-        self.send_body(status, text.encode(), "text/plain; charset=utf-8")
+        # starlette Response(content=str) without media_type: no Content-Type header
+        self.send_body(status, text.encode(), None)
 
     def body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def model_id(self) -> str:
-        return unquote(urlsplit(self.path).path[len("/v1/models/") :])
+    def path_id(self, prefix: str) -> str:
+        """The `{model_id:path}` parameter after `prefix`, percent-decoded."""
+        return unquote(urlsplit(self.path).path[len(prefix) :])
 
     def do_GET(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path
         cache = self.server.cache
         if path == "/health":
             self.send_text(200, "OK")
+        elif path == "/api/ps":
+            self.send_json(200, {"models": list(self.server.models.loaded)})
         elif path == "/v1/models":
             self.send_json(200, {"data": cache.local_models(), "object": "list"})
         elif path.startswith("/v1/models/"):
-            found = [m for m in cache.local_models() if m["id"] == self.model_id()]
+            model_id = self.path_id("/v1/models/")
+            found = [m for m in cache.local_models() if m["id"] == model_id]
             if found:
                 self.send_json(200, found[0])
             else:
-                self.send_json(404, {"detail": f"Model '{self.model_id()}' not found"})
+                self.send_json(404, {"detail": f"Model '{model_id}' not found"})
         else:
             self.send_json(404, {"detail": "Not Found"})
 
@@ -177,29 +95,74 @@ class Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         data = self.body()
         if path.startswith("/v1/models/"):
-            self.download(self.model_id())
+            self.download(self.path_id("/v1/models/"))
+        elif path.startswith("/api/ps/"):
+            self.load(self.path_id("/api/ps/"))
         elif path == "/v1/audio/transcriptions":
             self.transcribe(data)
         else:
             self.send_json(404, {"detail": "Not Found"})
 
     def do_DELETE(self) -> None:  # noqa: N802
-        model_id = self.model_id()
-        repo = self.server.cache.repo_dir(model_id)
-        if not urlsplit(self.path).path.startswith("/v1/models/") or not repo.is_dir():
-            self.send_json(404, {"detail": f"Model '{model_id}' not found"})
-            return
-        shutil.rmtree(repo)
-        self.send_json(200, {"detail": f"Model '{model_id}' deleted"})
+        path = urlsplit(self.path).path
+        if path.startswith("/api/ps/"):
+            self.unload(self.path_id("/api/ps/"))
+        elif path.startswith("/v1/models/"):
+            self.delete(self.path_id("/v1/models/"))
+        else:
+            self.send_json(404, {"detail": "Not Found"})
 
+    # ------------------------------------------------------------------ models.py
     def download(self, model_id: str) -> None:
-        if not is_known(model_id):
+        """routers/models.py download_remote_model: 404 unless a registry lists the id;
+        200 when it downloaded, 201 when the files were already there."""
+        if not in_registry(model_id):
             self.send_json(404, {"detail": f"Model '{model_id}' not found"})
         elif self.server.cache.download(model_id):
             self.send_text(200, f"Model '{model_id}' downloaded")
         else:
             self.send_text(201, f"Model '{model_id}' already exists")
 
+    def delete(self, model_id: str) -> None:
+        """routers/models.py delete_model: hf_utils.delete_local_model_repo raises
+        FileNotFoundError("Model repo not found: <id>"), answered 404."""
+        repo = self.server.cache.repo_dir(model_id)
+        if not repo.is_dir():
+            self.send_json(404, {"detail": f"Model repo not found: {model_id}"})
+            return
+        shutil.rmtree(repo)
+        self.send_json(200, {"detail": f"Model '{model_id}' deleted"})
+
+    # ------------------------------------------------------------------ misc.py
+    def load(self, model_id: str) -> None:
+        """routers/misc.py load_model_route: 409 "Model already loaded" when registered
+        (even after a failed load), else load: 201 with no body; a load that raises is
+        an unhandled error (starlette's 500 "Internal Server Error")."""
+        models = self.server.models
+        if model_id in models.loaded:
+            self.send_text(409, "Model already loaded")
+            return
+        try:
+            with models.load_model(model_id):
+                pass
+        except LoadError:
+            self.send_body(500, b"Internal Server Error", "text/plain; charset=utf-8")
+            return
+        self.send_body(201, b"", None)
+
+    def unload(self, model_id: str) -> None:
+        """routers/misc.py stop_running_model: 204; KeyError 404 "Model not found";
+        ValueError 409 with its text."""
+        try:
+            self.server.models.unload_model(model_id)
+        except KeyError:
+            self.send_text(404, "Model not found")
+        except ValueError as exc:
+            self.send_text(409, str(exc))
+        else:
+            self.send_body(204, b"", None)
+
+    # ------------------------------------------------------------------ stt.py
     def form(self, data: bytes) -> dict[str, bytes]:
         """multipart/form-data fields, parsed by the stdlib email parser."""
         header = f"Content-Type: {self.headers.get('Content-Type', '')}\r\n\r\n".encode()
@@ -214,68 +177,52 @@ class Handler(BaseHTTPRequestHandler):
         return fields
 
     def transcribe(self, data: bytes) -> None:
+        """stt.py transcribe_file. FastAPI solves the audio dependency (decoding) before it
+        validates the other form fields, so an undecodable file is 415 even when `model` is
+        missing; then 422 for missing/invalid fields; then 404 for a model not on disk."""
         fields = self.form(data)
-        missing = [name for name in ("file", "model") if name not in fields]
-        if missing:
-            detail = [
-                {"type": "missing", "loc": ["body", name], "msg": "Field required"}
-                for name in missing
-            ]
-            self.send_json(422, {"detail": detail})
+        duration, kind = 0.0, "audio"
+        if "file" in fields:
+            try:
+                duration, kind = decode(fields["file"])
+            except Undecodable:
+                self.send_json(415, {"detail": NOT_SUPPORTED})
+                return
+        errors = [
+            {"type": "missing", "loc": ["body", name], "msg": "Field required", "input": None}
+            for name in ("file", "model")
+            if name not in fields
+        ]
+        response_format = fields.get("response_format", b"json").decode()
+        if response_format not in RESPONSE_FORMATS:
+            expected = "'text', 'json', 'verbose_json', 'srt' or 'vtt'"
+            errors.append(
+                {
+                    "type": "literal_error",
+                    "loc": ["body", "response_format"],
+                    "msg": f"Input should be {expected}",
+                    "input": response_format,
+                    "ctx": {"expected": expected},
+                }
+            )
+        if errors:
+            self.send_json(422, {"detail": errors})
             return
         model = fields["model"].decode()
         if self.server.cache.snapshot(model) is None:
             self.send_json(404, {"detail": NOT_INSTALLED.format(model=model)})
             return
-        if not fields["file"]:
-            self.send_json(500, {"detail": "Failed to decode audio."})
-            return
-        self.reply(fields)
-
-    def reply(self, fields: dict[str, bytes]) -> None:
-        duration, kind = audio_facts(fields["file"])
         language = fields.get("language", b"en").decode() or "en"
         size = len(fields["file"])
         text = f"Stand-in transcript of {duration:.2f} seconds of {kind} ({size} bytes)."
-        response_format = fields.get("response_format", b"json").decode()
-        if response_format == "text":
-            self.send_text(200, text)
-        elif response_format == "json":
-            self.send_json(200, {"text": text})
-        elif response_format == "verbose_json":
-            segment = {
-                "id": 0,
-                "seek": 0,
-                "start": 0.0,
-                "end": round(duration, 3),
-                "text": text,
-                "tokens": [len(text)],
-                "temperature": 0.0,
-                "avg_logprob": -0.1,
-                "compression_ratio": 1.0,
-                "no_speech_prob": 0.01,
-                "words": None,
-            }
-            self.send_json(
-                200,
-                {
-                    "task": "transcribe",
-                    "language": language,
-                    "duration": duration,
-                    "text": text,
-                    "words": None,
-                    "segments": [segment],
-                },
-            )
-        else:
-            detail = [
-                {
-                    "type": "enum",
-                    "loc": ["body", "response_format"],
-                    "msg": "Input should be 'text', 'json' or 'verbose_json'",
-                }
-            ]
-            self.send_json(422, {"detail": detail})
+        try:
+            with self.server.models.load_model(model):
+                time.sleep(float(os.environ.get("STANDIN_TRANSCRIBE_SECONDS", "0")))
+                body, content_type = render(text, duration, language, response_format)
+        except LoadError:
+            self.send_body(500, b"Internal Server Error", "text/plain; charset=utf-8")
+            return
+        self.send_body(200, body.encode(), content_type)
 
 
 class WhisperServer(ThreadingHTTPServer):
@@ -284,6 +231,7 @@ class WhisperServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], root: Path):
         super().__init__(address, Handler)
         self.cache = HubCache(root)
+        self.models = ModelManager(self.cache)
 
 
 def default_cache() -> Path:
