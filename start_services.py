@@ -39,13 +39,15 @@ def _bootstrap() -> None:
 
 
 try:
-    from airig.cli import main
+    from airig.launcher.cli.app import main
 except ImportError:
     if _in_venv() or os.environ.get("AIRIG_NO_BOOTSTRAP"):
         sys.exit("✘ airig's dependencies are missing\n  → run: pip install -e .")
     if (
         not VENV_PY.exists()
-        or subprocess.run([str(VENV_PY), "-c", "import airig.cli"], capture_output=True).returncode
+        or subprocess.run(
+            [str(VENV_PY), "-c", "import airig.launcher.cli.app"], capture_output=True
+        ).returncode
         != 0
     ):
         _bootstrap()

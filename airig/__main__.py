@@ -1,3 +1,3 @@
-from airig.cli import main
+from airig.launcher.cli.app import main
 
 main()

@@ -12,9 +12,9 @@ import urllib.request
 
 from pydantic import ValidationError
 
-from airig.brain.jsonlog import setup_json_logging
 from airig.brain.settings import BrainSettings
-from airig.errors import AirigError
+from airig.common.errors import AirigError
+from airig.common.jsonlog import setup_json_logging
 
 log = logging.getLogger("airig.brain")
 

@@ -13,18 +13,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from airig import __version__
-from airig.brain import (
-    routes_dashboard,
-    routes_plans,
-    routes_tasks,
-    routes_tokens,
-    routes_workers,
-)
 from airig.brain.auth import bearer_from_scope, identify
 from airig.brain.guard import RequestGuard
+from airig.brain.routes import dashboard as routes_dashboard
+from airig.brain.routes import plans as routes_plans
+from airig.brain.routes import tasks as routes_tasks
+from airig.brain.routes import tokens as routes_tokens
+from airig.brain.routes import workers as routes_workers
 from airig.brain.service import Brain
 from airig.brain.settings import BrainSettings
-from airig.protocol import ErrorBody
+from airig.common.protocol import ErrorBody
 
 # Refusals any authenticated route can give, documented once for every /v1 route.
 COMMON_RESPONSES: dict = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airig.brain.jsonlog import utc_iso
+from airig.common.jsonlog import utc_iso
 
 # Token-like strings: key=value secrets, bearer headers, well-known key prefixes, and
 # long opaque runs of hex / base64 that are far likelier to be keys than words.

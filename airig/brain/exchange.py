@@ -16,8 +16,8 @@ from airig.brain import leases, states
 from airig.brain.events import Outbox
 from airig.brain.residency import Decision
 from airig.brain.scheduling import WorkerView
-from airig.protocol import ClaimRequest, LeaseRef, ReportResult
-from airig.protocol import TaskState as S
+from airig.common.protocol import ClaimRequest, LeaseRef, ReportResult
+from airig.common.protocol import TaskState as S
 
 # Classes a worker may hold leased before it runs them. GPU work is never prefetched: it
 # would bind a model to a worker before the residency policy sees the GPU free.

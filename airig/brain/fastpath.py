@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from airig.brain.auth import bearer_from_scope, identify_token
 from airig.brain.guard import EXCHANGE_BODY
-from airig.protocol import ExchangeRequest
+from airig.common.protocol import ExchangeRequest
 
 PATH = "/v1/exchange"
 MAX_BODY = EXCHANGE_BODY
@@ -63,7 +63,7 @@ class ExchangeFastPath:
                 for e in exc.errors(include_url=False, include_context=False, include_input=False)
             ]
             return 422, json.dumps({"detail": detail}).encode()
-        from airig.brain.routes_tasks import run_exchange
+        from airig.brain.routes.tasks import run_exchange
 
         try:
             answer = await anyio.to_thread.run_sync(

@@ -20,8 +20,8 @@ from airig.brain.residency import Decision
 from airig.brain.retry import TASK, RetryPolicy
 from airig.brain.scheduling import WorkerView
 from airig.brain.settings import BrainSettings
-from airig.protocol import CompleteRequest, FailRequest, LeaseRef
-from airig.protocol import TaskState as S
+from airig.common.protocol import CompleteRequest, FailRequest, LeaseRef
+from airig.common.protocol import TaskState as S
 
 
 class StaleLease(Exception):

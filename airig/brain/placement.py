@@ -22,7 +22,7 @@ from airig.brain.residency import choose as choose_task
 from airig.brain.scheduling import WorkerView, eligible_classes
 from airig.brain.settings import BrainSettings
 from airig.brain.thermal import ThermalGuard
-from airig.protocol import GpuInfo
+from airig.common.protocol import GpuInfo
 
 # A "load" this quick found the model resident: an event, not a reload-cost sample.
 ALREADY_LOADED_MS = 100.0

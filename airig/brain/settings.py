@@ -7,9 +7,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from airig.errors import ConfigError
-
-PLACEHOLDER_SECRETS = {"", "change-me"}
+from airig.common.errors import ConfigError
+from airig.common.secrets import is_placeholder
 
 
 class BrainSettings(BaseSettings):
@@ -87,7 +86,7 @@ class BrainSettings(BaseSettings):
             ("BRAIN_ADMIN_TOKEN", self.admin_token),
             ("WORKER_BOOTSTRAP_TOKEN", self.bootstrap_token),
         ):
-            if value.strip() in PLACEHOLDER_SECRETS:
+            if is_placeholder(value):
                 raise ConfigError(
                     f"{env_name} is missing or still 'change-me'",
                     "run the launcher once to generate it into .env, or set it in the env",

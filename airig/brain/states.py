@@ -18,7 +18,7 @@ from typing import Any
 
 from airig.brain.events import Outbox, record
 from airig.brain.retry import INFRA, RetryPolicy
-from airig.protocol import TaskState as S
+from airig.common.protocol import TaskState as S
 
 ALLOWED = {
     S.PENDING: {S.READY, S.UPSTREAM_FAILED, S.CANCELLED},

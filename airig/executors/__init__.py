@@ -1,6 +1,6 @@
 """Task executors (run on workers) and payload schemas (used by the brain too).
 
-``airig.executors.schemas`` needs only pydantic. The runtime names below are loaded on
+``airig.common.task_schemas`` needs only pydantic. The runtime names below are loaded on
 first use, so importing this package does not import the HTTP clients.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from airig.executors.schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
+from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 
 # name -> module that defines it; only "base" imports the HTTP clients.
 _LAZY = {

@@ -1,7 +1,7 @@
 """The executors' one entry point: validate a payload, then run it.
 
 The worker calls ``run_task``; only ``TaskError`` leaves it. Importing this module pulls
-in the HTTP clients; the brain, which only validates, imports ``airig.executors.schemas``.
+in the HTTP clients; the brain, which only validates, imports ``airig.common.task_schemas``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ValidationError
 
+from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
 from airig.executors.embed import execute_embed
 from airig.executors.image import execute_image
 from airig.executors.llm import execute_llm
 from airig.executors.noop import execute_noop
 from airig.executors.resource import execute_resource
-from airig.executors.schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 from airig.executors.shell import execute_shell
 from airig.executors.transcribe import execute_transcribe
 

@@ -6,6 +6,7 @@ with the dispatch table, so callers need only one import.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from airig.errors import AirigError
+from airig.common.errors import AirigError
 
 T = TypeVar("T")
 
@@ -150,3 +151,13 @@ def run_abortable(ctx: ExecContext, call: Callable[[], T], abort: Callable[[], N
 
 def elapsed_ms(start: float) -> float:
     return round((time.monotonic() - start) * 1000, 3)
+
+
+def pinned_by_runtime() -> bool:
+    """True inside a container the launcher pinned to its GPUs.
+
+    Docker's NVIDIA device request sets NVIDIA_VISIBLE_DEVICES, and the launcher sets
+    ROCR_VISIBLE_DEVICES for AMD; either way the container sees only its own cards,
+    renumbered from 0, so host indexes mean nothing inside it.
+    """
+    return bool(os.environ.get("NVIDIA_VISIBLE_DEVICES") or os.environ.get("ROCR_VISIBLE_DEVICES"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
+from airig.common.task_schemas import EmbedPayload
 from airig.executors.context import ExecContext, ExecResult, elapsed_ms
 from airig.executors.ollama_common import call_ollama, duration_metrics, pinned_options
-from airig.executors.schemas import EmbedPayload
 
 
 def execute_embed(payload: EmbedPayload, ctx: ExecContext) -> ExecResult:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import requests
 
+from airig.common.task_schemas import ImagePayload
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
-from airig.executors.schemas import ImagePayload
 
 _POLL_START_S = 0.1
 _POLL_MAX_S = 1.0

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from airig.common.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
+from airig.common.task_schemas import LlmPayload
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
 from airig.executors.ollama_common import call_ollama, duration_metrics, pinned_options
-from airig.executors.schemas import LlmPayload
-from airig.executors.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
 
 
 @dataclass

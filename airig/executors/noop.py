@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from airig.common.task_schemas import NoopPayload
 from airig.executors.context import ExecContext, ExecResult, TaskError
-from airig.executors.schemas import NoopPayload
 
 
 def execute_noop(payload: NoopPayload, ctx: ExecContext) -> ExecResult:

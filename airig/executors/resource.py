@@ -10,6 +10,7 @@ import time
 
 import requests
 
+from airig.common.task_schemas import ResourcePayload
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms, run_abortable
 from airig.executors.ollama_common import (
     call_ollama,
@@ -17,7 +18,6 @@ from airig.executors.ollama_common import (
     normalise_model,
     pinned_options,
 )
-from airig.executors.schemas import ResourcePayload
 
 _PS_POLL_S = 0.25
 

@@ -15,17 +15,17 @@ import subprocess
 import threading
 import time
 
+from airig.common.task_schemas import ShellPayload
 from airig.executors.context import (
     ExecContext,
     ExecResult,
     TaskError,
     cancelled_error,
     elapsed_ms,
+    pinned_by_runtime,
     resolve_data_path,
     timeout_error,
 )
-from airig.executors.schemas import ShellPayload
-from airig.worker.gpus import pinned_by_runtime
 
 TAIL_BYTES = 4096
 ERROR_TAIL_CHARS = 200  # how much of stderr goes into the one-line error message

@@ -6,6 +6,7 @@ import time
 
 import requests
 
+from airig.common.task_schemas import TranscribePayload
 from airig.executors.context import (
     ExecContext,
     ExecResult,
@@ -14,7 +15,6 @@ from airig.executors.context import (
     resolve_data_path,
     run_abortable,
 )
-from airig.executors.schemas import TranscribePayload
 
 ROUTE = "/v1/audio/transcriptions"
 _SUFFIX = {"json": "json", "verbose_json": "json", "text": "txt", "srt": "srt", "vtt": "vtt"}

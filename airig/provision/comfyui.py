@@ -14,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from airig.errors import ProvisionError
+from airig.common.errors import ProvisionError
 from airig.provision.cache import FileIdentity
 from airig.provision.common import (
     GrowthWatcher,

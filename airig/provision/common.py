@@ -11,7 +11,7 @@ from typing import Protocol
 
 import requests
 
-from airig.errors import ProvisionError
+from airig.common.errors import ProvisionError
 from airig.provision.events import Emitter
 from airig.provision.verify import ExpectedFile, FileCheckError, VerifiedFile, Verifier
 

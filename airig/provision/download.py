@@ -26,7 +26,7 @@ from pathlib import Path
 
 import requests
 
-from airig.errors import ProvisionError
+from airig.common.errors import ProvisionError
 
 PARTIAL_SUFFIX = ".airig-partial"
 # Small enough that a dropped connection loses little: urllib3 discards a chunk it could

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import requests
 
-from airig.errors import ProvisionError
+from airig.common.errors import ProvisionError
 
 # Connect fast, read forever: a model pull may stay silent for minutes while the server
 # hashes gigabytes, and closing the connection would cancel the pull.

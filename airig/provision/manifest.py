@@ -15,7 +15,7 @@ from typing import Annotated
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, ValidationError
 
-from airig.errors import ConfigError
+from airig.common.errors import ConfigError
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+ -]*")
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import requests
 
-from airig.errors import ProvisionError
+from airig.common.errors import ProvisionError
+from airig.common.ollama_names import OllamaName, blob_path, manifest_names
 from airig.provision.common import (
     Listing,
     ModelReport,
@@ -25,7 +26,6 @@ from airig.provision.common import (
 )
 from airig.provision.events import Emitter
 from airig.provision.http import API_TIMEOUT, STREAM_TIMEOUT, error_text
-from airig.provision.ollama_names import OllamaName, blob_path, manifest_names
 from airig.provision.verify import ExpectedFile, FileCheckError, Verifier
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

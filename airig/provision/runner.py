@@ -15,7 +15,7 @@ from typing import Annotated
 import requests
 import typer
 
-from airig.errors import AirigError
+from airig.common.errors import AirigError
 from airig.provision.cache import VerifyCache
 from airig.provision.comfyui import ComfyUIProvisioner
 from airig.provision.common import Provisioner

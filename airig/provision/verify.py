@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from airig.errors import ProvisionError
+from airig.common.errors import ProvisionError
 from airig.provision.cache import FileIdentity, VerifyCache
 
 # 4 MiB: large enough that per-call overhead vanishes next to the hash itself, small

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import requests
 
-from airig.errors import ConfigError, ProvisionError
+from airig.common.errors import ConfigError, ProvisionError
 from airig.provision.common import (
     GrowthWatcher,
     Listing,

@@ -14,8 +14,8 @@ import time
 
 from pydantic import ValidationError
 
-from airig.brain.jsonlog import setup_json_logging
-from airig.errors import AirigError
+from airig.common.errors import AirigError
+from airig.common.jsonlog import setup_json_logging
 from airig.worker.heartbeat import write_state
 from airig.worker.link import RegistrationRefused
 from airig.worker.settings import WorkerSettings

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Sequence
 
-from airig.protocol import GpuInfo
+from airig.common.protocol import GpuInfo
 
 log = logging.getLogger("airig.worker.gpus")
 MIB = 1024 * 1024
@@ -31,16 +30,6 @@ def _one(pynvml, index: int) -> GpuInfo:
     except pynvml.NVMLError:
         pass  # some boards report neither; VRAM is what scheduling needs
     return info
-
-
-def pinned_by_runtime() -> bool:
-    """True inside a container the launcher pinned to its GPUs.
-
-    Docker's NVIDIA device request sets NVIDIA_VISIBLE_DEVICES, and the launcher sets
-    ROCR_VISIBLE_DEVICES for AMD; either way the container sees only its own cards,
-    renumbered from 0, so host indexes mean nothing inside it.
-    """
-    return bool(os.environ.get("NVIDIA_VISIBLE_DEVICES") or os.environ.get("ROCR_VISIBLE_DEVICES"))
 
 
 def probe_gpus(host_indexes: int | Sequence[int] | None = None) -> list[GpuInfo]:

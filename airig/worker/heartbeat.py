@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from airig.protocol import Assignment, HeartbeatRequest
+from airig.common.protocol import Assignment, HeartbeatRequest
 from airig.worker.link import BrainLink, BrainUnreachable, LeaseLost, Unregistered
 
 log = logging.getLogger("airig.worker.heartbeat")

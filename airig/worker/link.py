@@ -17,8 +17,8 @@ from typing import Any
 
 import requests
 
-from airig.errors import ConfigError
-from airig.protocol import (
+from airig.common.errors import ConfigError
+from airig.common.protocol import (
     Assignment,
     ClaimRequest,
     CompleteRequest,

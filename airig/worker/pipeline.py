@@ -19,7 +19,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from airig.protocol import (
+from airig.common.protocol import (
     Assignment,
     ClaimRequest,
     CompleteReport,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from airig.protocol import (
+from airig.common.protocol import (
     Assignment,
     CompleteRequest,
     FailRequest,

@@ -8,9 +8,9 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from airig.brain.settings import PLACEHOLDER_SECRETS
-from airig.errors import ConfigError
-from airig.protocol import TASK_CLASSES, rig_name
+from airig.common.errors import ConfigError
+from airig.common.protocol import TASK_CLASSES, rig_name
+from airig.common.secrets import is_placeholder
 
 
 class WorkerSettings(BaseSettings):
@@ -70,7 +70,7 @@ class WorkerSettings(BaseSettings):
         return self.gpu_indexes[0] if self.gpu_indexes else None
 
     def require_secrets(self) -> None:
-        if self.bootstrap_token.strip() in PLACEHOLDER_SECRETS:
+        if is_placeholder(self.bootstrap_token):
             raise ConfigError(
                 "WORKER_BOOTSTRAP_TOKEN is missing or still 'change-me'",
                 "run the launcher once to generate it into .env",

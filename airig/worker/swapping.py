@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 
 import requests
 
+from airig.common.protocol import Assignment
 from airig.executors.base import run_task
 from airig.executors.context import ExecContext, ExecResult, TaskError
-from airig.protocol import Assignment
 from airig.worker.settings import WorkerSettings
 from airig.worker.swap import Runner, SwapReport, run_swap
 

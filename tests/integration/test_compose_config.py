@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from unit.hardware_fakes import FakeHost
 
-from airig.compose_plan import GpuSlot, amd_host_env, build_plan
-from airig.hardware import detect
-from airig.hardware_choice import detected_env, gpu_slots
-from airig.settings import load_settings
+from airig.launcher.hardware import detect
+from airig.launcher.hardware.choice import detected_env, gpu_slots
+from airig.launcher.plan import GpuSlot, amd_host_env, build_plan
+from airig.launcher.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ["cpu", "gpu-nvidia", "gpu-amd"]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from airig.compose_plan import GpuSlot, build_plan
-from airig.hardware.report import GpuInfo
-from airig.images import choose_images, load_catalog
-from airig.launcher import Launcher
-from airig.settings import load_settings
+from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.images import choose_images, load_catalog
+from airig.launcher.plan import GpuSlot, build_plan
+from airig.launcher.settings import load_settings
+from airig.launcher.up import Launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from airig.compose_plan import GpuSlot, build_plan
-from airig.settings import load_settings
+from airig.launcher.plan import GpuSlot, build_plan
+from airig.launcher.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 REMOTE = "https://brain.example.lan"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from airig import gate as airig_gate
 from airig.provision.cache import VerifyCache
+from airig.services import gate as airig_gate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from brain_procs import ADMIN_TOKEN, BOOTSTRAP_TOKEN, Cluster, free_port  # noqa: E402

@@ -135,7 +135,7 @@ def test_vram_that_frees_late_is_waited_for(ollama_url, ctx):
 def test_the_worker_learns_the_vram_need_from_ollama_when_the_brain_has_none(tmp_path):
     """No size from the brain: the worker takes the weights' size from /api/tags (the
     stand-in's 3 MiB model) and will not load into less free VRAM than that."""
-    from airig.protocol import Assignment
+    from airig.common.protocol import Assignment
     from airig.worker.settings import WorkerSettings
     from airig.worker.swapping import Swapper
 

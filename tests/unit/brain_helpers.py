@@ -11,7 +11,7 @@ from airig.brain.plans.validate import Limits, validate_plan
 from airig.brain.scheduling import WorkerView
 from airig.brain.service import Brain
 from airig.brain.settings import BrainSettings
-from airig.protocol import CompleteRequest, FailRequest, LeaseRef
+from airig.common.protocol import CompleteRequest, FailRequest, LeaseRef
 
 
 def make_settings(tmp: Path, **overrides: Any) -> BrainSettings:

@@ -1,8 +1,8 @@
 """Services listen on loopback unless compose says otherwise (issue 9).
 
-A plain `python -m airig.brain` / `airig.gate` / `airig.infra serve` on a laptop must not
-face the LAN; inside a container 0.0.0.0 is needed (other containers and the published
-port reach it), so each compose service sets it explicitly.
+A plain `python -m airig.brain` / `airig.services.gate` / `airig.services.infra serve` on a
+laptop must not face the LAN; inside a container 0.0.0.0 is needed (other containers and the
+published port reach it), so each compose service sets it explicitly.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airig import gate
 from airig.brain.settings import BrainSettings
+from airig.services import gate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airig.brain.app import create_app
-from airig.errors import ConfigError
+from airig.common.errors import ConfigError
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}

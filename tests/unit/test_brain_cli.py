@@ -6,10 +6,10 @@ import pytest
 import requests
 from typer.testing import CliRunner
 
-from airig import client as client_module
-from airig.cli_tasks import app
-from airig.client import BrainClient, PlanRefused, brain_url
-from airig.errors import AirigError, ConfigError
+from airig.common.errors import AirigError, ConfigError
+from airig.launcher import brain_client as client_module
+from airig.launcher.brain_client import BrainClient, PlanRefused, brain_url
+from airig.launcher.cli.tasks import app
 
 TOKEN = "cli-admin-token-value"
 PLAN_VIEW = {

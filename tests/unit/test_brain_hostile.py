@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from airig.brain.app import create_app, served
 from airig.brain.fastpath import ExchangeFastPath
-from airig.protocol import ErrorBody, PlanErrorBody
+from airig.common.protocol import ErrorBody, PlanErrorBody
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}

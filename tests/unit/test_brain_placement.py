@@ -7,7 +7,7 @@ import json
 import brain_helpers as h
 import pytest
 
-from airig.protocol import GpuInfo
+from airig.common.protocol import GpuInfo
 
 LLM, WHISPER = "qwen2.5:7b", "whisper-small.en"
 

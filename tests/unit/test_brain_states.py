@@ -7,7 +7,7 @@ import pytest
 
 from airig.brain import reaper, states
 from airig.brain.leases import StaleLease
-from airig.protocol import LeaseRef
+from airig.common.protocol import LeaseRef
 
 T0 = 1000.0
 

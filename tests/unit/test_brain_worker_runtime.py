@@ -8,7 +8,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from airig.protocol import Assignment, HeartbeatRequest
+from airig.common.protocol import Assignment, HeartbeatRequest
 from airig.worker.__main__ import check
 from airig.worker.heartbeat import CurrentAttempt, Heartbeat
 from airig.worker.link import LeaseLost, Unregistered

@@ -2,7 +2,7 @@
 
 typer 0.26 and later parse with their own copy of click, whose errors are not `click`'s:
 each case runs the real `python start_services.py …` in a subprocess, so the edge
-(`airig.cli.main`) is tested against the typer actually installed. Usage errors happen
+(`airig.launcher.cli.app.main`) is tested against the typer actually installed. Usage errors happen
 while parsing, before any command body: a `docker` on PATH that only leaves a mark, and an
 unreachable DOCKER_HOST, show that none of them reach the engine.
 """

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airig.compose_plan import (
+from airig.launcher.plan import (
     AMD_COMPUTE_SERVICES,
     GpuSlot,
     amd_compute_overlay,
@@ -14,7 +14,7 @@ from airig.compose_plan import (
     amd_host_env,
     build_plan,
 )
-from airig.settings import load_settings
+from airig.launcher.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,14 +169,14 @@ def test_brain_gpu_group_gets_one_worker_and_the_rest_one_each(tmp_path):
 def test_brain_gpu_group_naming_a_missing_gpu_is_a_config_error(tmp_path):
     import pytest
 
-    from airig.errors import ConfigError
+    from airig.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="lacks"):
         build_plan(settings(tmp_path, "AIRIG_BRAIN_GPUS=0,7\n"), "gpu-nvidia", [GpuSlot(0)])
 
 
 def test_the_layout_names_each_worker_its_gpus_and_its_ollama(tmp_path):
-    from airig.compose_plan import worker_layout
+    from airig.launcher.plan import worker_layout
 
     gpus = [GpuSlot(i, "GTX 1060 6GB", 6 << 30) for i in range(5)]
     plan = build_plan(settings(tmp_path, "AIRIG_BRAIN_GPUS=0,3\n"), "gpu-nvidia", gpus)

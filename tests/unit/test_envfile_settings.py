@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from airig.envfile import ensure_env, missing_keys, read_env
-from airig.errors import ConfigError
-from airig.settings import load_settings
+from airig.common.errors import ConfigError
+from airig.launcher.envfile import ensure_env, missing_keys, read_env
+from airig.launcher.settings import load_settings
 
 EXAMPLE = """# comment kept
 AIRIG_PROFILE=

@@ -8,11 +8,11 @@ import time
 import ollama
 import pytest
 
+from airig.common.task_schemas import ImagePayload
 from airig.executors import base, ollama_common
 from airig.executors.base import run_task, validate_payload
 from airig.executors.context import ExecContext, TaskError, run_abortable
 from airig.executors.image import build_txt2img_graph, summarise_node_errors
-from airig.executors.schemas import ImagePayload
 
 
 def stream(chunks):

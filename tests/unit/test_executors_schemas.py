@@ -8,7 +8,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from airig.executors.schemas import (
+from airig.common.task_schemas import (
     DEFAULT_CLASS_FOR_TYPE,
     MAX_PROMPT_CHARS,
     PAYLOAD_SCHEMAS,
@@ -111,7 +111,7 @@ def test_per_field_errors_locate_the_field():
 
 def test_schemas_import_without_the_http_clients():
     code = (
-        "import sys, airig.executors.schemas, airig.executors;"
+        "import sys, airig.common.task_schemas, airig.executors;"
         "bad = {'requests', 'ollama', 'httpx'} & set(sys.modules);"
         "assert not bad, bad"
     )

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from airig.executors.context import TaskError
-from airig.executors.llm import build_request
-from airig.executors.schemas import LlmPayload
-from airig.executors.spotlight import (
+from airig.common.spotlight import (
     UNTRUSTED_CLOSE,
     UNTRUSTED_NOTICE,
     UNTRUSTED_OPEN,
     contains_reserved_delimiter,
     wrap_untrusted,
 )
+from airig.common.task_schemas import LlmPayload
+from airig.executors.context import TaskError
+from airig.executors.llm import build_request
 
 
 @pytest.mark.parametrize(

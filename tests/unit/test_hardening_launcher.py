@@ -27,19 +27,19 @@ from hardware_fakes import (
 )
 from rich.console import Console
 
-import airig.cli
-import airig.console
-from airig.docker_adapter import Docker
-from airig.errors import ConfigError, DockerError, HardwareError
-from airig.hardware import decide_profile, detect, render_table
-from airig.hardware.decide import PROBE_TIMEOUT_FIX
-from airig.hardware.pci import normalize_address
-from airig.hardware.report import GpuInfo, HardwareReport
-from airig.hardware_choice import choose_profile, gpu_slots
-from airig.launcher import Launcher
-from airig.preflight import Check
-from airig.settings import load_settings
-from airig.status import bundle, checks_table, redacted_env, services_table, workers_table
+import airig.launcher.cli.app
+import airig.launcher.console
+from airig.common.errors import ConfigError, DockerError, HardwareError
+from airig.launcher.docker import Docker
+from airig.launcher.hardware import decide_profile, detect, render_table
+from airig.launcher.hardware.choice import choose_profile, gpu_slots
+from airig.launcher.hardware.decide import PROBE_TIMEOUT_FIX
+from airig.launcher.hardware.pci import normalize_address
+from airig.launcher.hardware.report import GpuInfo, HardwareReport
+from airig.launcher.preflight import Check
+from airig.launcher.settings import load_settings
+from airig.launcher.status import bundle, checks_table, redacted_env, services_table, workers_table
+from airig.launcher.up import Launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 NVIDIA = 0x10DE
@@ -114,8 +114,8 @@ def kit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(key)
     monkeypatch.setenv("AIRIG_HOME", str(root))
     # wide consoles: one message stays on one line
-    monkeypatch.setattr(airig.console.console, "_width", 400)
-    monkeypatch.setattr(airig.console.err_console, "_width", 400)
+    monkeypatch.setattr(airig.launcher.console.console, "_width", 400)
+    monkeypatch.setattr(airig.launcher.console.err_console, "_width", 400)
     return root
 
 
@@ -127,7 +127,7 @@ def host(tmp_path: Path) -> FakeHost:
 def on_host(monkeypatch: pytest.MonkeyPatch, host: FakeHost, nvml: FakeNvml) -> None:
     """Detection inside the launcher and the CLI sees the fixture host."""
     fixture = partial(detect, sysfs_root=host.sys, dev_root=host.dev, nvml=nvml, amdsmi=None)
-    monkeypatch.setattr("airig.hardware_choice.detect", fixture)
+    monkeypatch.setattr("airig.launcher.hardware.choice.detect", fixture)
 
 
 def nvidia_host(monkeypatch: pytest.MonkeyPatch, host: FakeHost) -> None:
@@ -138,11 +138,11 @@ def nvidia_host(monkeypatch: pytest.MonkeyPatch, host: FakeHost) -> None:
 def cli(monkeypatch, capsys, adapter: Docker | None, *args: str) -> tuple[int, str, str]:
     """Run `start_services.py ARGS` in this process: (exit code, stdout, stderr)."""
     if adapter is not None:
-        monkeypatch.setattr(airig.cli, "Docker", lambda: adapter)
+        monkeypatch.setattr(airig.launcher.cli.app, "Docker", lambda: adapter)
     monkeypatch.setattr(sys, "argv", ["start_services.py", *args])
     code = 0
     try:
-        airig.cli.main()
+        airig.launcher.cli.app.main()
     except SystemExit as exc:
         code = exc.code or 0
     out = capsys.readouterr()
@@ -311,7 +311,7 @@ def test_an_engine_error_that_escapes_the_adapter_is_still_one_line(
 
 # ------------------------------------------------------------------ 12: markup
 def test_error_printer_shows_engine_text_as_written(kit, monkeypatch, capsys) -> None:
-    airig.console.fail(BRACKETED, "see [/etc/docker/daemon.json]")
+    airig.launcher.console.fail(BRACKETED, "see [/etc/docker/daemon.json]")
     err = capsys.readouterr().err
     assert f"✘ {BRACKETED}" in err and "→ see [/etc/docker/daemon.json]" in err
 
@@ -352,7 +352,7 @@ def test_tables_show_foreign_text_verbatim() -> None:
 
 
 def test_brain_tables_show_task_errors_verbatim() -> None:
-    from airig.cli_tasks import errors_table, tasks_table
+    from airig.launcher.cli.tasks import errors_table, tasks_table
 
     odd = "no such device [/dev/dri/renderD128]"
     task = {"id": "t1", "type": "shell", "task_class": "cpu", "state": "failed",

@@ -14,9 +14,9 @@ from hardware_fakes import (
     gtx1060,
 )
 
-from airig.errors import ConfigError, HardwareError
-from airig.hardware import HardwareReport, decide_profile, detect
-from airig.hardware.decide import ROCM_FIX, TOOLKIT_FIX
+from airig.common.errors import ConfigError, HardwareError
+from airig.launcher.hardware import HardwareReport, decide_profile, detect
+from airig.launcher.hardware.decide import ROCM_FIX, TOOLKIT_FIX
 
 
 def report_for(

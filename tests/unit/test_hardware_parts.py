@@ -24,8 +24,8 @@ from hardware_fakes import (
 )
 from rich.console import Console
 
-from airig.hardware import decide_profile, detect, render_table
-from airig.hardware.amd import (
+from airig.launcher.hardware import decide_profile, detect, render_table
+from airig.launcher.hardware.amd import (
     AmdHost,
     gfx_target,
     kfd_node,
@@ -33,10 +33,10 @@ from airig.hardware.amd import (
     read_smi_names,
     scan_amd,
 )
-from airig.hardware.decide import TOOLKIT_FIX
-from airig.hardware.docker_gpu import nvidia_run_options, probe, read_docker_info
-from airig.hardware.nvidia import query_nvml
-from airig.hardware.pci import classify, normalize_address, scan_pci
+from airig.launcher.hardware.decide import TOOLKIT_FIX
+from airig.launcher.hardware.docker_gpu import nvidia_run_options, probe, read_docker_info
+from airig.launcher.hardware.nvidia import query_nvml
+from airig.launcher.hardware.pci import classify, normalize_address, scan_pci
 
 
 def test_fake_nvml_only_uses_names_pynvml_has() -> None:
@@ -158,7 +158,7 @@ def test_amdsmi_import_failure_of_any_kind_is_a_note(monkeypatch: pytest.MonkeyP
         raise SystemExit(1)
 
     monkeypatch.setitem(sys.modules, "amdsmi", broken)
-    monkeypatch.setattr("airig.hardware.amd.importlib.import_module", explode)
+    monkeypatch.setattr("airig.launcher.hardware.amd.importlib.import_module", explode)
     module, note = load_amdsmi()
     assert module is None and note == "amdsmi unavailable (SystemExit: 1)"
 

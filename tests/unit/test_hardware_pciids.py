@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from hardware_fakes import FakeHost, FakeNvml, gtx1060, write_pci_ids
 
-from airig.hardware import detect, nvml_facts
-from airig.hardware.amd import AmdHost
-from airig.hardware.merge import merge_gpus
-from airig.hardware.pci import scan_pci
-from airig.hardware.pciids import DeviceEntry, PciIds, find_pci_ids
+from airig.launcher.hardware import detect, nvml_facts
+from airig.launcher.hardware.amd import AmdHost
+from airig.launcher.hardware.merge import merge_gpus
+from airig.launcher.hardware.pci import scan_pci
+from airig.launcher.hardware.pciids import DeviceEntry, PciIds, find_pci_ids
 
 NVIDIA, AMD, INTEL = 0x10DE, 0x1002, 0x8086
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from airig.hardware import decide_profile, detect
+from airig.launcher.hardware import decide_profile, detect
 
 
 def host_has_gpu() -> bool:

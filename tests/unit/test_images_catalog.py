@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hardware_fakes import GIB, FakeCard, FakeDocker, FakeHost, FakeNvml
 
-from airig.hardware import detect
-from airig.hardware_choice import profile_gpus
-from airig.images import ImageSelection, choose_images, load_catalog
+from airig.launcher.hardware import detect
+from airig.launcher.hardware.choice import profile_gpus
+from airig.launcher.images import ImageSelection, choose_images, load_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 NVIDIA, AMD = 0x10DE, 0x1002

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from airig.hardware.report import GpuInfo
-from airig.images import (
+from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.images import (
     capability_fits,
     choose_images,
     gfx_of_override,
@@ -176,7 +176,7 @@ def test_unknown_facts_are_not_held_against_an_image():
 
 
 def test_vram_flags_next_to_the_cpu_variants_cpu_flag_are_refused_before_start():
-    from airig.images import comfyui_flag_clash
+    from airig.launcher.images import comfyui_flag_clash
 
     cpu = choose_images(CATALOG, "cpu", [], {})
     clash = comfyui_flag_clash(cpu, "--preview-method auto --lowvram")

@@ -9,7 +9,7 @@ import os
 import pytest
 from fastapi.testclient import TestClient
 
-from airig import infra
+from airig.services import infra
 
 
 @pytest.fixture

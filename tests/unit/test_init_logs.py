@@ -7,7 +7,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from airig.init_logs import InitLogs, started_at
+from airig.launcher.init_logs import InitLogs, started_at
 
 
 def iso(ts: float) -> str:

@@ -17,8 +17,8 @@ from airig.brain.app import create_app
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError, parse_plan
 from airig.brain.plans.validate import MAX_REPORTED_ERRORS, Limits, PlanInvalid
-from airig.protocol import PlanErrorBody
-from airig.protocol import TaskState as S
+from airig.common.protocol import PlanErrorBody
+from airig.common.protocol import TaskState as S
 
 T0 = 1000.0
 

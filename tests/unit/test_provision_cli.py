@@ -9,7 +9,7 @@ import pytest
 from python_on_whales.exceptions import DockerException
 from typer.testing import CliRunner
 
-from airig.provision.cli import build_models_app
+from airig.launcher.cli.models import build_models_app
 
 
 def ev(**fields: object) -> bytes:

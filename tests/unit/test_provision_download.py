@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from airig.errors import ProvisionError
+from airig.common.errors import ProvisionError
 from airig.provision import download
 from airig.provision.download import adopt_orphans, comfy_command, partial_path, range_download
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from airig.errors import ConfigError
+from airig.common.errors import ConfigError
 from airig.provision.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parents[2]

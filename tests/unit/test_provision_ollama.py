@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from airig.errors import ConfigError, ProvisionError
+from airig.common.errors import ConfigError, ProvisionError
+from airig.common.ollama_names import OllamaName
 from airig.provision.events import Emitter
 from airig.provision.ollama import OllamaProvisioner, read_pull_stream
-from airig.provision.ollama_names import OllamaName
 from airig.provision.verify import FileCheckError, Verifier
 
 

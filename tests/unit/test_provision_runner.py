@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from airig.errors import ProvisionError
+from airig.common.errors import ProvisionError
 from airig.provision.common import ModelReport
 from airig.provision.events import Emitter
 from airig.provision.runner import Mode, Service, describe, process, run

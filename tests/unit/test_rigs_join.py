@@ -19,16 +19,16 @@ import yaml
 from fastapi.testclient import TestClient
 from rich.console import Console
 
-import airig.cli
-import airig.console
+import airig.launcher.cli.app
+import airig.launcher.console
 from airig.brain.app import create_app
-from airig.compose_plan import GpuSlot, build_plan
-from airig.docker_adapter import Docker, ServiceState
-from airig.envfile import read_env, set_values
-from airig.errors import ConfigError
-from airig.join import check_brain, check_brain_url, join_command
-from airig.launcher import Launcher
-from airig.settings import load_settings
+from airig.common.errors import ConfigError
+from airig.launcher.docker import Docker, ServiceState
+from airig.launcher.envfile import read_env, set_values
+from airig.launcher.join import check_brain, check_brain_url, join_command
+from airig.launcher.plan import GpuSlot, build_plan
+from airig.launcher.settings import load_settings
+from airig.launcher.up import Launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
@@ -48,8 +48,8 @@ def kit(tmp_path, monkeypatch) -> Path:
         monkeypatch.delenv(key)
     monkeypatch.setenv("AIRIG_HOME", str(root))
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
-    monkeypatch.setattr(airig.console.console, "_width", 400)
-    monkeypatch.setattr(airig.console.err_console, "_width", 400)
+    monkeypatch.setattr(airig.launcher.console.console, "_width", 400)
+    monkeypatch.setattr(airig.launcher.console.err_console, "_width", 400)
     return root
 
 
@@ -68,8 +68,10 @@ def brain(tmp_path, monkeypatch):
             with lock:
                 return client.request(method, parts.path, headers=headers, **kwargs)
 
-        monkeypatch.setattr("airig.join.requests.get", lambda url, **kw: send("GET", url, **kw))
-        monkeypatch.setattr("airig.client.requests.request", send)
+        monkeypatch.setattr(
+            "airig.launcher.join.requests.get", lambda url, **kw: send("GET", url, **kw)
+        )
+        monkeypatch.setattr("airig.launcher.brain_client.requests.request", send)
         yield client
 
 
@@ -91,11 +93,11 @@ class Untouchable(Docker):
 
 
 def cli(monkeypatch, capsys, docker, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(airig.cli, "Docker", lambda: docker)
+    monkeypatch.setattr(airig.launcher.cli.app, "Docker", lambda: docker)
     monkeypatch.setattr(sys, "argv", ["start_services.py", *args])
     code = 0
     try:
-        airig.cli.main()
+        airig.launcher.cli.app.main()
     except SystemExit as exc:
         code = exc.code or 0
     out = capsys.readouterr()
@@ -187,7 +189,7 @@ def test_a_server_that_is_not_a_brain_never_sees_the_token(monkeypatch):
         seen.append((url, dict(headers or {})))
         return NotFound()
 
-    monkeypatch.setattr("airig.join.requests.get", get)
+    monkeypatch.setattr("airig.launcher.join.requests.get", get)
     with pytest.raises(ConfigError, match="does not answer like an airig brain"):
         check_brain("https://wiki.example.lan", "join-token-123456")
     assert seen == [("https://wiki.example.lan/health", {})]
@@ -255,7 +257,7 @@ def test_a_rig_running_its_own_brain_cannot_join(kit, brain, monkeypatch, capsys
 
 
 def test_a_failed_join_puts_env_back(kit, brain, monkeypatch, capsys):
-    from airig.errors import DockerError
+    from airig.common.errors import DockerError
 
     before = {"AIRIG_JOIN_BRAIN_URL": "", "AIRIG_JOIN_TOKEN": ""}
 
@@ -385,7 +387,7 @@ def test_a_joined_rigs_workers_are_prefixed_and_tell_their_host(monkeypatch):
 
 def test_a_worker_whose_join_token_was_revoked_stops_with_one_line(tmp_path, monkeypatch):
     """401 at registration is not a lost worker token: retrying cannot help."""
-    from airig.protocol import RegisterRequest
+    from airig.common.protocol import RegisterRequest
     from airig.worker.link import BrainLink
 
     settings = h.make_settings(tmp_path, BRAIN_CLAIM_WAIT_S=0)
@@ -462,7 +464,7 @@ def test_token_create_needs_a_purpose(kit, monkeypatch, capsys):
 
 # ------------------------------------------------------------------ status, client, .env
 def test_status_shows_each_workers_host(tmp_path):
-    from airig.status import workers_table
+    from airig.launcher.status import workers_table
 
     settings = h.make_settings(tmp_path, BRAIN_CLAIM_WAIT_S=0)
     with TestClient(create_app(settings)) as client:
@@ -483,7 +485,7 @@ def test_status_shows_each_workers_host(tmp_path):
 
 
 def test_the_cli_reaches_a_brain_published_on_a_chosen_address(tmp_path, monkeypatch):
-    from airig.client import brain_url
+    from airig.launcher.brain_client import brain_url
 
     monkeypatch.delenv("BRAIN_URL", raising=False)
     monkeypatch.delenv("AIRIG_BIND_ADDRESS", raising=False)

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from airig.brain.app import create_app
 from airig.brain.residency import Decision, ReadyTask, swap_fields
+from airig.common.protocol import Assignment
 from airig.executors.context import ExecResult, TaskError
-from airig.protocol import Assignment
 from airig.worker.settings import WorkerSettings
 from airig.worker.swapping import Swapper
 

@@ -1,6 +1,6 @@
 """Turn a submitted body (JSON, YAML or Markdown) into a plain plan mapping.
 
-The mapping holds JSON values only (checked by ``airig.jsonsafe``: no lone surrogates,
+The mapping holds JSON values only (checked by ``airig.common.jsonsafe``: no lone surrogates,
 NaN, integers past 64 bits, non-string keys or nesting past ``MAX_DEPTH``), so nothing
 that validation, SQLite or a worker does with it later can fail on what it holds.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from airig.brain.plans.markdown import MarkdownPlanError, parse_markdown
 from airig.brain.plans.readers import MAX_DEPTH, DocumentError, read_json, read_yaml
-from airig.jsonsafe import UnsafeJson, check_json_value
+from airig.common.jsonsafe import UnsafeJson, check_json_value
 
 
 class PlanSyntaxError(ValueError):

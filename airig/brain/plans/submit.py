@@ -9,7 +9,7 @@ import uuid
 
 from airig.brain.events import Outbox, record
 from airig.brain.plans.models import PlanSpec
-from airig.protocol import TaskState as S
+from airig.common.protocol import TaskState as S
 
 
 def body_hash(body: str) -> str:

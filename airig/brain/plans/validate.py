@@ -1,7 +1,7 @@
 """Plan validation: every error of every task at once, or a plan that can be stored.
 
 Checks: task fields (id, class, priority range, ...), known type, payload schema per type
-(from ``airig.executors.schemas``), size limits (413), duplicate and unknown ids, cycles,
+(from ``airig.common.task_schemas``), size limits (413), duplicate and unknown ids, cycles,
 templates that name a task outside ``depends_on``, and taint: a task reading an untrusted
 task's output through a template is untrusted too, and an untrusted shell task is
 refused (a command never comes from untrusted data).
@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from airig.brain import results
 from airig.brain.plans.models import PlanSpec, TaskSpec
-from airig.executors.schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
-from airig.protocol import TASK_CLASSES
+from airig.common.protocol import TASK_CLASSES
+from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 
 # The seed's keyword rules, checked in this order.
 CLASS_KEYWORDS = (
@@ -87,8 +87,8 @@ def placement_model(task_type: str, payload: dict[str, Any], model: str | None) 
     )
     if not on_ollama:
         return model  # e.g. noop, which tests and benchmarks use to stand for any model
-    from airig.errors import AirigError
-    from airig.provision.ollama_names import OllamaName
+    from airig.common.errors import AirigError
+    from airig.common.ollama_names import OllamaName
 
     try:
         return OllamaName.parse(model).display

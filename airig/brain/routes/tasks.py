@@ -1,0 +1,247 @@
+"""Worker-facing task routes: long-poll claim and the fenced lease writes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+
+from airig.brain import exchange, leases, results
+from airig.brain.auth import WorkerDep
+from airig.brain.events import Outbox
+from airig.brain.residency import Decision, swap_fields
+from airig.brain.routes.workers import brain_of
+from airig.brain.scheduling import WorkerView
+from airig.brain.service import Brain
+from airig.common.protocol import (
+    Assignment,
+    ClaimRequest,
+    CompleteRequest,
+    ErrorBody,
+    ExchangeRequest,
+    ExchangeResponse,
+    FailRequest,
+    LeaseRef,
+    LeaseStatus,
+    ReleaseRequest,
+)
+from airig.common.protocol import TaskState as S
+
+router = APIRouter(prefix="/v1", tags=["worker tasks"])
+# A fenced write: no such task, or not this worker's live lease (abort the attempt).
+FENCED = {
+    404: {"model": ErrorBody, "description": "no such task"},
+    409: {"model": ErrorBody, "description": "the lease is not this attempt's (lost, stale)"},
+}
+
+
+def _view(brain: Brain, worker_id: str, body: ClaimRequest) -> WorkerView:
+    with brain.db.read() as conn:
+        row = conn.execute("SELECT classes_json FROM workers WHERE id = ?", (worker_id,))
+        found = row.fetchone()
+    if found is None:
+        raise HTTPException(401, "worker is not registered")
+    classes = tuple(json.loads(found["classes_json"]))
+    return WorkerView(classes=classes, resident_models=frozenset(body.resident_models))
+
+
+def _assignment(
+    task: sqlite3.Row, payload: dict[str, Any], decision: Decision | None = None
+) -> Assignment:
+    return Assignment(
+        task_id=task["id"], plan_id=task["plan_id"], key=task["key"], name=task["name"],
+        type=task["type"], task_class=task["task_class"], payload=payload,
+        model=task["model"], trusted=bool(task["trusted"]), sensitive=bool(task["sensitive"]),
+        timeout_s=task["timeout_s"], attempt=task["attempt"], lease_id=task["lease_id"],
+        lease_expires_at=task["lease_expires_at"], **swap_fields(decision),
+    )  # fmt: skip
+
+
+def _poll(
+    brain: Brain, worker_id: str, view: WorkerView, body: ClaimRequest, first: list | None = None
+) -> list[Assignment]:
+    """Long-poll: lease for this worker, waiting up to ``wait_s`` for work to appear.
+
+    ``first``: what an exchange's own transaction already leased (its first try)."""
+
+    def lease(conn: sqlite3.Connection, outbox: Outbox, now: float) -> list:
+        return exchange.claim(conn, outbox, now, brain, worker_id, view, body)
+
+    deadline = time.monotonic() + min(body.wait_s, brain.settings.max_claim_wait_s)
+    while True:
+        found = first if first is not None else brain.write(lease)
+        first = None
+        if found:
+            return [_assignment(*leased) for leased in found]
+        left = deadline - time.monotonic()
+        if left <= 0 or brain.closing.is_set():
+            return []
+        # Woken at once by new READY work; the cap catches due retries.
+        brain.wait_for_work(min(left, 1.0))
+
+
+@router.post("/claims", response_model=Assignment, responses={204: {"description": "no work"}})
+def claim(body: ClaimRequest, request: Request, worker: WorkerDep):
+    """Long-poll for one task (``max_tasks`` is for ``/v1/exchange``)."""
+    brain = brain_of(request)
+    body = body.model_copy(update={"max_tasks": 1})
+    found = _poll(brain, worker.name, _view(brain, worker.name, body), body)
+    return found[0] if found else Response(status_code=204)
+
+
+@router.post("/exchange", response_model=ExchangeResponse)
+def exchange_reports(body: ExchangeRequest, request: Request, worker: WorkerDep):
+    """Apply a worker's reports in order, then claim (long-poll) in the same transaction.
+
+    Served by ``airig.brain.fastpath`` in the running brain; this route documents it
+    in the OpenAPI schema and serves apps built without the fast path (tests)."""
+    answer = run_exchange(brain_of(request), worker.name, body)
+    return Response(answer.model_dump_json(), media_type="application/json")
+
+
+def run_exchange(brain: Brain, worker_id: str, body: ExchangeRequest) -> ExchangeResponse:
+    """One exchange: the reports, then the claim, in one transaction; long-poll if empty."""
+    view = _view(brain, worker_id, body.claim) if body.claim else None
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float):
+        done = [exchange.apply(conn, outbox, now, brain, worker_id, r) for r in body.reports]
+        if body.claim is None:
+            return done, []
+        return done, exchange.claim(conn, outbox, now, brain, worker_id, view, body.claim)
+
+    results, leased = brain.write(change)
+    stale = sum(result.status == 409 for result in results)
+    if stale:
+        brain.metrics.stale_reports.inc(stale)
+    found = _poll(brain, worker_id, view, body.claim, leased) if body.claim else []
+    return ExchangeResponse(results=results, assignments=found)
+
+
+def _fenced(
+    request: Request, task_id: int, change: Callable[[sqlite3.Connection, Outbox, float, Any], Any]
+) -> Any:
+    """Run a fenced write on one task: 404 when unknown, 409 when the lease is stale."""
+    brain = brain_of(request)
+
+    def guarded(conn: sqlite3.Connection, outbox: Outbox, now: float) -> Any:
+        task = leases.states.get_task(conn, task_id)
+        if task is None:
+            raise HTTPException(404, f"no task {task_id}")
+        return change(conn, outbox, now, task)
+
+    try:
+        return brain.write(guarded)
+    except leases.StaleLease as exc:
+        brain.metrics.stale_reports.inc()
+        raise HTTPException(409, str(exc)) from None
+
+
+@router.post("/tasks/{task_id}/start", response_model=LeaseStatus, responses=FENCED)
+def start(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
+    settings = brain_of(request).settings
+    task = _fenced(
+        request, task_id, lambda c, o, now, t: leases.start(c, o, t, w.name, body, now, settings)
+    )
+    return LeaseStatus(lease_expires_at=task["lease_expires_at"], state=task["state"])
+
+
+@router.post("/tasks/{task_id}/heartbeat", response_model=LeaseStatus, responses=FENCED)
+def renew(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
+    """Renew this attempt's lease; 409 tells the worker to abort (lost, cancelled, timed out)."""
+    lease_s = brain_of(request).settings.lease_s
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float, task: Any) -> LeaseStatus:
+        expires = leases.renew(conn, task, w.name, body, now, lease_s)
+        return LeaseStatus(lease_expires_at=expires, state=task["state"])
+
+    return _fenced(request, task_id, change)
+
+
+@router.put(
+    "/tasks/{task_id}/files/{name}",
+    openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {
+        "schema": {"type": "string", "format": "binary"}}}}},
+    responses=FENCED,
+)  # fmt: skip
+async def upload_file(
+    task_id: int,
+    name: str,
+    request: Request,
+    w: WorkerDep,
+    attempt: Annotated[int, Query(ge=1)],
+    lease_id: Annotated[str, Query(min_length=1, max_length=64)],
+) -> dict:
+    """Store one output file of the live attempt under the results volume.
+
+    The fence is checked before the body is read, and the body is streamed to a file
+    aside (counted against BRAIN_MAX_FILE_BYTES), then renamed: never held in memory."""
+    brain = brain_of(request)
+    if not results.SAFE_NAME.match(name):
+        raise HTTPException(422, "file name must be a plain name ([A-Za-z0-9._-])")
+    ref = LeaseRef(attempt=attempt, lease_id=lease_id)
+    with brain.db.read() as conn:
+        task = leases.states.get_task(conn, task_id)
+    if task is None:
+        raise HTTPException(404, f"no task {task_id}")
+    try:
+        leases.check_fence(task, w.name, ref)
+    except leases.StaleLease as exc:
+        brain.metrics.stale_reports.inc()
+        raise HTTPException(409, str(exc)) from None
+    folder = results.task_dir(brain.settings.results_dir, task["plan_id"], task["key"])
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f".{name}.{uuid.uuid4().hex}.part"
+    limit, size = brain.settings.max_file_bytes, 0
+    try:
+        with partial.open("xb") as out:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise HTTPException(413, f"file is larger than {limit} bytes "
+                                        "(BRAIN_MAX_FILE_BYTES)")  # fmt: skip
+                out.write(chunk)
+        partial.replace(folder / name)
+    finally:
+        partial.unlink(missing_ok=True)
+    return {"stored": str((folder / name).relative_to(brain.settings.results_dir))}
+
+
+@router.post("/tasks/{task_id}/complete", responses=FENCED)
+def complete(task_id: int, body: CompleteRequest, request: Request, w: WorkerDep) -> dict:
+    brain = brain_of(request)
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float, task: Any) -> Any:
+        fresh = task["state"] in S.LIVE_LEASE  # not a replay of an accepted report
+        done = leases.complete(conn, outbox, task, w.name, body, now, brain.settings)
+        if fresh:
+            brain.scheduling.observe_completion(conn, outbox, done, body.metrics, w.name, now)
+        return done
+
+    task = _fenced(request, task_id, change)
+    return {"state": task["state"]}
+
+
+@router.post("/tasks/{task_id}/fail", responses=FENCED)
+def fail(task_id: int, body: FailRequest, request: Request, w: WorkerDep) -> dict:
+    brain = brain_of(request)
+    task = _fenced(
+        request,
+        task_id,
+        lambda c, o, now, t: leases.fail(c, o, t, w.name, body, now, brain.retry, brain.settings),
+    )
+    return {"state": task["state"]}
+
+
+@router.post("/tasks/{task_id}/release", responses=FENCED)
+def release(task_id: int, body: ReleaseRequest, request: Request, w: WorkerDep) -> dict:
+    task = _fenced(
+        request,
+        task_id,
+        lambda c, o, now, t: leases.release(c, o, t, w.name, body, body.reason, now),
+    )
+    return {"state": task["state"]}

@@ -1,0 +1,191 @@
+"""Worker registration, heartbeats and the worker list."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import sqlite3
+import time
+
+from fastapi import APIRouter, HTTPException, Request
+
+from airig.brain import states
+from airig.brain.auth import AdminDep, RegistrarDep, WorkerDep, hash_token, new_token
+from airig.brain.events import Outbox
+from airig.brain.retry import INFRA
+from airig.brain.service import Brain
+from airig.common.protocol import ErrorBody, HeartbeatRequest, RegisterRequest, RegisterResponse
+
+router = APIRouter(prefix="/v1/workers", tags=["workers"])
+
+
+def brain_of(request: Request) -> Brain:
+    return request.app.state.brain
+
+
+def drop_leases(
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    brain: Brain,
+    worker_id: str,
+    now: float,
+    why: str = "registered again",
+) -> None:
+    """A worker that registers again has restarted (or has stopped): its attempts are dead."""
+    rows = conn.execute(
+        "SELECT * FROM tasks WHERE worker_id = ? AND state IN ('LEASED', 'RUNNING')",
+        (worker_id,),
+    ).fetchall()
+    for task in rows:
+        states.retry_or_fail(
+            conn, outbox, task, now, brain.retry, INFRA, "worker_restarted",
+            f"worker {worker_id} {why} during attempt {task['attempt']}",
+        )  # fmt: skip
+
+
+def _refuse_takeover(
+    conn: sqlite3.Connection, body: RegisterRequest, lease_s: float, now: float
+) -> None:
+    """Every worker registers with the one bootstrap token (or its rig's join token),
+    so a name is not proof of identity: a name whose holder is alive (heartbeat within
+    a lease) is only handed to a registrant that shows the holder's token. A crashed
+    worker gets its name back once its heartbeat is a lease old, when the reaper has
+    given up on it anyway."""
+    row = conn.execute(
+        "SELECT token_hash, last_heartbeat FROM workers WHERE id = ?", (body.name,)
+    ).fetchone()
+    if row is None or now - row["last_heartbeat"] > lease_s:
+        return
+    if body.previous_token and hmac.compare_digest(
+        hash_token(body.previous_token), row["token_hash"]
+    ):
+        return
+    wait = max(1, int(lease_s - (now - row["last_heartbeat"])) + 1)
+    raise HTTPException(
+        409,
+        f"worker name {body.name!r} is held by a live worker; give this worker another "
+        f"name (WORKER_NAME) or retry in {wait} s",
+        headers={"Retry-After": str(wait)},
+    )
+
+
+@router.post(
+    "/register",
+    response_model=RegisterResponse,
+    responses={409: {"model": ErrorBody, "description": "the name is held by a live worker"}},
+)
+def register(
+    body: RegisterRequest,
+    request: Request,
+    registrar: RegistrarDep,
+) -> RegisterResponse:
+    """Trade the bootstrap token, or a join token of another rig, for a worker token (a
+    restart registers again). A join token is recorded with the worker: revoking it
+    retires the worker's token too."""
+    brain = brain_of(request)
+    token = new_token()
+    joined_with = registrar.token_id if registrar.scope == "join" else None
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+        _refuse_takeover(conn, body, brain.settings.lease_s, now)
+        drop_leases(conn, outbox, brain, body.name, now)
+        conn.execute(
+            """INSERT INTO workers (id, token_hash, classes_json, gpu_index, gpus_json,
+                   models_json, registered_at, last_heartbeat, host, registered_by)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash,
+                   classes_json = excluded.classes_json, gpu_index = excluded.gpu_index,
+                   gpus_json = excluded.gpus_json, models_json = excluded.models_json,
+                   registered_at = excluded.registered_at,
+                   last_heartbeat = excluded.last_heartbeat, host = excluded.host,
+                   registered_by = excluded.registered_by""",
+            (
+                body.name, hash_token(token), json.dumps(body.classes), body.gpu_index,
+                json.dumps([g.model_dump() for g in body.gpus]),
+                json.dumps(body.resident_models), now, now, body.host, joined_with,
+            ),
+        )  # fmt: skip
+
+    brain.write(change)
+    settings = brain.settings
+    return RegisterResponse(
+        worker_id=body.name,
+        token=token,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+        lease_s=settings.lease_s,
+        claim_wait_s=settings.claim_wait_s,
+    )
+
+
+@router.post("/heartbeat")
+def heartbeat(body: HeartbeatRequest, request: Request, worker: WorkerDep) -> dict:
+    """Liveness, GPU telemetry and resident models; task leases renew separately."""
+    brain = brain_of(request)
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+        conn.execute(
+            """UPDATE workers SET last_heartbeat = ?, gpus_json = ?, models_json = ?
+               WHERE id = ?""",
+            (
+                now, json.dumps([g.model_dump() for g in body.gpus]),
+                json.dumps(body.resident_models), worker.name,
+            ),
+        )  # fmt: skip
+        # GPU temperature feeds the thermal guard: a hot GPU claims nothing new.
+        brain.scheduling.observe_heartbeat(conn, outbox, worker.name, body.gpus, now)
+
+    brain.write(change)
+    return {"ok": True, "heartbeat_interval_s": brain.settings.heartbeat_interval_s}
+
+
+@router.post("/deregister")
+def deregister(request: Request, worker: WorkerDep) -> dict:
+    """A worker stopping cleanly: its name is free at once, its token stops working."""
+    brain = brain_of(request)
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+        drop_leases(conn, outbox, brain, worker.name, now, "stopped")
+        conn.execute(
+            "UPDATE workers SET last_heartbeat = 0, token_hash = ? WHERE id = ?",
+            (hash_token(new_token()), worker.name),
+        )
+
+    brain.write(change)
+    return {"ok": True}
+
+
+@router.get("")
+def list_workers(request: Request, _: AdminDep) -> dict:
+    brain = brain_of(request)
+    settings = brain.settings
+    with brain.db.read() as conn:
+        rows = conn.execute("SELECT * FROM workers ORDER BY id").fetchall()
+        running = conn.execute(
+            """SELECT worker_id, COUNT(*) AS n FROM tasks
+               WHERE state IN ('LEASED', 'RUNNING') GROUP BY worker_id"""
+        ).fetchall()
+    busy = {row["worker_id"]: row["n"] for row in running}
+    now = time.time()
+    return {
+        "workers": [
+            {
+                "id": row["id"],
+                "name": row["id"],
+                # the rig the worker runs on ("" from a worker that predates rigs), and the
+                # join token it registered with (None: this machine's bootstrap token)
+                "host": row["host"],
+                "join_token": row["registered_by"],
+                "classes": json.loads(row["classes_json"]),
+                "gpu_index": row["gpu_index"],
+                "gpus": json.loads(row["gpus_json"]),
+                "resident_models": json.loads(row["models_json"]),
+                "registered_at": row["registered_at"],
+                "last_heartbeat": row["last_heartbeat"],
+                "alive": now - row["last_heartbeat"] <= settings.lease_s,
+                "running": busy.get(row["id"], 0),
+                "thermal_blocked": brain.scheduling.thermal.blocked(row["id"]),
+                "warnings": brain.scheduling.warnings(row["id"]),
+            }
+            for row in rows
+        ]
+    }

@@ -1,0 +1,315 @@
+"""Wire models shared by the brain, its workers and the CLI client.
+
+Every worker write about a task carries a ``LeaseRef`` (attempt number + lease id); the
+task id is in the URL. The brain refuses a write whose triple does not match the live
+lease with 409, so a worker that lost its lease can never commit a result.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from airig.common.jsonsafe import check_json_value
+
+TASK_CLASSES = ("cpu", "script", "llm", "resource")
+TRUST_LEVELS = ("trusted", "untrusted")
+# The service that holds a task type's model in GPU memory; a worker swaps models there.
+MODEL_SERVICE_FOR_TYPE = {"llm": "ollama", "embed": "ollama", "transcribe": "whisper"}
+
+
+class TaskState:
+    """The task states; terminal ones never change again."""
+
+    PENDING = "PENDING"
+    READY = "READY"
+    LEASED = "LEASED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    RETRY_WAIT = "RETRY_WAIT"
+    FAILED = "FAILED"
+    UPSTREAM_FAILED = "UPSTREAM_FAILED"
+    CANCELLED = "CANCELLED"
+
+    TERMINAL = frozenset({SUCCEEDED, FAILED, UPSTREAM_FAILED, CANCELLED})
+    LIVE_LEASE = frozenset({LEASED, RUNNING})
+    ALL = (
+        PENDING,
+        READY,
+        LEASED,
+        RUNNING,
+        SUCCEEDED,
+        RETRY_WAIT,
+        FAILED,
+        UPSTREAM_FAILED,
+        CANCELLED,
+    )
+
+
+class Wire(BaseModel):
+    """A wire model: no NaN or Infinity (they are not JSON and cannot be sent back)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class Inbound(Wire):
+    """A request body. Strict types (``false`` is not 0.0, ``"1"`` is not 1: what the
+    schema says is what is accepted). Checked whole before validation, because
+    ``json.loads`` lets a lone surrogate through to the fields and it breaks only later
+    (in SQLite, or when the value is sent back)."""
+
+    model_config = ConfigDict(allow_inf_nan=False, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            check_json_value(data, bound_ints=False, checked=(BaseModel,))
+        return data
+
+
+class GpuInfo(Wire):
+    model_config = ConfigDict(allow_inf_nan=False, strict=True)  # nested in requests
+
+    index: int
+    name: str = ""
+    vram_total_mb: int = 0
+    vram_free_mb: int = 0
+    temperature_c: float | None = None
+    power_w: float | None = None
+
+
+# A rig's name (its machine's hostname unless AIRIG_RIG_NAME says otherwise): shown next to
+# its workers in `status` and on the dashboard, so plain characters and a bounded length.
+HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+
+def rig_name(text: str) -> str:
+    """``text`` (a hostname) made a valid rig name: other characters become '-'."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", text.strip()).lstrip("._-")[:63]
+    return name or "rig"
+
+
+class RegisterRequest(Inbound):
+    name: str = Field(min_length=1, max_length=128)
+    # Empty from a worker that predates rigs; the brain shows it as unknown.
+    host: str = Field(default="", max_length=63, pattern=f"{HOST_PATTERN}|^$")
+    classes: list[str] = Field(default_factory=lambda: ["cpu"])
+    gpu_index: int | None = Field(default=None, ge=0, le=4096)
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    resident_models: list[str] = Field(default_factory=list)
+    # The token this worker held, when it registers again (after a 401): proves it is
+    # the same worker, so it may take its name back while its last heartbeat is fresh.
+    previous_token: str | None = Field(default=None, max_length=256)
+
+
+class RegisterResponse(Wire):
+    worker_id: str
+    token: str
+    heartbeat_interval_s: float
+    lease_s: float
+    claim_wait_s: float
+
+
+class HeartbeatRequest(Inbound):
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    resident_models: list[str] = Field(default_factory=list)
+
+
+class ClaimRequest(Inbound):
+    wait_s: float = Field(default=20.0, ge=0, le=120)
+    resident_models: list[str] = Field(default_factory=list)
+    # Start the first task in the claim's own write (LEASED -> RUNNING): one round trip
+    # less. Only for a worker that runs it at once; prefetched tasks start when they run.
+    start: bool = False
+    # Up to this many tasks; beyond the first only cpu / script tasks (prefetch never
+    # binds GPU work early: that would defeat the residency policy).
+    max_tasks: int = Field(default=1, ge=1, le=32)
+    # Chosen by the worker per claim and resent unchanged on a retry: a replayed claim
+    # gets the tasks the lost answer carried instead of new ones.
+    claim_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9]{8,40}$")
+
+
+class LeaseRef(Inbound):
+    attempt: int = Field(ge=1)
+    lease_id: str = Field(min_length=1, max_length=64)
+
+
+class Assignment(Wire):
+    """One leased attempt, as handed to a worker by a claim."""
+
+    task_id: int
+    plan_id: str
+    key: str
+    name: str
+    type: str
+    task_class: str
+    payload: dict[str, Any]
+    model: str | None = None
+    trusted: bool = True
+    sensitive: bool = False
+    timeout_s: float
+    attempt: int
+    lease_id: str
+    lease_expires_at: float
+    # The brain's residency decision: unload ``evict``, then load ``load``, before the
+    # task runs. GPU workers swap; CPU workers ignore both (nothing of theirs to evict).
+    evict: list[str] = Field(default_factory=list)
+    load: str | None = None
+    need_vram_mb: int | None = None  # when the brain knows the model's size
+
+    @property
+    def lease(self) -> LeaseRef:
+        return LeaseRef(attempt=self.attempt, lease_id=self.lease_id)
+
+    @property
+    def load_service(self) -> str | None:
+        """The service that loads ``load``: the one that will run this task's model."""
+        return MODEL_SERVICE_FOR_TYPE.get(self.type) if self.load else None
+
+
+class LeaseStatus(Wire):
+    lease_expires_at: float
+    state: str
+
+
+class CompleteRequest(LeaseRef):
+    output: dict[str, Any] = Field(default_factory=dict)
+    files: list[str] = Field(default_factory=list)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("output", "metrics")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Stored, templated into payloads and summed into learned costs: 64-bit ints only.
+        return check_json_value(value)
+
+
+class FailRequest(LeaseRef):
+    error_type: str = Field(min_length=1, max_length=64)
+    message: str = Field(default="", max_length=8000)
+    retryable: bool = True
+
+
+class ReleaseRequest(LeaseRef):
+    reason: str = "worker stopping"
+
+
+# One exchange (POST /v1/exchange) carries a worker's reports, applied in order in one
+# transaction, and optionally its next claim: one round trip per task, or per batch.
+class StartReport(LeaseRef):
+    action: Literal["start"] = "start"
+    task_id: int
+
+
+class RenewReport(LeaseRef):
+    action: Literal["renew"] = "renew"
+    task_id: int
+
+
+class CompleteReport(CompleteRequest):
+    action: Literal["complete"] = "complete"
+    task_id: int
+
+
+class FailReport(FailRequest):
+    action: Literal["fail"] = "fail"
+    task_id: int
+
+
+class ReleaseReport(ReleaseRequest):
+    action: Literal["release"] = "release"
+    task_id: int
+
+
+Report = Annotated[
+    StartReport | RenewReport | CompleteReport | FailReport | ReleaseReport,
+    Field(discriminator="action"),
+]
+
+
+class ExchangeRequest(Inbound):
+    reports: list[Report] = Field(default_factory=list, max_length=256)
+    claim: ClaimRequest | None = None
+
+
+class ReportResult(Wire):
+    """How one report fared: 200, 404 (no such task) or 409 (not this worker's lease)."""
+
+    task_id: int
+    action: str
+    status: int
+    state: str | None = None
+    lease_expires_at: float | None = None
+    detail: str = ""
+
+
+class ExchangeResponse(Wire):
+    results: list[ReportResult]
+    assignments: list[Assignment]
+
+
+class TokenRequest(Inbound):
+    # join: registers workers of another rig (what the bootstrap token does), nothing else.
+    scope: str = Field(pattern="^(admin|submit|metrics|join)$")
+    name: str = Field(default="", max_length=128)
+
+
+class TokenCreated(Wire):
+    """The new token, shown this once; the brain keeps only its hash."""
+
+    id: str
+    token: str
+    scope: str
+    name: str
+
+
+class TokenInfo(Wire):
+    """A stored token as listed: never the token, never its hash."""
+
+    id: str
+    scope: str
+    name: str
+    created_at: float
+    revoked: bool
+    revoked_at: float | None = None
+
+
+class TokenList(Wire):
+    tokens: list[TokenInfo]
+
+
+class TokenRevoked(Wire):
+    id: str
+    scope: str
+    # False when it was revoked before: revoking is idempotent.
+    revoked_now: bool
+    # Workers that registered with this (join) token: their tokens stop working too.
+    workers_revoked: list[str]
+
+
+class WhoAmI(Wire):
+    """Who a bearer token is: what `join` checks before it starts anything."""
+
+    scope: str
+    name: str
+
+
+class ErrorBody(Wire):
+    """Every refusal: ``{"detail": "what is wrong and how to fix it"}``."""
+
+    detail: str
+
+
+class PlanProblem(Wire):
+    message: str
+    errors: list[Any] = Field(default_factory=list)
+    fixes: list[Any] = Field(default_factory=list)
+
+
+class PlanErrorBody(Wire):
+    """A refused plan (413, 422): what is wrong with it, task by task."""
+
+    detail: PlanProblem

@@ -1,0 +1,229 @@
+"""Payload schemas, one per task type.
+
+The brain validates every submitted payload against these (per-field errors, nothing
+half-enqueued) and the worker validates again before it runs one, because templating
+(`{{ tasks.x.output }}`) fills some fields only at claim time. Only pydantic and the
+standard library are imported here: the brain must not need the executors' HTTP clients.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from airig.common.spotlight import contains_reserved_delimiter
+
+MAX_PROMPT_CHARS = 200_000
+MAX_SHORT_CHARS = 10_000
+MAX_MESSAGES = 500
+MAX_EMBED_INPUTS = 2_048
+MAX_WORKFLOW_NODES = 500
+
+ModelName = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+ShortText = Annotated[str, StringConstraints(max_length=MAX_SHORT_CHARS)]
+LongText = Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
+Options = Annotated[dict[str, Any], Field(max_length=64)]
+
+DEFAULT_CLASS_FOR_TYPE: dict[str, str] = {
+    "llm": "llm",
+    "embed": "script",
+    "transcribe": "script",
+    "image": "script",
+    "shell": "cpu",
+    "resource": "resource",
+    "noop": "cpu",
+}
+
+
+class Payload(BaseModel):
+    """Base of every payload: unknown fields are errors, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def relative_data_path(value: str) -> str:
+    """Accept only a path inside the shared data volume (no absolute path, no `..`)."""
+    path = PurePosixPath(value)
+    if not value or path.is_absolute() or value.startswith("~") or "\\" in value:
+        raise ValueError("must be a relative path inside the data volume")
+    if ".." in path.parts:
+        raise ValueError("must not contain '..'")
+    return value
+
+
+DataPath = Annotated[
+    str, StringConstraints(min_length=1, max_length=1024), AfterValidator(relative_data_path)
+]
+
+
+class Message(Payload):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: LongText
+
+
+class LlmPayload(Payload):
+    """A generate (``prompt``) or chat (``messages``) call to Ollama."""
+
+    model: ModelName
+    prompt: LongText | None = None
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)] | None = None
+    system: LongText | None = None
+    options: Options | None = None
+    format: Literal["json"] | dict[str, Any] | None = None
+    untrusted_input: LongText | None = None
+
+    @model_validator(mode="after")
+    def _one_input(self) -> LlmPayload:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'prompt' or 'messages'")
+        total = sum(len(m.content) for m in self.messages or [])
+        if total > MAX_PROMPT_CHARS:
+            raise ValueError(f"messages hold {total} characters; the limit is {MAX_PROMPT_CHARS}")
+        return self
+
+    @field_validator("untrusted_input")
+    @classmethod
+    def _no_forged_delimiter(cls, value: str | None) -> str | None:
+        if value is not None and contains_reserved_delimiter(value):
+            raise ValueError("contains a reserved <untrusted_data> delimiter")
+        return value
+
+
+class EmbedPayload(Payload):
+    """Ollama ``/api/embed``: one string or a batch."""
+
+    model: ModelName
+    input: LongText | Annotated[list[LongText], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
+    truncate: bool | None = None
+    dimensions: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    options: Options | None = None
+
+
+class TranscribePayload(Payload):
+    """Whisper server (OpenAI-compatible) transcription of a file on the data volume."""
+
+    audio: DataPath
+    model: ModelName
+    language: Annotated[str, StringConstraints(min_length=2, max_length=8)] | None = None
+    response_format: Literal["json", "verbose_json", "text", "srt", "vtt"] = "json"
+    prompt: ShortText | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+
+
+class ImagePayload(Payload):
+    """ComfyUI: a full API-format ``workflow`` or a simple ``prompt`` + ``checkpoint``."""
+
+    workflow: Annotated[dict[str, dict[str, Any]], Field(min_length=1)] | None = None
+    prompt: ShortText | None = None
+    negative_prompt: ShortText = ""
+    checkpoint: Annotated[str, StringConstraints(min_length=1, max_length=300)] | None = None
+    width: Annotated[int, Field(ge=64, le=4096, multiple_of=8)] = 512
+    height: Annotated[int, Field(ge=64, le=4096, multiple_of=8)] = 512
+    steps: Annotated[int, Field(ge=1, le=200)] = 20
+    cfg: Annotated[float, Field(ge=0.0, le=50.0)] = 7.0
+    seed: Annotated[int, Field(ge=0, le=2**64 - 1)] | None = None
+    sampler_name: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "euler"
+    scheduler: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "normal"
+    batch_size: Annotated[int, Field(ge=1, le=16)] = 1
+    filename_prefix: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")] = "airig"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImagePayload:
+        if (self.workflow is None) == (self.prompt is None):
+            raise ValueError("give exactly one of 'workflow' or 'prompt'")
+        if self.prompt is not None and not self.checkpoint:
+            raise ValueError("'prompt' needs 'checkpoint' (a file in ComfyUI's models/checkpoints)")
+        if self.workflow is not None:
+            _check_workflow(self.workflow)
+        return self
+
+
+def _check_workflow(workflow: dict[str, dict[str, Any]]) -> None:
+    """An API-format graph: node id -> {class_type, inputs}. ComfyUI checks the rest."""
+    if len(workflow) > MAX_WORKFLOW_NODES:
+        raise ValueError(f"workflow has {len(workflow)} nodes; the limit is {MAX_WORKFLOW_NODES}")
+    for node_id, node in workflow.items():
+        if not isinstance(node.get("class_type"), str) or not isinstance(node.get("inputs"), dict):
+            raise ValueError(
+                f"workflow node {node_id!r} needs 'class_type' and 'inputs' "
+                "(export it with 'Save (API Format)')"
+            )
+
+
+class ShellPayload(Payload):
+    """A command run by the worker. A string goes through /bin/sh; a list is exec'd as is."""
+
+    command: (
+        Annotated[str, StringConstraints(min_length=1, max_length=MAX_SHORT_CHARS)]
+        | Annotated[
+            list[Annotated[str, StringConstraints(max_length=MAX_SHORT_CHARS)]],
+            Field(min_length=1, max_length=1_000),
+        ]
+    )
+    cwd: DataPath = "."
+    env: Annotated[
+        dict[str, Annotated[str, StringConstraints(max_length=MAX_SHORT_CHARS)]],
+        Field(max_length=64),
+    ] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not name.replace("_", "").isalnum() or name[0].isdigit():
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return value
+
+
+class ResourcePayload(Payload):
+    """Load or unload a model on one of the compute services."""
+
+    action: Literal["load", "unload"]
+    service: Literal["ollama", "comfyui", "whisper"]
+    model: ModelName | None = None
+    keep_alive: int | Annotated[str, StringConstraints(max_length=16)] | None = None
+    options: Options | None = None
+    wait_s: Annotated[float, Field(gt=0, le=900)] = 60.0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ResourcePayload:
+        if self.service in ("ollama", "whisper") and not self.model:
+            raise ValueError(f"'{self.service}' needs 'model'")
+        if self.service == "comfyui" and self.action == "load":
+            raise ValueError("ComfyUI loads checkpoints on first use; only 'unload' is supported")
+        return self
+
+
+class NoopFailure(Payload):
+    error_type: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    retryable: bool = True
+    message: ShortText = "noop task asked to fail"
+
+
+class NoopPayload(Payload):
+    """Returns its payload: measures dispatch overhead and drives orchestration tests."""
+
+    echo: Any = None
+    sleep_s: Annotated[float, Field(ge=0, le=3_600)] = 0.0
+    fail: NoopFailure | None = None
+
+
+PAYLOAD_SCHEMAS: dict[str, type[Payload]] = {
+    "llm": LlmPayload,
+    "embed": EmbedPayload,
+    "transcribe": TranscribePayload,
+    "image": ImagePayload,
+    "shell": ShellPayload,
+    "resource": ResourcePayload,
+    "noop": NoopPayload,
+}

@@ -1,0 +1,410 @@
+"""The `airig` / `python start_services.py` command line (typer + rich).
+
+Thin commands that hand off to plain functions; AirigError is caught here, at the edge,
+and printed as one red line plus a hint (exit 1). No tracebacks, no locals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from airig import __version__
+from airig.common.errors import AirigError, ConfigError
+from airig.launcher.console import console, fail
+from airig.launcher.docker import ENGINE_HINT, Docker
+from airig.launcher.envfile import ensure_env
+from airig.launcher.plan import build_plan, worker_layout
+from airig.launcher.settings import Settings, load_settings
+from airig.launcher.status import checks_table, layout_table, service_rows, services_table
+from airig.launcher.up import Launcher
+
+app = typer.Typer(
+    add_completion=False,
+    invoke_without_command=True,
+    no_args_is_help=False,
+    pretty_exceptions_enable=False,
+    help="airig: a local AI cluster on your GPU rig. With no command: up.",
+)
+
+ProfileOpt = Annotated[
+    str | None, typer.Option("--profile", "-p", help="cpu | gpu-nvidia | gpu-amd (default: detect)")
+]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print the docker commands, start nothing.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def repo_root() -> Path:
+    """The kit checkout: $AIRIG_HOME, else the working directory if it is one, else ours."""
+    for candidate in (
+        os.environ.get("AIRIG_HOME"),
+        os.getcwd(),
+        Path(__file__).resolve().parents[3],
+    ):
+        if candidate and (Path(candidate) / "01-infra" / "compose.yaml").is_file():
+            return Path(candidate).resolve()
+    raise ConfigError(
+        "cannot find the airig checkout", "run from the cloned folder or set AIRIG_HOME"
+    )
+
+
+def _settings(profile: str | None = None) -> Settings:
+    return load_settings(repo_root(), {"AIRIG_PROFILE": profile})
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"airig {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    ctx: typer.Context,
+    profile: ProfileOpt = None,
+    dry_run: DryRunOpt = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True)] = False,
+) -> None:
+    if ctx.invoked_subcommand is None:
+        up(profile=profile, dry_run=dry_run)
+
+
+@app.command()
+def up(profile: ProfileOpt = None, dry_run: DryRunOpt = False) -> None:
+    """Detect the hardware, check the host and start all three stacks."""
+    root = repo_root()
+    if not dry_run:
+        _ensure_env(root)
+    settings = _settings(profile)
+    launcher = Launcher(settings, Docker(), console)
+    result = launcher.up(dry_run=dry_run)
+    if dry_run:
+        _print_dry_run(result, settings)
+        return
+    rows = service_rows(launcher.docker, result.plan)
+    console.print(services_table(rows, f"airig is up ({result.plan.profile})"))
+    if settings.joined:
+        _say_joined(settings)
+
+
+@app.command()
+def join(
+    brain: Annotated[
+        str, typer.Option("--brain", help="The brain's URL, e.g. https://brain.example.lan")
+    ],
+    token: Annotated[
+        str, typer.Option("--token", help="A join token (`token create --join` over there)")
+    ],
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="Allow plain http to another machine.")
+    ] = False,
+    profile: ProfileOpt = None,
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Join another machine's brain: this rig's models and GPU workers, no brain here."""
+    from airig.launcher.join import join_rig
+
+    settings, result = join_rig(
+        repo_root(), brain, token, insecure, profile, dry_run, console, _ensure_env, Docker()
+    )
+    if dry_run:
+        _print_dry_run(result, settings)
+        return
+    rows = service_rows(Docker(), result.plan)
+    console.print(services_table(rows, f"airig is up ({result.plan.profile}, joined)"))
+    _say_joined(settings)
+
+
+def _print_dry_run(result, settings: Settings) -> None:
+    console.print("[bold]Dry run[/]: these commands would run, in order:")
+    for line in result.commands:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(layout_table(worker_layout(result.plan, settings.get("AIRIG_CPU_WORKERS"))))
+
+
+def _say_joined(settings: Settings) -> None:
+    url = escape(settings.get("AIRIG_JOIN_BRAIN_URL"))
+    rig = escape(settings.rig_name)
+    console.print(
+        f"Joined the brain at [bold]{url}[/] as rig [bold]{rig}[/]: its workers are named "
+        f"{rig}-…; `status` on the brain's machine lists them with their host."
+    )
+
+
+def _ensure_env(root: Path) -> None:
+    env, example = root / ".env", root / ".env.example"
+    asked = not env.exists() and sys.stdin.isatty()
+    if asked and not typer.confirm(
+        ".env does not exist. Create it from .env.example?", default=True
+    ):
+        raise ConfigError(".env is required", "cp .env.example .env, edit it, run again")
+    report = ensure_env(env, example)
+    if report.created:
+        console.print("Created .env from .env.example (edit it to choose models and images).")
+    if report.added_keys:
+        console.print(f"Added new settings to .env: {escape(', '.join(report.added_keys))}")
+    if report.generated_secrets:
+        names = escape(", ".join(report.generated_secrets))
+        console.print(f"Generated secrets in .env: {names} (not shown)")
+
+
+@app.command()
+def down(
+    volumes: Annotated[
+        bool, typer.Option("--volumes", help="Also delete data, state and models.")
+    ] = False,
+    keep_models: Annotated[
+        bool, typer.Option("--keep-models", help="With --volumes: keep models.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask before deleting models.")
+    ] = False,
+) -> None:
+    """Stop and remove every stack (in reverse order) and the shared network."""
+    settings = _settings()
+    if volumes and not keep_models and not yes:
+        if not sys.stdin.isatty():
+            raise ConfigError(
+                "--volumes deletes downloaded models", "add --yes to confirm, or --keep-models"
+            )
+        if not typer.confirm(
+            "Delete all downloaded models too (they take long to pull)?", default=False
+        ):
+            keep_models = True
+    launcher = Launcher(settings, Docker(), console)
+    plan = build_plan(settings, "cpu", [])
+    for line in launcher.down(plan, volumes=volumes, keep_models=keep_models):
+        console.print(f"  {escape(line)}")
+
+
+@app.command()
+def status(as_json: JsonOpt = False) -> None:
+    """Services, their health and URLs; workers, their GPUs and warnings."""
+    from airig.launcher.status import brain_workers, workers_table
+
+    settings = _settings()
+    plan = build_plan(settings, "cpu", [])
+    rows = service_rows(Docker(), plan)
+    if settings.joined:
+        _joined_status(settings, rows, as_json)
+        return
+    workers = brain_workers(settings.env_file) if rows else None
+    if as_json:
+        print(json.dumps({"services": rows, "workers": workers}, indent=2))
+        return
+    if not rows:
+        console.print("Nothing is running. Start with: python start_services.py")
+        return
+    console.print(services_table(rows))
+    if workers:
+        console.print(workers_table(workers))
+    elif workers is None:
+        console.print("[dim]The brain does not answer yet: no worker list.[/]")
+
+
+def _joined_status(settings: Settings, rows: list[dict], as_json: bool) -> None:
+    """A joined rig has no brain: its workers are listed on the brain's machine; here,
+    whether that brain still takes this rig's join token."""
+    from airig.launcher.join import join_state
+
+    joined = join_state(settings)
+    if as_json:
+        print(json.dumps({"services": rows, "workers": None, "joined": joined}, indent=2))
+        return
+    if rows:
+        console.print(services_table(rows, "airig services (joined rig)"))
+    else:
+        console.print("Nothing is running. Start with: python start_services.py")
+    _say_joined(settings)
+    if joined["token"] != "accepted":
+        console.print(f"[red]✘ {escape(joined['token'])}[/]")
+
+
+@app.command()
+def logs(
+    service: Annotated[
+        str | None, typer.Argument(help="e.g. ollama-cpu, brain; all when omitted")
+    ] = None,
+    tail: Annotated[int, typer.Option("--tail", "-n")] = 100,
+    follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+) -> None:
+    """Show the logs of one service, or of every stack."""
+    from airig.launcher.logs import show_logs
+
+    show_logs(_settings(), Docker(), service, tail, follow)
+
+
+@app.command()
+def doctor(as_json: JsonOpt = False) -> None:
+    """Check everything airig depends on; ✔/✘ with a fix for each."""
+    from airig.launcher.doctor import run_doctor
+
+    checks, data = run_doctor(_settings(), Docker())
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        console.print(checks_table(checks))
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
+
+
+@app.command()
+def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
+    """Detect GPUs and whether Docker can use them; show the profile airig would pick."""
+    from airig.launcher.hardware import render_table
+    from airig.launcher.hardware.choice import choose_profile
+
+    choice = choose_profile(_settings(profile), Docker(), strict=False)
+    if as_json:
+        data = {
+            "profile": choice.profile,
+            "source": choice.source,
+            "reasons": choice.reasons,
+            "fix": choice.fix,
+            "refused": choice.refusal.message if choice.refusal else None,
+            "images": [c.to_dict() for c in choice.images.choices] if choice.images else [],
+            "report": choice.report.to_dict(),
+        }
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        render_table(choice.report, console)
+        console.print(f"Profile: [bold cyan]{escape(choice.profile)}[/] (from {choice.source})")
+        if choice.refusal is None:  # a refusal is said once, as the ✘ line below
+            for reason in choice.reasons:
+                console.print(f"  · {escape(reason)}")
+            if choice.fix:
+                console.print(f"  [yellow]→ {escape(choice.fix)}[/]")
+        if choice.images is not None:
+            from airig.launcher.up import image_lines
+
+            for line in image_lines(choice.images):
+                console.print(line, highlight=False, soft_wrap=True)
+    if choice.refusal is not None:
+        # A forced profile `up` would refuse: the same ✘ line and fix, and exit ≠ 0.
+        raise choice.refusal
+    if choice.images is not None and choice.images.refusals:
+        raise typer.Exit(1)  # a pinned image `up` would refuse (its ✘ line is above)
+
+
+def _compute_client():
+    """python-on-whales client of the 02-compute project, for `models`."""
+    settings = _settings()
+    return Docker().client(build_plan(settings, "cpu", []).stack("02-compute"))
+
+
+def _mount_subcommands() -> None:
+    from airig.launcher.cli.models import build_models_app
+    from airig.launcher.cli.tasks import register
+    from airig.launcher.cli.tokens import build_tokens_app
+
+    app.add_typer(build_models_app(_compute_client), name="models")
+    app.add_typer(build_tokens_app(_settings), name="token")
+    register(app)
+
+
+_mount_subcommands()
+
+
+def main() -> None:
+    try:
+        # without standalone mode click returns (not raises) a command's typer.Exit code
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except AirigError as exc:
+        fail(exc.message, exc.hint)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted")
+        sys.exit(130)
+    except typer.Abort:
+        fail("aborted")
+        sys.exit(1)
+    except typer.Exit as exc:  # returned above by every typer so far; raised, should one change
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # click usage errors and the like
+        usage_error, click_error = _click_errors()
+        if isinstance(exc, usage_error):
+            _usage(exc)
+            sys.exit(2)  # click's code for a usage error
+        if isinstance(exc, click_error):  # not usage: e.g. a file it could not open
+            fail(_one_line(exc.format_message()))
+            sys.exit(exc.exit_code)
+        if _engine_failure(exc):
+            # A Docker call that slipped past the adapter's conversion: still one line.
+            detail = " ".join(str(exc).split())
+            fail(f"Docker failed: {type(exc).__name__}: {detail}", ENGINE_HINT)
+            sys.exit(1)
+        raise
+
+
+def _engine_failure(exc: Exception) -> bool:
+    import docker.errors
+    import requests
+    from python_on_whales.exceptions import DockerException
+
+    engine = (docker.errors.DockerException, requests.RequestException, DockerException)
+    return isinstance(exc, engine)
+
+
+def _click_errors() -> tuple[type[Exception], type[Exception]]:
+    """(UsageError, ClickException) of the click that the installed typer parses with.
+
+    typer < 0.26 parses with click itself; 0.26 and later with their own copy of it
+    (`typer._click`), whose errors are not `click`'s, so `except click.UsageError` misses
+    them. Both export their `BadParameter` as the public `typer.BadParameter`, a subclass of
+    that click's `UsageError`, itself a `ClickException`: found through it, no private
+    module is imported and the edge follows whichever click typer uses.
+    """
+    by_name = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+    usage_error = by_name.get("UsageError", typer.BadParameter)
+    return usage_error, by_name.get("ClickException", usage_error)
+
+
+def _usage(exc: Exception) -> None:
+    """A command-line mistake: one line naming it, one hint pointing at the right help."""
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError":  # a group with no_args_is_help, run bare
+        exc.show()  # type: ignore[attr-defined]  (its message is that group's help)
+        return
+    if ctx is not None:
+        command, help_opt = ctx.command_path, (ctx.help_option_names or ["--help"])[0]
+        if command.split(" ", 1)[0].endswith(".py"):
+            command = f"python {command}"
+    else:  # the parser's own errors ("requires an argument") carry no context
+        command = " ".join([_program(), *_typed_commands(sys.argv[1:])])
+        help_opt = "--help"
+    fail(_one_line(exc.format_message()), f"try: {command} {help_opt}")  # type: ignore[attr-defined]
+
+
+def _program() -> str:
+    """How the user ran us: `python start_services.py`, `python -m airig` or `airig`."""
+    name = Path(sys.argv[0]).name
+    if name == "__main__.py":
+        return "python -m airig"
+    return f"python {name}" if name.endswith(".py") else name
+
+
+def _typed_commands(args: list[str]) -> list[str]:
+    """The (sub)command names in ARGS, following the app's groups, for the help hint."""
+    command, names = typer.main.get_command(app), []
+    for word in args:
+        subcommands = getattr(command, "commands", None)
+        if not subcommands:  # a command, not a group: the rest are its own words
+            break
+        if word in subcommands:
+            command = subcommands[word]
+            names.append(word)
+    return names
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

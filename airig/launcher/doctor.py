@@ -1,0 +1,55 @@
+"""`doctor`: every check ✔/✘ with a fix line, and a JSON bundle for bug reports."""
+
+from __future__ import annotations
+
+from airig.common.errors import AirigError
+from airig.launcher.docker import Docker
+from airig.launcher.hardware.choice import choose_profile
+from airig.launcher.plan import build_plan
+from airig.launcher.preflight import Check, disk_check, docker_checks, env_check, port_checks
+from airig.launcher.settings import Settings
+from airig.launcher.status import bundle, service_rows
+from airig.launcher.up import Launcher
+
+
+def run_doctor(settings: Settings, docker: Docker) -> tuple[list[Check], dict]:
+    checks = docker_checks(docker)
+    engine_ok = all(c.ok for c in checks)
+    checks.append(env_check(settings))
+    extra: dict = {}
+    if engine_ok:
+        checks += _host_checks(settings, docker)
+    checks.append(_profile_check(settings, docker, extra))
+    if engine_ok:
+        try:
+            extra["services"] = service_rows(docker, build_plan(settings, "cpu", []))
+        except AirigError as exc:
+            extra["services_error"] = exc.message
+    return checks, bundle(checks, settings.values, extra)
+
+
+def _host_checks(settings: Settings, docker: Docker) -> list[Check]:
+    """Disk and ports; an engine that stops answering half-way is a ✘, not a crash."""
+    launcher = Launcher(settings, docker, console=None)  # type: ignore[arg-type]
+    try:
+        checks = [disk_check(settings, docker.engine_info().get("DockerRootDir"))]
+        return checks + port_checks(settings, launcher.own_ports())
+    except AirigError as exc:
+        return [Check("docker daemon", False, exc.message, exc.hint)]
+
+
+def _profile_check(settings: Settings, docker: Docker, extra: dict) -> Check:
+    try:
+        choice = choose_profile(settings, docker, strict=True)
+    except AirigError as exc:
+        return Check("GPU profile", False, exc.message, exc.hint)
+    extra["hardware"] = choice.report.to_dict()
+    extra["profile"] = {
+        "profile": choice.profile,
+        "source": choice.source,
+        "reasons": choice.reasons,
+    }
+    detail = f"{choice.profile} (from {choice.source})"
+    if choice.profile == "cpu" and choice.fix:
+        return Check("GPU profile", False, detail + ": a GPU is present but unusable", choice.fix)
+    return Check("GPU profile", True, detail)

@@ -1,0 +1,142 @@
+"""From the launcher's settings to a hardware profile and a GPU layout.
+
+Glue between `airig.launcher.hardware` (facts and the decision rules) and the launcher: it
+supplies the flag and .env values, the Docker client and the images to probe with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from airig.common.errors import ConfigError, DockerError, HardwareError
+from airig.launcher.docker import Docker
+from airig.launcher.hardware import HardwareReport, detect, kfd_visible, nvml_visible
+from airig.launcher.hardware.decide import decide_profile
+from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.images import ImageSelection, choose_images, load_catalog, pins_from
+from airig.launcher.plan import GpuSlot, amd_host_env
+
+VENDOR_OF = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
+SOURCE_LABEL = {"flag": "--profile flag", "env": "AIRIG_PROFILE", "detected": "detection"}
+# Seconds the GPU probe container may take to start: nvidia-container-cli initialises every
+# card, which takes several seconds per card when persistence mode is off.
+PROBE_TIMEOUT_KEY, PROBE_TIMEOUT_DEFAULT = "AIRIG_GPU_PROBE_TIMEOUT", 120
+
+
+@dataclass
+class Choice:
+    profile: str
+    source: str  # human words: "--profile flag", "AIRIG_PROFILE in .env", "detection"
+    reasons: list[str]
+    fix: str | None
+    gpus: list[GpuSlot]
+    report: HardwareReport
+    host_env: dict[str, str] = field(default_factory=dict)
+    # Not strict (dry-run, detect): the forced profile `up` would refuse, and why.
+    refusal: HardwareError | None = None
+    # the image each compute service runs, and why (02-compute/images.yaml)
+    images: ImageSelection | None = None
+
+
+def probe_images(settings) -> list[str]:
+    """Local images a GPU probe may start (nothing is pulled)."""
+    return [settings.get("AIRIG_IMAGE"), settings.get("AIRIG_BASE_IMAGE") or "python:3.12-slim"]
+
+
+def probe_timeout(settings) -> float:
+    raw = settings.get(PROBE_TIMEOUT_KEY) or str(PROBE_TIMEOUT_DEFAULT)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0
+    if not 0 < seconds <= 86400:  # also refuses nan and inf
+        raise ConfigError(
+            f"{PROBE_TIMEOUT_KEY}={raw!r} is not a positive number of seconds",
+            f"set {PROBE_TIMEOUT_KEY} in .env (default {PROBE_TIMEOUT_DEFAULT})",
+        )
+    return seconds
+
+
+def detect_report(settings, docker: Docker, client=None) -> HardwareReport:
+    timeout = probe_timeout(settings)
+    probe_client = None
+    if client is None:
+        try:
+            client = docker.sdk()  # the short timeout: an absent daemon fails fast
+            probe_client = docker.probe_sdk(timeout)
+        except DockerError:
+            client = None  # detection still reports PCI/NVML/KFD facts without Docker
+    return detect(
+        docker_client=client, probe_image=probe_images(settings), probe_client=probe_client
+    )
+
+
+def choose_profile(settings, docker: Docker, strict: bool = True, client=None) -> Choice:
+    """flag > environment/.env > detected. ``strict``: a forced, unusable GPU profile
+    raises HardwareError; otherwise (dry-run, detect) it is kept with the reason and the
+    fix, and ``refusal`` holds the error `up` would raise."""
+    report = detect_report(settings, docker, client)
+    source = settings.source_of("AIRIG_PROFILE")
+    value = settings.get("AIRIG_PROFILE") or None
+    flag = value if source == "flag" else None
+    env_value = value if source in (".env", "environment") else None
+    refusal: HardwareError | None = None
+    try:
+        decision = decide_profile(report, flag=flag, env_value=env_value)
+        profile, reasons, fix = decision.profile, list(decision.reasons), decision.fix
+        label = SOURCE_LABEL[decision.source]
+    except HardwareError as exc:
+        if strict:
+            raise
+        refusal = exc
+        profile, reasons, fix = value, [exc.message], exc.hint
+        label = SOURCE_LABEL["flag" if flag else "env"]
+    if label == "AIRIG_PROFILE":
+        label = f"AIRIG_PROFILE in {source}"
+    gpus = gpu_slots(report, profile)
+    host_env = detected_env(report, profile)
+    images = select_images(settings, report, profile)
+    return Choice(profile, label, reasons, fix, gpus, report, host_env, refusal, images)
+
+
+def select_images(settings, report: HardwareReport, profile: str) -> ImageSelection:
+    """Per compute service, the newest image variant that fits every GPU it will use;
+    a pin in .env wins (refused when it cannot run on a detected GPU)."""
+    return choose_images(
+        load_catalog(settings.root),
+        profile,
+        profile_gpus(report, profile),
+        pins_from(settings.get),
+        settings.get("HSA_OVERRIDE_GFX_VERSION").strip(),
+    )
+
+
+def profile_gpus(report: HardwareReport, profile: str) -> list[GpuInfo]:
+    """The discrete GPUs of the profile's vendor that its containers can use."""
+    vendor = VENDOR_OF.get(profile)
+    return [
+        g
+        for g in report.gpus
+        if g.vendor == vendor and g.kind != "integrated" and nvml_visible(g) and kfd_visible(g)
+    ]
+
+
+def detected_env(report: HardwareReport, profile: str) -> dict[str, str]:
+    """Detected values for host.env: on gpu-amd the GIDs owning /dev/kfd and the render
+    nodes, each once (they are one `render` group on most hosts)."""
+    return amd_host_env(report.amd.gids) if profile == "gpu-amd" else {}
+
+
+def gpu_slots(report: HardwareReport, profile: str) -> list[GpuSlot]:
+    """The discrete GPUs of the profile's vendor, one worker each. An NVIDIA card NVML does
+    not see gets none: its worker would be pinned to a CUDA index that does not exist (the
+    report's reasons say it was skipped, and why)."""
+    chosen = profile_gpus(report, profile)
+    slots = []
+    for position, gpu in enumerate(chosen):
+        index = gpu.index if gpu.index is not None else position
+        # KFD names the node ("renderD128"); compose maps a device path.
+        node = f"/dev/dri/{gpu.render_node}" if gpu.render_node else ""
+        gids = report.amd.gids if gpu.vendor == "amd" else ()  # its container's group_add
+        slots.append(GpuSlot(index, gpu.name, gpu.vram_total_bytes or 0, node, gids))
+    return slots

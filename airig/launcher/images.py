@@ -1,0 +1,426 @@
+"""Which image each compute service runs: the newest variant that fits every GPU it uses.
+
+The facts (minimum driver, compute capabilities, gfx targets per image) live in
+``02-compute/images.yaml``, each with its upstream source. This module only reads them and
+decides, so the decision is a pure function tested over a matrix of fixture hosts.
+
+Rules, in order:
+- A tag the user pinned in ``.env`` wins. A pin the catalogue knows and that cannot run on
+  a detected GPU is refused (``✘``, ``up`` stops before starting anything); a pin the
+  catalogue does not know is kept, with a note that its fit was not checked.
+- Otherwise the first (newest) variant of the service's vendor list that fits every GPU.
+- When none fits, the service runs its CPU variant, with one warning line naming the GPU,
+  its compute capability or gfx target, its driver, and the fix. The other services still
+  use the GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from airig.common.errors import ConfigError, HardwareError
+from airig.launcher.hardware.report import GpuInfo
+
+CATALOG_FILE = Path("02-compute") / "images.yaml"
+SERVICES = ("ollama", "comfyui", "whisper")
+LABEL = {"ollama": "Ollama", "comfyui": "ComfyUI", "whisper": "Whisper"}
+# The .env variable compose reads for each (service, variant). Ollama's CPU and NVIDIA
+# services run the same image; speaches has no ROCm build, so gpu-amd runs the CPU image.
+VARIABLE = {
+    ("ollama", "cpu"): "OLLAMA_IMAGE",
+    ("ollama", "nvidia"): "OLLAMA_IMAGE",
+    ("ollama", "amd"): "OLLAMA_IMAGE_ROCM",
+    ("comfyui", "cpu"): "COMFYUI_IMAGE_CPU",
+    ("comfyui", "nvidia"): "COMFYUI_IMAGE_NVIDIA",
+    ("comfyui", "amd"): "COMFYUI_IMAGE_AMD",
+    ("whisper", "cpu"): "WHISPER_IMAGE_CPU",
+    ("whisper", "nvidia"): "WHISPER_IMAGE_CUDA",
+}
+VENDOR_OF_PROFILE = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    image: str
+    min_driver: str | None = None
+    archs: tuple[str, ...] = ()  # compute capabilities with SASS kernels ("6.0", "12.0")
+    ptx: str | None = None  # a PTX target the driver can JIT to any newer capability
+    gfx: tuple[str, ...] = ()  # AMD targets the ROCm build carries
+    args: str = ""  # flags the variant needs (the CPU ComfyUI needs --cpu)
+    source: str = ""
+
+    def needs(self) -> str:
+        """What this variant needs, in words, for a refusal or a warning."""
+        parts = []
+        if self.min_driver:
+            parts.append(f"driver ≥ {self.min_driver}")
+        if self.archs:
+            ptx = f" (PTX {self.ptx}+)" if self.ptx else ""
+            parts.append(f"compute capability {', '.join(self.archs)}{ptx}")
+        if self.gfx:
+            parts.append(f"gfx {', '.join(self.gfx)}")
+        return " and ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """``02-compute/images.yaml``: per service, GPU variants per vendor (newest first) and
+    one CPU variant."""
+
+    gpu: dict[tuple[str, str], tuple[Variant, ...]]
+    cpu: dict[str, Variant]
+
+    def known(self, service: str, image: str) -> Variant | None:
+        """The catalogue's entry for a pinned image (a digest pin matches its tag)."""
+        bare = image.split("@", 1)[0]
+        for (name, _vendor), variants in self.gpu.items():
+            for variant in variants if name == service else ():
+                if variant.image == bare:
+                    return variant
+        cpu = self.cpu.get(service)
+        return cpu if cpu is not None and cpu.image == bare else None
+
+
+@dataclass(frozen=True)
+class ImageChoice:
+    service: str
+    variable: str  # the .env / compose variable that carries the image
+    image: str
+    on_gpu: bool  # False: runs its CPU variant (no GPU fits, or the profile is cpu)
+    why: str
+    args: str = ""  # variant flags (ComfyUI's --cpu); the user's own flags are added
+    warning: str | None = None  # the one line said when a GPU service falls back to CPU
+    refusal: HardwareError | None = None  # a pin that cannot run here
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "service": self.service,
+            "variable": self.variable,
+            "image": self.image,
+            "device": "gpu" if self.on_gpu else "cpu",
+            "why": self.why,
+            "warning": self.warning,
+            "refused": self.refusal.message if self.refusal else None,
+        }
+
+
+@dataclass(frozen=True)
+class ImageSelection:
+    profile: str
+    choices: tuple[ImageChoice, ...] = ()
+    # every image variable compose interpolates, also for variants this profile does not
+    # start (compose checks ${X:?} in every service of the file)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def of(self, service: str) -> ImageChoice:
+        return next(c for c in self.choices if c.service == service)
+
+    @property
+    def refusals(self) -> list[HardwareError]:
+        return [c.refusal for c in self.choices if c.refusal is not None]
+
+    @property
+    def on_cpu(self) -> list[ImageChoice]:
+        """Services of a GPU profile that run their CPU variant."""
+        return [c for c in self.choices if not c.on_gpu and self.profile != "cpu"]
+
+
+def load_catalog(root: Path) -> Catalog:
+    path = Path(root) / CATALOG_FILE
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        return parse_catalog(data)
+    except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError) as exc:
+        raise ConfigError(
+            f"{CATALOG_FILE} cannot be read: {type(exc).__name__}: {exc}",
+            "restore it with `git checkout -- 02-compute/images.yaml`",
+        ) from None
+
+
+def parse_catalog(data: dict[str, Any]) -> Catalog:
+    gpu: dict[tuple[str, str], tuple[Variant, ...]] = {}
+    cpu: dict[str, Variant] = {}
+    for service in SERVICES:
+        entry = data[service]
+        for vendor in ("nvidia", "amd"):
+            gpu[(service, vendor)] = tuple(_variant(v) for v in entry.get(vendor) or ())
+        cpu[service] = _variant(entry["cpu"])
+    return Catalog(gpu, cpu)
+
+
+def _variant(raw: dict[str, Any]) -> Variant:
+    image = raw["image"]
+    if not isinstance(image, str) or not image:
+        raise ValueError(f"an entry has no image: {raw!r}")
+    return Variant(
+        image=image,
+        min_driver=str(raw["min_driver"]) if raw.get("min_driver") else None,
+        archs=tuple(str(a) for a in raw.get("archs") or ()),
+        ptx=str(raw["ptx"]) if raw.get("ptx") else None,
+        gfx=tuple(str(g) for g in raw.get("gfx") or ()),
+        args=str(raw.get("args") or ""),
+        source=str(raw.get("source") or ""),
+    )
+
+
+# ------------------------------------------------------------------ fit rules
+def version_tuple(text: str) -> tuple[int, ...]:
+    """ "535.183.01" → (535, 183, 1); non-digits end a part ("580.65.06-beta")."""
+    parts = []
+    for piece in text.strip().split("."):
+        digits = ""
+        for char in piece:
+            if not char.isdigit():
+                break
+            digits += char
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def capability_fits(capability: str, archs: tuple[str, ...], ptx: str | None) -> bool:
+    """A cubin built for X.Y runs on X.Z with Z ≥ Y (same major); PTX for X.Y is compiled
+    by the driver for any capability ≥ X.Y (CUDA C Programming Guide, "Binary
+    Compatibility" and "PTX Compatibility")."""
+    have = version_tuple(capability)
+    for arch in archs:
+        built = version_tuple(arch)
+        if built and have and built[0] == have[0] and built[1:] <= have[1:]:
+            return True
+    return bool(ptx) and have >= version_tuple(ptx or "")
+
+
+def gfx_of_override(override: str) -> str | None:
+    """HSA_OVERRIDE_GFX_VERSION "10.3.0" → "gfx1030": the target ROCm then runs as."""
+    parts = version_tuple(override)
+    if len(parts) != 3:
+        return None
+    major, minor, stepping = parts
+    return f"gfx{major}{minor:x}{stepping:x}"
+
+
+def misfit(variant: Variant, gpu: GpuInfo, hsa_override: str = "") -> str | None:
+    """Why ``variant`` cannot run on ``gpu``, or None when it can (or airig cannot tell:
+    a fact detection did not get is not held against the image)."""
+    if gpu.vendor == "nvidia":
+        reasons = []
+        driver, capability = gpu.driver_version, gpu.compute_capability
+        old_driver = driver and version_tuple(driver) < version_tuple(variant.min_driver or "")
+        if variant.min_driver and old_driver:
+            reasons.append(f"needs driver ≥ {variant.min_driver}")
+        if (
+            capability
+            and (variant.archs or variant.ptx)
+            and not capability_fits(capability, variant.archs, variant.ptx)
+        ):
+            reasons.append(f"has no kernels for compute capability {capability}")
+        return "; ".join(reasons) or None
+    if gpu.vendor == "amd" and variant.gfx:
+        target = gfx_of_override(hsa_override) if hsa_override else gpu.gfx_target
+        if target and target not in variant.gfx:
+            return f"has no kernels for {target}"
+    return None
+
+
+def describe(gpu: GpuInfo) -> str:
+    where = f"GPU {gpu.index}" if gpu.index is not None else f"GPU {gpu.pci_address or '?'}"
+    if gpu.vendor == "amd":
+        return f"{where} {gpu.name} ({gpu.gfx_target or 'gfx target unknown'})"
+    facts = [
+        f"compute capability {gpu.compute_capability or '?'}",
+        f"driver {gpu.driver_version or '?'}",
+    ]
+    return f"{where} {gpu.name} ({', '.join(facts)})"
+
+
+# ------------------------------------------------------------------ the decision
+def choose_images(
+    catalog: Catalog,
+    profile: str,
+    gpus: list[GpuInfo],
+    pins: dict[str, str],
+    hsa_override: str = "",
+) -> ImageSelection:
+    """``gpus``: the GPUs the profile's services use (every usable card of its vendor).
+    ``pins``: non-empty image variables from flag / environment / .env."""
+    vendor = VENDOR_OF_PROFILE.get(profile)
+    choices = tuple(
+        _choose(catalog, service, vendor, gpus, pins, hsa_override) for service in SERVICES
+    )
+    env = _defaults(catalog, pins)
+    for choice in choices:
+        env[choice.variable] = choice.image
+    return ImageSelection(profile, choices, env)
+
+
+def _defaults(catalog: Catalog, pins: dict[str, str]) -> dict[str, str]:
+    """A value for every image variable: the pin, else the catalogue's first entry."""
+    env = {}
+    for (service, variant), variable in VARIABLE.items():
+        if variable in env:
+            continue
+        listed = catalog.gpu.get((service, variant)) if variant != "cpu" else None
+        default = listed[0].image if listed else catalog.cpu[service].image
+        env[variable] = pins.get(variable) or default
+    return env
+
+
+def _choose(
+    catalog: Catalog,
+    service: str,
+    vendor: str | None,
+    gpus: list[GpuInfo],
+    pins: dict[str, str],
+    hsa_override: str,
+) -> ImageChoice:
+    variants = catalog.gpu.get((service, vendor), ()) if vendor else ()
+    if vendor is None or not variants:
+        return _cpu_choice(catalog, service, pins, _cpu_reason(service, vendor))
+    variable = VARIABLE[(service, vendor)]
+    pinned = pins.get(variable)
+    if pinned:
+        return _pinned(catalog, service, variable, pinned, gpus, hsa_override)
+    for variant in variants:
+        if all(misfit(variant, gpu, hsa_override) is None for gpu in gpus):
+            return ImageChoice(
+                service, variable, variant.image, True,
+                f"newest in {CATALOG_FILE} that fits {_gpu_words(gpus)}", variant.args,
+            )  # fmt: skip
+    return _fallback(catalog, service, vendor, variants, gpus, pins, hsa_override)
+
+
+def _cpu_reason(service: str, vendor: str | None) -> str:
+    if vendor is None:
+        return "cpu profile"
+    return f"no {vendor} build of {LABEL[service]} exists (see {CATALOG_FILE})"
+
+
+def _cpu_choice(catalog: Catalog, service: str, pins: dict[str, str], why: str) -> ImageChoice:
+    variable = VARIABLE[(service, "cpu")]
+    cpu = catalog.cpu[service]
+    image = pins.get(variable) or cpu.image
+    source = f"{variable} in .env" if pins.get(variable) else CATALOG_FILE.as_posix()
+    return ImageChoice(service, variable, image, False, f"{why}; image from {source}", cpu.args)
+
+
+def _pinned(
+    catalog: Catalog,
+    service: str,
+    variable: str,
+    image: str,
+    gpus: list[GpuInfo],
+    hsa_override: str,
+) -> ImageChoice:
+    variant = catalog.known(service, image)
+    if variant is None:
+        why = f"pinned by {variable}; not in {CATALOG_FILE}, so its fit was not checked"
+        return ImageChoice(service, variable, image, True, why)
+    for gpu in gpus:
+        reason = misfit(variant, gpu, hsa_override)
+        if reason:
+            refusal = HardwareError(
+                f"{variable}={image} cannot run on {describe(gpu)}: it {reason}",
+                f"empty {variable} in .env to let airig pick a variant that fits, or "
+                f"{_upgrade_hint(variant, gpu)}",
+            )
+            return ImageChoice(service, variable, image, True, f"pinned by {variable}",
+                               variant.args, refusal=refusal)  # fmt: skip
+    return ImageChoice(service, variable, image, True, f"pinned by {variable}; fits",
+                       variant.args)  # fmt: skip
+
+
+def _fallback(
+    catalog: Catalog,
+    service: str,
+    vendor: str,
+    variants: tuple[Variant, ...],
+    gpus: list[GpuInfo],
+    pins: dict[str, str],
+    hsa_override: str,
+) -> ImageChoice:
+    """No variant fits every GPU: the CPU variant, and one line saying which GPU blocks
+    and the fix (a driver upgrade, or a tag that fits that card)."""
+    blocker = next(g for g in gpus if any(misfit(v, g, hsa_override) for v in variants))
+    fits_blocker = [v for v in variants if misfit(v, blocker, hsa_override) is None]
+    newest, label = variants[0], LABEL[service]
+    if fits_blocker:
+        # a mixed rig: a tag fits this card, but no one tag fits every card together
+        other = next(g for g in gpus if misfit(fits_blocker[0], g, hsa_override))
+        warning = (
+            f"{label} runs on CPU: no one image in {CATALOG_FILE} fits both "
+            f"{describe(blocker)} and {describe(other)} → {_fix(variants, other)}"
+        )
+    else:
+        warning = (
+            f"{label} runs on CPU: no image in {CATALOG_FILE} fits {describe(blocker)} "
+            f"({newest.image} {misfit(newest, blocker, hsa_override)}) → "
+            f"{_fix(variants, blocker)}"
+        )
+    cpu = _cpu_choice(catalog, service, pins, f"no {vendor} image fits {_gpu_words(gpus)}")
+    return ImageChoice(cpu.service, cpu.variable, cpu.image, False, cpu.why, cpu.args, warning)
+
+
+def _upgrade_hint(variant: Variant, gpu: GpuInfo) -> str:
+    return _fix((variant,), gpu)
+
+
+def _fix(variants: tuple[Variant, ...], gpu: GpuInfo) -> str:
+    """The change that makes one of ``variants`` run on ``gpu``."""
+    if gpu.vendor == "amd":
+        return (
+            "set HSA_OVERRIDE_GFX_VERSION in .env if the card runs as a listed target, "
+            "or use a build for it"
+        )
+    have = gpu.compute_capability or ""
+    runnable = [
+        v
+        for v in variants
+        if v.min_driver
+        and (not have or not (v.archs or v.ptx) or capability_fits(have, v.archs, v.ptx))
+    ]
+    if runnable:  # the smallest upgrade that makes one variant run
+        easiest = min(runnable, key=lambda v: version_tuple(v.min_driver or ""))
+        return f"upgrade the NVIDIA driver to ≥ {easiest.min_driver} ({easiest.image} then fits)"
+    return (
+        f"no listed build has kernels for compute capability {have}: add one to "
+        f"{CATALOG_FILE} and pin its tag"
+    )
+
+
+def _gpu_words(gpus: list[GpuInfo]) -> str:
+    if not gpus:
+        return "the GPUs (none detected)"
+    if len(gpus) == 1:
+        return describe(gpus[0])
+    return f"all {len(gpus)} GPUs"
+
+
+# ComfyUI's comfy/cli_args.py puts these and --cpu in one mutually exclusive argparse
+# group (vram_group): with --cpu, argparse exits 2 before ComfyUI starts.
+COMFYUI_VRAM_FLAGS = ("--gpu-only", "--highvram", "--normalvram", "--lowvram", "--novram")
+
+
+def comfyui_flag_clash(selection: ImageSelection, user_args: str) -> ConfigError | None:
+    """COMFYUI_CLI_ARGS that ComfyUI would refuse next to its variant's --cpu."""
+    comfy = selection.of("comfyui")
+    if "--cpu" not in comfy.args.split():
+        return None
+    clash = [flag for flag in user_args.split() if flag.split("=")[0] in COMFYUI_VRAM_FLAGS]
+    if not clash:
+        return None
+    return ConfigError(
+        f"COMFYUI_CLI_ARGS has {' '.join(clash)}, which ComfyUI refuses with --cpu "
+        f"(its {comfy.image} runs on CPU here)",
+        "remove the VRAM flags from COMFYUI_CLI_ARGS in .env",
+    )
+
+
+def pins_from(get: Any) -> dict[str, str]:
+    """Image variables the user set (flag, environment or .env); ``get`` is Settings.get."""
+    variables = sorted(set(VARIABLE.values()))
+    return {name: get(name).strip() for name in variables if get(name).strip()}

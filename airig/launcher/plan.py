@@ -1,0 +1,386 @@
+"""Decide what Compose runs: one pure function from settings + hardware to a plan.
+
+Nothing here talks to Docker, so every profile and GPU layout is unit-tested and printed
+by ``--dry-run`` exactly as it will run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from airig.launcher.images import ImageSelection, choose_images, load_catalog, pins_from
+from airig.launcher.settings import PROFILES, STACKS, Settings
+
+# Project name per stack: "<AIRIG_PROJECT_PREFIX>-<suffix>" (airig-infra, … by default).
+PROJECT_SUFFIX = {"01-infra": "infra", "02-compute": "compute", "03-agents": "agents"}
+# A joined rig's overlay (checked in, not generated): the brain's machine runs the brain.
+JOIN_OVERLAY = "compose.join.yaml"
+GPU_OVERLAY = "agents.gpu.yaml"
+AMD_ENV = "gpu-amd.env"
+# gpu-amd: the detected device GIDs for 02-compute's AMD services (group_add, each once)
+AMD_COMPUTE_OVERLAY = "compute.gpu-amd.yaml"
+AMD_GIDS = "AIRIG_AMD_GIDS"  # in host.env: "44,109", what detection found
+# the 02-compute services that map /dev/kfd and /dev/dri (x-amd-devices)
+AMD_COMPUTE_SERVICES = ("ollama-gpu-amd", "comfyui-gpu-amd")
+HOST_ENV = "host.env"
+# 02-compute services whose GPU variant runs its CPU image (no image fits the GPUs)
+CPU_FALLBACK_OVERLAY = "compute.cpu-fallback.yaml"
+GPU_WORKER_CLASSES = "llm,script,resource"
+ALL_CLASSES = "cpu,script,llm,resource"
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One GPU the layout assigns a worker to (host index, as the driver numbers it)."""
+
+    index: int
+    name: str = ""
+    vram_bytes: int = 0
+    render_node: str = ""  # AMD: /dev/dri/renderD128 …
+    gids: tuple[int, ...] = ()  # AMD: the GIDs owning /dev/kfd and the render nodes
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    name: str
+    project: str
+    files: tuple[Path, ...]
+    profiles: tuple[str, ...]
+    # .env, then launcher-generated values (detected GIDs) that override it
+    env_files: tuple[Path, ...]
+    wait_timeout: int
+
+
+@dataclass
+class ComposePlan:
+    profile: str
+    network: str
+    stacks: tuple[StackPlan, ...]
+    # Generated files (path -> content) the launcher writes before running Compose.
+    generated: dict[Path, str] = field(default_factory=dict)
+    # The brain a joined rig's workers use; "" when this rig runs its own brain.
+    join_brain_url: str = ""
+
+    def stack(self, name: str) -> StackPlan:
+        return next(s for s in self.stacks if s.name == name)
+
+
+def build_plan(
+    settings: Settings,
+    profile: str,
+    gpus: list[GpuSlot],
+    host_env: dict[str, str] | None = None,
+    images: ImageSelection | None = None,
+) -> ComposePlan:
+    """``host_env``: detected values (e.g. AMD device GIDs) that override .env for Compose.
+    ``images``: the image chosen per compute service; written to the generated env file,
+    with an overlay that moves a service no image fits onto its CPU image."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile}")
+    state = settings.state_dir
+    generated: dict[Path, str] = {}
+    if images is None:  # down, status, logs: compose still interpolates every image
+        images_env = choose_images(
+            load_catalog(settings.root), profile, [], pins_from(settings.get)
+        ).env
+    else:
+        images_env = images.env
+    host_env = {
+        **(host_env or {}),
+        **images_env,
+        "AIRIG_CPU_WORKER_CLASSES": cpu_worker_classes(profile, gpus),
+        **rig_env(settings),
+    }
+    generated[state / HOST_ENV] = "".join(f"{k}={v}\n" for k, v in sorted(host_env.items()))
+    env_files = [settings.env_file, state / HOST_ENV]
+    projects = project_names(settings)
+    stacks = []
+    for name in STACKS:
+        files = [settings.root / name / "compose.yaml"]
+        if name == "03-agents" and settings.joined:
+            files.append(settings.root / name / JOIN_OVERLAY)
+        if name == "03-agents" and profile != "cpu" and gpus:
+            overlay = state / GPU_OVERLAY
+            group = brain_group(settings, gpus)
+            ollama_gpu = images is None or images.of("ollama").on_gpu
+            generated[overlay] = gpu_workers_overlay(
+                profile, gpus, group, settings.prefix, ollama_gpu
+            )
+            files.append(overlay)
+        if name == "02-compute" and images is not None and images.on_cpu:
+            # last, so it also undoes device lines an earlier overlay added
+            fallback = state / CPU_FALLBACK_OVERLAY
+            generated[fallback] = cpu_fallback_overlay(profile, images)
+            files.append(fallback)
+        stacks.append(
+            StackPlan(
+                name=name,
+                project=projects[name],
+                files=tuple(files),
+                profiles=(profile,),
+                env_files=tuple(env_files),
+                wait_timeout=settings.get_int("AIRIG_WAIT_TIMEOUT"),
+            )
+        )
+    if profile == "gpu-amd":
+        generated[state / AMD_ENV] = amd_env(settings)
+        add_amd_compute_overlay(stacks, generated, state / AMD_COMPUTE_OVERLAY, host_env)
+    return ComposePlan(
+        profile, settings.get("AIRIG_NETWORK"), tuple(stacks), generated,
+        settings.get("AIRIG_JOIN_BRAIN_URL").rstrip("/"),
+    )  # fmt: skip
+
+
+def project_names(settings: Settings) -> dict[str, str]:
+    """Each stack's compose project on this rig: two rigs on one engine never share one."""
+    return {name: f"{settings.prefix}-{suffix}" for name, suffix in PROJECT_SUFFIX.items()}
+
+
+def rig_env(settings: Settings) -> dict[str, str]:
+    """What the workers send the brain about their rig: its name (``host``), and on a
+    joined rig a name prefix, so its `gpu0` and the brain machine's `gpu0` are two names."""
+    rig = settings.rig_name
+    return {"AIRIG_RIG_NAME": rig, "AIRIG_WORKER_NAME_PREFIX": f"{rig}-" if settings.joined else ""}
+
+
+def cpu_worker_classes(profile: str, gpus: list[GpuSlot]) -> str:
+    """Without GPU workers the CPU workers must take every class, or LLM and script tasks
+    would wait forever; with them, CPU workers keep to CPU tasks."""
+    return "cpu" if profile != "cpu" and gpus else ALL_CLASSES
+
+
+def brain_group(settings: Settings, gpus: list[GpuSlot]) -> list[GpuSlot]:
+    """GPUs that AIRIG_BRAIN_GPUS (e.g. "0,3") gives to the brain's larger model, as the
+    seed rig ran a 14B model on GPUs 0+3. Unknown indexes are a ConfigError."""
+    from airig.common.errors import ConfigError
+
+    raw = settings.get("AIRIG_BRAIN_GPUS").replace(" ", "")
+    if not raw:
+        return []
+    by_index = {g.index: g for g in gpus}
+    try:
+        wanted = [int(i) for i in raw.split(",")]
+    except ValueError:
+        raise ConfigError(f"AIRIG_BRAIN_GPUS={raw!r} is not a list of GPU indexes",
+                          "write it like 0,3 (see `detect`)") from None  # fmt: skip
+    missing = [i for i in wanted if i not in by_index]
+    if missing:
+        raise ConfigError(f"AIRIG_BRAIN_GPUS names GPUs this host lacks: {missing}",
+                          f"detected GPUs: {sorted(by_index)} (see `detect`)")  # fmt: skip
+    return [by_index[i] for i in wanted]
+
+
+class _Reset:
+    """Compose's ``!reset`` tag: an overlay removes the attribute from the merged service."""
+
+
+def _dump_reset(dumper: yaml.SafeDumper, _value: _Reset) -> yaml.Node:
+    return dumper.represent_scalar("!reset", "")
+
+
+class _OverlayDumper(yaml.SafeDumper):
+    pass
+
+
+_OverlayDumper.add_representer(_Reset, _dump_reset)
+
+
+def cpu_fallback_overlay(profile: str, images: ImageSelection) -> str:
+    """02-compute overlay: each service no image fits runs its CPU image in its GPU
+    variant, without the device request (``!reset`` needs Compose ≥ 2.24)."""
+    services: dict = {}
+    for choice in images.on_cpu:
+        service: dict = {"image": choice.image}
+        if profile == "gpu-nvidia":
+            service["deploy"] = _Reset()
+        else:
+            service.update(devices=_Reset(), group_add=_Reset())
+        if choice.service == "comfyui":
+            service["environment"] = {"CLI_ARGS": f"{choice.args} ${{COMFYUI_CLI_ARGS:-}}"}
+        elif choice.service == "whisper":
+            service["environment"] = {"WHISPER__INFERENCE_DEVICE": "cpu"}
+        services[f"{choice.service}-{profile}"] = service
+    header = "# Generated by airig: these services run on CPU (no image fits the GPUs).\n"
+    return header + yaml.dump({"services": services}, Dumper=_OverlayDumper, sort_keys=True)
+
+
+def gpu_workers_overlay(
+    profile: str,
+    gpus: list[GpuSlot],
+    group: list[GpuSlot] = (),
+    prefix: str = "airig",
+    ollama_gpu: bool = True,
+) -> str:
+    """Compose overlay: per GPU a worker and its own Ollama, both pinned to that GPU, and
+    one pair for the brain's GPU group (all its GPUs in one container, so one model spans
+    them). YAML text.
+
+    Each GPU worker talks to its own Ollama: with one shared Ollama over every GPU, the
+    server, not the brain, would decide where a model loads, and residency would be a
+    guess. The shared `ollama` of 02-compute stays for provisioning and CPU workers."""
+    grouped = {g.index for g in group}
+    pairs = [(f"gpu{g.index}", [g]) for g in gpus if g.index not in grouped]
+    if group:
+        pairs.append(("brain", list(group)))
+    services: dict = {}
+    for suffix, slots in pairs:
+        ollama = f"ollama-{suffix}"
+        services[ollama] = _gpu_ollama(profile, slots, ollama_gpu)
+        services[f"worker-{suffix}"] = _gpu_worker(profile, slots, ollama)
+    header = "# Generated by airig from the detected GPUs; edits are overwritten.\n"
+    document = {
+        "services": services,
+        # the model store that 01-infra creates and 02-compute's init containers fill
+        "volumes": {"ollama-models": {"name": f"{prefix}-ollama-models", "external": True}},
+    }
+    return header + yaml.safe_dump(document, sort_keys=True)
+
+
+def _pin(profile: str, service: dict, env: dict, gpus: list[GpuSlot]) -> None:
+    """Give ``service`` exactly these GPUs, with the matching *_VISIBLE_DEVICES."""
+    ids = [str(g.index) for g in gpus]
+    if profile == "gpu-nvidia":
+        # device_ids makes the NVIDIA runtime set NVIDIA_VISIBLE_DEVICES to these cards.
+        service.setdefault("deploy", {})["resources"] = {
+            "reservations": {
+                "devices": [{"driver": "nvidia", "device_ids": ids, "capabilities": ["gpu"]}]
+            }
+        }
+    else:
+        nodes = [g.render_node or f"/dev/dri/renderD{128 + g.index}" for g in gpus]
+        service["devices"] = ["/dev/kfd", *nodes]
+        gids = amd_group_add(gid for g in gpus for gid in g.gids)
+        if gids:  # none without detection: root in the container needs none
+            service["group_add"] = gids
+        # Only these cards' render nodes are mapped, so inside they are devices 0..n-1.
+        env["ROCR_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(gpus)))
+
+
+def _gpu_ollama(profile: str, gpus: list[GpuSlot], on_gpu: bool = True) -> dict:
+    """``on_gpu`` False: no Ollama image fits these cards; the worker's Ollama runs the
+    CPU image unpinned (the launcher said so in one warning line)."""
+    env = {
+        "OLLAMA_HOST": "0.0.0.0:11434",
+        "OLLAMA_CONTEXT_LENGTH": "${OLLAMA_CONTEXT_LENGTH:-8192}",
+        "OLLAMA_FLASH_ATTENTION": "${OLLAMA_FLASH_ATTENTION:-1}",
+        "OLLAMA_KV_CACHE_TYPE": "${OLLAMA_KV_CACHE_TYPE:-q8_0}",
+        "OLLAMA_MAX_LOADED_MODELS": "${OLLAMA_MAX_LOADED_MODELS:-2}",
+        # The brain decides eviction (swap protocol); a timer must never unload a model.
+        "OLLAMA_KEEP_ALIVE": "-1",
+        # Ollama prunes unreferenced blobs at start; the shared store may hold a pull in
+        # progress by 02-compute's ollama-init, which must not be deleted under it.
+        "OLLAMA_NOPRUNE": "1",
+    }
+    image = "${OLLAMA_IMAGE:?set OLLAMA_IMAGE in .env}"
+    service: dict = {
+        "image": image,
+        "environment": env,
+        # read-write: Ollama writes nothing but may create its key pair under ~/.ollama
+        "volumes": ["ollama-models:/root/.ollama"],
+        "healthcheck": {
+            "test": ["CMD", "ollama", "list"],
+            "interval": "10s",
+            "timeout": "10s",
+            "retries": 12,
+            "start_period": "30s",
+        },  # fmt: skip
+        "restart": "unless-stopped",
+        "logging": {"driver": "json-file", "options": {"max-size": "10m", "max-file": "3"}},
+        "networks": ["ai"],  # no alias: `ollama` stays the shared instance
+    }
+    if not on_gpu:
+        return service
+    if profile == "gpu-amd":
+        service["image"] = "${OLLAMA_IMAGE_ROCM:?set OLLAMA_IMAGE_ROCM in .env}"
+        service["env_file"] = [{"path": "../.airig/gpu-amd.env", "required": False}]
+    _pin(profile, service, env, gpus)
+    return service
+
+
+def _gpu_worker(profile: str, gpus: list[GpuSlot], ollama: str) -> dict:
+    ids = [str(g.index) for g in gpus]
+    env = {
+        "WORKER_NAME": "gpu" + "-".join(ids) if len(ids) == 1 else "brain-gpu" + "-".join(ids),
+        "WORKER_CLASSES": GPU_WORKER_CLASSES if len(ids) == 1 else "llm,resource",
+        "WORKER_GPU": ",".join(ids),
+        "OLLAMA_URL": f"http://{ollama}:11434",
+    }
+    service: dict = {
+        # Paths in an extra -f file resolve against the first file's folder (03-agents/).
+        "extends": {"file": "compose.yaml", "service": "worker-cpu"},
+        "environment": env,
+        "deploy": {"replicas": 1},
+        "depends_on": {ollama: {"condition": "service_healthy"}},
+    }
+    # The worker reads its GPU's temperature and free VRAM (NVML) for the thermal guard
+    # and the swap protocol's VRAM check, so it is pinned to the same card.
+    _pin(profile, service, env, gpus)
+    return service
+
+
+def amd_env(settings: Settings) -> str:
+    override = settings.get("HSA_OVERRIDE_GFX_VERSION")
+    lines = ["# Generated by airig for gpu-amd containers."]
+    if override:
+        lines.append(f"HSA_OVERRIDE_GFX_VERSION={override}")
+    return "\n".join(lines) + "\n"
+
+
+def amd_group_add(gids: Iterable[int | str]) -> list[str]:
+    """Compose ``group_add`` for AMD devices: numeric GIDs (group names do not exist in
+    most images), each once, sorted. On most ROCm hosts /dev/kfd and the render nodes
+    share the `render` group, and Compose rejects a list that repeats an item."""
+    return [str(gid) for gid in sorted({int(gid) for gid in gids})]
+
+
+def amd_host_env(gids: Iterable[int]) -> dict[str, str]:
+    """What detection found, for host.env (``AIRIG_AMD_GIDS=44,109``)."""
+    found = amd_group_add(gids)
+    return {AMD_GIDS: ",".join(found)} if found else {}
+
+
+def amd_compute_overlay(gids: Iterable[int | str]) -> str:
+    """02-compute overlay for gpu-amd: each AMD service joins the groups owning the device
+    nodes it maps. Generated because their number (one or two) depends on the host."""
+    group_add = amd_group_add(gids)
+    services = {name: {"group_add": group_add} for name in AMD_COMPUTE_SERVICES}
+    header = "# Generated by airig from the GIDs owning /dev/kfd and /dev/dri/renderD*.\n"
+    return header + yaml.safe_dump({"services": services}, sort_keys=True)
+
+
+def add_amd_compute_overlay(
+    stacks: list[StackPlan], generated: dict[Path, str], path: Path, host_env: dict[str, str]
+) -> None:
+    """Generate ``path`` from host_env's AIRIG_AMD_GIDS and give it to 02-compute, right
+    after its compose.yaml: overlays after it (the CPU fallback) may still undo it."""
+    gids = [gid for gid in host_env.get(AMD_GIDS, "").split(",") if gid.strip()]
+    generated[path] = amd_compute_overlay(gids)
+    for position, stack in enumerate(stacks):
+        if stack.name == "02-compute":
+            files = (*stack.files[:1], path, *stack.files[1:])
+            stacks[position] = replace(stack, files=files)
+
+
+def worker_layout(plan: ComposePlan, cpu_workers: str) -> list[dict[str, str]]:
+    """Who runs where, for `--dry-run` and the docs: one row per worker service."""
+
+    host_env = next((text for path, text in plan.generated.items() if path.name == HOST_ENV), "")
+    cpu_classes = dict(line.split("=", 1) for line in host_env.splitlines() if "=" in line)
+    rows = [{
+        "worker": f"worker-cpu (x{cpu_workers})", "gpus": "-", "ollama": "ollama (shared)",
+        "classes": cpu_classes.get("AIRIG_CPU_WORKER_CLASSES", ALL_CLASSES),
+    }]  # fmt: skip
+    overlay = next((t for path, t in plan.generated.items() if path.name == GPU_OVERLAY), None)
+    services = yaml.safe_load(overlay)["services"] if overlay else {}
+    for name, service in sorted(services.items()):
+        if not name.startswith("worker-"):
+            continue
+        env = service["environment"]
+        ollama = env["OLLAMA_URL"].removeprefix("http://").split(":")[0]
+        rows.append({"worker": name, "gpus": env["WORKER_GPU"], "ollama": f"{ollama} (own)",
+                     "classes": env["WORKER_CLASSES"]})  # fmt: skip
+    return rows

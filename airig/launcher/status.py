@@ -1,0 +1,183 @@
+"""What is running, and the doctor's report: tables for people, JSON for bug reports.
+
+Table cells hold text from Docker, the brain and the host: it is escaped, so a bracket in
+it ("[/dev/dri]") is shown, not read as rich markup.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+
+from rich.markup import escape
+from rich.table import Table
+
+from airig import __version__
+from airig.common.errors import AirigError
+from airig.launcher.docker import Docker, ServiceState
+from airig.launcher.envfile import SECRET_KEYS
+from airig.launcher.plan import ComposePlan
+from airig.launcher.preflight import Check
+
+SKIP_URL = {"ollama-init", "comfyui-init", "whisper-init", "volumes-init"}
+# A settings key naming any of these holds a secret; its value never enters a bug report.
+SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "PASS", "SECRET", "CREDENTIAL", "AUTH")
+# The user-info of a URL anywhere in a text (scheme://user:password@, scheme://token@); up to
+# the last @ before the path, as a password may hold an unencoded @
+URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<userinfo>[^/\s]+)@", re.I)
+REDACTED = "<redacted>"
+
+
+def service_rows(docker: Docker, plan: ComposePlan) -> list[dict]:
+    rows = []
+    for stack in plan.stacks:
+        for svc in docker.services(stack):
+            rows.append({"stack": stack.name, **_row(svc)})
+    return rows
+
+
+def _row(svc: ServiceState) -> dict:
+    urls = []
+    for mapping in svc.ports:
+        host, _, _target = mapping.partition("->")
+        address, _, port = host.rpartition(":")
+        shown = "localhost" if address in ("0.0.0.0", "::", "") else address
+        urls.append(f"http://{shown}:{port}")
+    # The operator dashboard is served by the brain itself.
+    urls += [f"{u}/dashboard" for u in urls if svc.service == "brain"]
+    return {
+        "service": svc.service,
+        "container": svc.container,
+        "state": svc.state,
+        "health": svc.health or ("-" if svc.state == "running" else ""),
+        "exit_code": svc.exit_code,
+        "urls": sorted(set(urls)),
+    }
+
+
+def services_table(rows: list[dict], title: str = "airig services") -> Table:
+    table = Table(title=title)
+    for col in ("stack", "service", "state", "health", "url"):
+        table.add_column(col)
+    for r in rows:
+        ok = (r["state"] == "running" and r["health"] in ("healthy", "-")) or (
+            r["state"] == "exited" and r["exit_code"] == 0
+        )
+        state = r["state"] if r["state"] != "exited" else f"exited ({r['exit_code']})"
+        colour = "green" if ok else "red"
+        table.add_row(
+            escape(r["stack"]), escape(r["service"]), f"[{colour}]{escape(state)}[/]",
+            escape(r["health"]), escape(" ".join(r["urls"])),
+        )  # fmt: skip
+    return table
+
+
+def brain_workers(env_file) -> list[dict] | None:
+    """The brain's worker list, or None when the brain is not up (status still works)."""
+    from airig.launcher.brain_client import BrainClient
+
+    try:
+        client = BrainClient.from_env(env_file)
+        client.timeout_s = 3.0
+        return client.workers()
+    except AirigError:
+        return None
+
+
+def workers_table(workers: list[dict]) -> Table:
+    """Workers with their rig (host), GPU temperature and the brain's warnings."""
+    table = Table(title="workers")
+    columns = ("worker", "host", "classes", "gpu", "temp", "running", "resident models")
+    for col in (*columns, "warnings"):
+        table.add_column(col)
+    for w in workers:
+        gpus = w.get("gpus") or []
+        temps = [g["temperature_c"] for g in gpus if g.get("temperature_c") is not None]
+        gpu = "cpu" if w.get("gpu_index") is None else ",".join(str(g["index"]) for g in gpus)
+        name = escape(str(w["name"]))
+        name = name if w.get("alive") else f"[red]{name} (silent)[/]"
+        warnings = escape("; ".join(w.get("warnings") or []))
+        table.add_row(
+            name, escape(w.get("host") or "-"), escape(",".join(w.get("classes") or [])),
+            gpu or str(w.get("gpu_index")),
+            " ".join(f"{t:.0f}°C" for t in temps) or "-", str(w.get("running", 0)),
+            escape(", ".join(w.get("resident_models") or [])) or "-",
+            f"[yellow]⚠ {warnings}[/]" if warnings else "",
+        )  # fmt: skip
+    return table
+
+
+def layout_table(rows: list[dict[str, str]]) -> Table:
+    table = Table(title="worker layout")
+    for col in ("worker", "gpus", "ollama", "classes"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(escape(row[key]) for key in ("worker", "gpus", "ollama", "classes")))
+    return table
+
+
+def checks_table(checks: list[Check]) -> Table:
+    table = Table(title="airig doctor", show_lines=False)
+    table.add_column("")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("fix")
+    for c in checks:
+        mark = "[green]✔[/]" if c.ok else "[red]✘[/]"
+        table.add_row(mark, escape(c.name), escape(c.detail), escape(c.fix))
+    return table
+
+
+def is_secret_key(key: str) -> bool:
+    upper = key.upper()
+    return key in SECRET_KEYS or any(word in upper for word in SECRET_WORDS)
+
+
+def redact_urls(text: str) -> str:
+    """``http://user:pass@host`` → ``http://user:<redacted>@host``; a bare ``token@`` goes
+    whole. Settings such as AIRIG_PIP_INSTALL_ARGS carry index URLs with passwords."""
+
+    def hide(match: re.Match) -> str:
+        user, colon, _password = match["userinfo"].partition(":")
+        kept = f"{user}:" if colon else ""
+        return f"{match['scheme']}{kept}{REDACTED}@"
+
+    return URL_USERINFO.sub(hide, text)
+
+
+def scrubbed(value):
+    """``value`` with URL credentials redacted in every string, however deep."""
+    if isinstance(value, str):
+        return redact_urls(value)
+    if isinstance(value, dict):
+        return {k: scrubbed(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrubbed(v) for v in value]
+    return value
+
+
+def redacted_env(values: dict[str, str]) -> dict[str, str]:
+    """The settings for a bug report, secrets replaced."""
+    return {k: (REDACTED if is_secret_key(k) else redact_urls(v)) for k, v in values.items()}
+
+
+def bundle(checks: list[Check], settings_values: dict[str, str], extra: dict) -> dict:
+    return scrubbed(
+        {
+            "airig": __version__,
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "checks": [c.to_dict() for c in checks],
+            "settings": redacted_env(settings_values),
+            **extra,
+        }
+    )
+
+
+def safe(fn, default):
+    """Run a probe for the doctor; its AirigError becomes data, not a crash."""
+    try:
+        return fn()
+    except AirigError as exc:
+        return default(exc)

@@ -1,0 +1,352 @@
+"""`up` and `down`: the launcher's sequence, with rollback.
+
+up:   .env → detect → choose profile (say which source won) → preflight → network →
+      build the kit's image → stacks in order with `compose up --wait` → summary.
+The GPU judgement comes before any build: on a first run the probe has no local image,
+so the base image (which the build starts FROM anyway) is pulled to probe with.
+A failed stack names the failing service, shows its last log lines and takes down what
+this run started, so nothing is left half-started. Running `up` twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from airig.common.errors import DockerError, PreflightError
+from airig.launcher.docker import Docker, ServiceState, engine_errors
+from airig.launcher.hardware.choice import Choice, choose_profile, probe_images
+from airig.launcher.image_source import image_hash, source_hash
+from airig.launcher.images import ImageSelection, comfyui_flag_clash
+from airig.launcher.plan import ComposePlan, StackPlan, build_plan, project_names
+from airig.launcher.preflight import Check, disk_check, docker_checks, env_check, port_checks
+from airig.launcher.settings import Settings
+
+# The shared volumes, named "<AIRIG_PROJECT_PREFIX>-<name>" (see 01-infra/compose.yaml).
+VOLUMES = {
+    "data": ["data", "results", "brain-state"],
+    "models": ["ollama-models", "comfyui-data", "whisper-models"],
+}
+# The service whose build: makes the kit's image; a joined rig has no brain, and its
+# workers' build: is the same (the x-airig anchor).
+IMAGE_SERVICE = ("03-agents", "brain")
+JOINED_IMAGE_SERVICE = "worker-cpu"
+# 02-compute's init containers, whose JSON lines become the progress bars
+INIT_SERVICES = ("ollama-init", "comfyui-init", "whisper-init")
+
+
+@dataclass
+class UpResult:
+    plan: ComposePlan
+    choice: Choice
+    started: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+
+class Launcher:
+    def __init__(self, settings: Settings, docker: Docker, console: Console) -> None:
+        self.settings, self.docker, self.console = settings, docker, console
+
+    # ------------------------------------------------------------------ up
+    def up(self, dry_run: bool = False) -> UpResult:
+        if not dry_run:
+            _require(docker_checks(self.docker))
+        choice = choose_profile(self.settings, self.docker, strict=not dry_run)
+        if not dry_run and _probe_lacked_image(choice):
+            # A GPU probe needs a local image, and a fresh host has none. Judge the GPUs
+            # now, not after a long build of the kit's image: pull the base image that
+            # build starts FROM anyway, and probe with it.
+            base = probe_images(self.settings)[-1]
+            self.console.print(f"[bold]Pulling[/] {escape(base)} to probe the GPUs with …")
+            self.docker.pull_image(base)
+            choice = choose_profile(self.settings, self.docker, strict=True)
+        self._say_profile(choice)
+        images = choice.images
+        if images is not None:
+            self._say_images(images, dry_run)
+            if images.refusals and not dry_run:
+                raise images.refusals[0]  # a pin that cannot run here: nothing started
+            clash = comfyui_flag_clash(images, self.settings.get("COMFYUI_CLI_ARGS"))
+            if clash is not None:
+                raise clash
+        plan = build_plan(self.settings, choice.profile, choice.gpus, choice.host_env, images)
+        result = UpResult(plan=plan, choice=choice)
+        if dry_run:
+            result.commands = self.commands(plan)
+            return result
+        _require(self.preflight())
+        self._write_generated(plan)
+        self.docker.ensure_network(plan.network)
+        self._build(plan)
+        for stack in plan.stacks:
+            self.console.print(f"[bold]Starting[/] {escape(stack.name)} …")
+            self._up_stack(plan, stack, result)
+        return result
+
+    def _build(self, plan: ComposePlan) -> None:
+        args = {k: self.settings.get(k) for k in ("AIRIG_BASE_IMAGE", "AIRIG_PIP_INSTALL_ARGS")}
+        wanted = source_hash(self.settings.root, args)
+        image = self.settings.get("AIRIG_IMAGE")
+        with engine_errors(f"inspecting the image {image}"):
+            built = image_hash(self.docker.sdk(), image)
+        if built == wanted:
+            return
+        self.console.print(f"[bold]Building[/] the kit's image {escape(image)} …")
+        self.docker.build(
+            plan.stack(IMAGE_SERVICE[0]), [_image_service(plan)], {"AIRIG_SOURCE_HASH": wanted}
+        )
+
+    def commands(self, plan: ComposePlan) -> list[str]:
+        """The exact commands `up` runs, in order (for --dry-run)."""
+        lines = [f"docker network create {plan.network}   # if missing"]
+        for path in [*plan.generated, *(stack_env_path(self.settings, s) for s in plan.stacks)]:
+            lines.append(f"# write {path.relative_to(self.settings.root)}")
+        build = plan.stack(IMAGE_SERVICE[0])
+        lines.append(
+            self.docker.command(
+                build,
+                "build",
+                "--quiet",
+                "--build-arg",
+                "AIRIG_SOURCE_HASH=<hash>",
+                _image_service(plan),
+            )
+            + "   # only when the sources changed"
+        )
+        for stack in plan.stacks:
+            lines.append(
+                self.docker.command(
+                    stack,
+                    "up",
+                    "--detach",
+                    "--wait",
+                    "--wait-timeout",
+                    str(stack.wait_timeout),
+                    "--remove-orphans",
+                )
+            )
+        return lines
+
+    def preflight(self) -> list[Check]:
+        checks = [env_check(self.settings)]
+        docker_root = self.docker.engine_info().get("DockerRootDir")
+        checks.append(disk_check(self.settings, docker_root))
+        checks += port_checks(self.settings, self.own_ports())
+        return checks
+
+    def own_ports(self) -> set[int]:
+        """Host ports already published by this rig's containers (a second `up` is fine).
+        Only this rig's projects: another rig's port on this engine is a real clash."""
+        ours = set(project_names(self.settings).values())
+        ports = set()
+        for c in self.docker.containers(label="com.docker.compose.project"):
+            if c.labels.get("com.docker.compose.project", "") not in ours:
+                continue
+            for bindings in (c.attrs["NetworkSettings"]["Ports"] or {}).values():
+                ports.update(int(b["HostPort"]) for b in bindings or [])
+        return ports
+
+    def _say_profile(self, choice: Choice) -> None:
+        # reasons and fixes quote drivers and the engine ("capabilities: [[gpu]]"): never markup
+        self.console.print(
+            f"Profile [bold cyan]{escape(choice.profile)}[/] (from {escape(choice.source)})"
+        )
+        if choice.refusal is not None:  # dry-run: say it, since nothing else will
+            self.console.print(
+                f"  [bold yellow]⚠ up would refuse {escape(choice.profile)}:[/] "
+                f"{escape(choice.refusal.message)}"
+            )
+        else:
+            for reason in choice.reasons:
+                self.console.print(f"  · {escape(reason)}")
+        if choice.fix:
+            self.console.print(f"  [yellow]→ {escape(choice.fix)}[/]")
+        from airig.provision.fit import check_fit
+
+        models = [
+            m.strip() for m in self.settings.get("AIRIG_OLLAMA_MODELS").split(",") if m.strip()
+        ]
+        # each worker owns one GPU, so a model must fit the largest single card
+        largest = max((g.vram_bytes for g in choice.gpus), default=0)
+        for warning in check_fit(models, [largest] if largest else []):
+            self.console.print(f"  [yellow]⚠ {escape(warning)}[/]")
+
+    def _say_images(self, images: ImageSelection, dry_run: bool) -> None:
+        """Which image each compute service runs and why; a fallback to CPU or a pin that
+        cannot run is one line (the pin's ✘ line is the error `up` stops with)."""
+        for line in image_lines(images):
+            if dry_run or not line.startswith("[red]✘"):
+                self.console.print(line, highlight=False, soft_wrap=True)
+
+    def _write_generated(self, plan: ComposePlan) -> None:
+        for path, text in plan.generated.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        # `docker compose logs` run inside a stack folder reads only that folder's .env:
+        # link each to a file holding what this run used (.env, the generated values, the
+        # project, profile and files), so the stacks work by hand exactly as `up` ran them.
+        for stack in plan.stacks:
+            env_path = stack_env_path(self.settings, stack)
+            env_path.parent.mkdir(parents=True, exist_ok=True)
+            env_path.touch(mode=0o600)  # it holds the secrets .env holds
+            env_path.write_text(stack_env_text(stack))
+            link = self.settings.root / stack.name / ".env"
+            target = Path("..") / env_path.relative_to(self.settings.root)
+            if link.is_symlink() and Path(os.readlink(link)) != target:
+                link.unlink()  # an older kit linked ../.env
+            if not link.exists() and not link.is_symlink():
+                link.symlink_to(target)
+
+    def _up_stack(self, plan: ComposePlan, stack: StackPlan, result: UpResult) -> None:
+        was_up = _all_healthy(self.docker.services(stack))
+        try:
+            if stack.name == "02-compute":
+                self._up_with_progress(stack)
+            else:
+                self.docker.up(stack)
+        except DockerError as exc:
+            failing = self.diagnose(stack)
+            started = [s for s in plan.stacks if s.name in result.started or s is stack]
+            if not was_up:
+                self.rollback(started)
+            names = ", ".join(f.service for f in failing) or stack.name
+            raise DockerError(
+                f"{stack.name}: {names} failed to start ({exc.message})",
+                "read the log lines above; fix .env or the host, then run up again",
+            ) from None
+        if not was_up:
+            result.started.append(stack.name)
+
+    def _up_with_progress(self, stack: StackPlan) -> None:
+        """`compose up --wait` in a thread while the init containers' lines become bars.
+
+        The bars follow the init containers' structured progress lines live, then the
+        model → size → verified table; rich draws in this (main) thread.
+        """
+        from airig.launcher.init_logs import InitLogs
+        from airig.provision.progress import render
+
+        follower = InitLogs(self.docker.sdk(), stack.project, INIT_SERVICES, since=time.time())
+        failure: list[BaseException] = []
+
+        def run_up() -> None:
+            try:
+                self.docker.up(stack)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                failure.append(exc)
+            finally:
+                follower.close()
+
+        worker = threading.Thread(target=run_up, name="compose-up", daemon=True)
+        follower.start()
+        worker.start()
+        render(follower.lines(), self.console)
+        worker.join()
+        if failure:
+            raise failure[0]
+
+    def diagnose(self, stack: StackPlan) -> list[ServiceState]:
+        """Print the last log lines of every service that is not up and healthy."""
+        failing = [s for s in self.docker.services(stack) if not _is_ok(s)]
+        for svc in failing:
+            code = "" if svc.exit_code in (None, 0) else f", exit code {svc.exit_code}"
+            self.console.print(
+                f"[red]✘ {escape(svc.service)}[/]: {escape(f'{svc.state} {svc.health}{code}')}"
+            )
+            for line in self.docker.logs(stack, svc.service, tail=15).splitlines()[-15:]:
+                self.console.print(f"    {line}", markup=False, highlight=False)
+        return failing
+
+    def rollback(self, stacks: list[StackPlan]) -> None:
+        for stack in reversed(stacks):
+            self.console.print(f"[yellow]Rolling back[/] {escape(stack.name)} …")
+            self.docker.down(stack)
+
+    # ------------------------------------------------------------------ down
+    def down(self, plan: ComposePlan, volumes: bool, keep_models: bool) -> list[str]:
+        done = []
+        for stack in reversed(plan.stacks):
+            self.docker.down(stack)
+            done.append(f"{stack.name} down")
+        if volumes:
+            kept = [] if keep_models else VOLUMES["models"]
+            names = [f"{self.settings.prefix}-{v}" for v in VOLUMES["data"] + kept]
+            done += [f"volume {v} removed" for v in self.docker.remove_volumes(names)]
+        done.append(self.docker.remove_network(plan.network))
+        for path in [*plan.generated, *(stack_env_path(self.settings, s) for s in plan.stacks)]:
+            if path.exists():
+                os.remove(path)
+        return done
+
+
+def stack_env_path(settings: Settings, stack: StackPlan) -> Path:
+    return settings.state_dir / "env" / f"{stack.name}.env"
+
+
+def stack_env_text(stack: StackPlan) -> str:
+    """A stack folder's .env: the env files `up` passed, verbatim and in order (a later
+    key wins, as between --env-file files), then COMPOSE_PROJECT_NAME / _PROFILES / _FILE,
+    which Compose reads from that file. Verbatim, so Compose reads every value exactly as
+    it did in `up` (quotes, escapes, ${...})."""
+    parts = ["# Generated by airig at `up` for running docker compose in this folder.\n"]
+    for path in stack.env_files:
+        if path.exists():
+            text = path.read_text()
+            parts.append(f"# ---- {path.name}\n{text}{'' if text.endswith(chr(10)) else chr(10)}")
+    parts.append(
+        f"# ---- the project `up` ran\nCOMPOSE_PROJECT_NAME={stack.project}\n"
+        f"COMPOSE_PROFILES={','.join(stack.profiles)}\n"
+        f"COMPOSE_FILE={os.pathsep.join(str(f) for f in stack.files)}\n"
+    )
+    return "".join(parts)
+
+
+def image_lines(images: ImageSelection) -> list[str]:
+    """Rich-markup lines: per service its image and why, then warnings and refusals."""
+    lines = []
+    for choice in images.choices:
+        device = "GPU" if choice.on_gpu else "CPU"
+        lines.append(
+            f"  Image [bold]{escape(choice.service)}[/] ({device}): {escape(choice.image)}"
+            f" [dim]({escape(choice.why)})[/]"
+        )
+    for choice in images.choices:
+        if choice.warning:
+            lines.append(f"  [bold yellow]⚠ {escape(choice.warning)}[/]")
+        if choice.refusal:
+            lines.append(f"[red]✘ {escape(choice.refusal.message)}[/]")
+            lines.append(f"  [yellow]→ {escape(choice.refusal.hint or '')}[/]")
+    return lines
+
+
+def _image_service(plan: ComposePlan) -> str:
+    return JOINED_IMAGE_SERVICE if plan.join_brain_url else IMAGE_SERVICE[1]
+
+
+def _is_ok(s: ServiceState) -> bool:
+    if s.state == "exited":
+        return s.exit_code == 0
+    return s.state == "running" and s.health in ("", "healthy")
+
+
+def _all_healthy(services: list[ServiceState]) -> bool:
+    return bool(services) and all(_is_ok(s) for s in services)
+
+
+def _probe_lacked_image(choice) -> bool:
+    return any(
+        p.status == "not run" and "no probe image" in p.detail
+        for p in choice.report.probes.values()
+    )
+
+
+def _require(checks: list[Check]) -> None:
+    for check in checks:
+        if not check.ok:
+            raise PreflightError(f"{check.name}: {check.detail}", check.fix)

@@ -1,0 +1,85 @@
+"""02-compute's `models-ready` gate.
+
+Compose starts it only after every init container exited 0 (service_completed_successfully),
+so its health means "every model named in .env is pulled and verified". It also serves the
+verified-model inventory that the init containers recorded, for `status` and the workers.
+
+    python -m airig.services.gate            serve on :8099 (GET /health, GET /models)
+                                    on GATE_LISTEN_HOST (default 127.0.0.1; compose: 0.0.0.0)
+    python -m airig.services.gate --check    healthcheck: exit 0 when the server answers
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+PORT = 8099
+
+
+def inventory(cache_paths: list[Path]) -> dict:
+    """Merge the init containers' verify caches: {cache path: its JSON, or an error}."""
+    out: dict = {}
+    for path in cache_paths:
+        try:
+            out[str(path)] = json.loads(path.read_text())
+        except FileNotFoundError:
+            out[str(path)] = {"error": "not written (no models configured?)"}
+        except (OSError, ValueError) as exc:
+            out[str(path)] = {"error": f"unreadable: {exc}"}
+    return out
+
+
+def _cache_paths() -> list[Path]:
+    raw = os.environ.get("AIRIG_VERIFY_CACHES", "")
+    return [Path(p) for p in raw.split(",") if p.strip()]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        if self.path == "/health":
+            self._send(200, {"status": "ok"})
+        elif self.path == "/models":
+            self._send(200, inventory(_cache_paths()))
+        else:
+            self._send(404, {"error": f"no route {self.path}"})
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, fmt: str, *args) -> None:  # keep logs to one JSON line a request
+        print(json.dumps({"event": "gate.request", "line": fmt % args}), flush=True)
+
+
+def listen_host() -> str:
+    """Loopback unless told otherwise: only compose, inside the container, sets 0.0.0.0."""
+    return os.environ.get("GATE_LISTEN_HOST", "").strip() or "127.0.0.1"
+
+
+def check(port: int = PORT) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=4):
+            return 0
+    except OSError:
+        return 1
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        return check()
+    print(json.dumps({"event": "gate.ready", "caches": [str(p) for p in _cache_paths()]}))
+    ThreadingHTTPServer((listen_host(), PORT), _Handler).serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,304 @@
+"""01-infra's own services: lay out the shared volumes, and serve the data volume.
+
+``python -m airig.services.infra prepare`` runs once as root: a fresh named volume is root-owned,
+but speaches runs as uid 1000 and the kit's brain and workers as 10001, so each volume
+gets the owner of the image that writes it (a classic source of "permission denied" in
+peer kits). ``serve`` is an authenticated file service so users can put inputs (audio,
+documents) on the volume the workers read and fetch what tasks wrote.
+"""
+
+# No `from __future__ import annotations`: FastAPI must resolve the route annotations,
+# which are local to create_app().
+
+import contextlib
+import errno
+import hmac
+import json
+import os
+import secrets
+import stat
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import unquote
+
+from airig.common.secrets import is_placeholder
+
+AIRIG_UID = 10001
+WHISPER_UID = 1000  # speaches' "ubuntu" user
+VOLUMES_ROOT = Path(os.environ.get("AIRIG_VOLUMES_ROOT", "/volumes"))
+LAYOUT = {
+    "data": (AIRIG_UID, ["inputs", "outputs"]),
+    "results": (AIRIG_UID, []),
+    "state": (AIRIG_UID, []),
+    "whisper": (WHISPER_UID, []),
+    "ollama": (0, ["models"]),
+    "comfyui": (0, []),
+}
+PORT = 8090
+UPLOAD_PREFIX = ".upload-"  # in-flight uploads: hidden from listings, not writable by name
+# Users upload audio and video; the disk is the real bound, this stops a runaway client.
+DEFAULT_MAX_UPLOAD = 8 * 1024**3
+
+
+def prepare(root: Path = VOLUMES_ROOT) -> list[str]:
+    """Create the layout and fix ownership; idempotent. Returns what it did."""
+    done = []
+    for name, (uid, subdirs) in LAYOUT.items():
+        volume = root / name
+        if not volume.is_dir():
+            continue
+        for sub in subdirs:
+            (volume / sub).mkdir(exist_ok=True)
+        for path in [volume, *(volume / s for s in subdirs)]:
+            if path.stat().st_uid != uid:
+                os.chown(path, uid, uid)
+                done.append(f"chown {uid} {path}")
+    return done
+
+
+def create_app():
+    """The file service. Imported lazily so `prepare` needs no web stack."""
+    from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi.responses import FileResponse
+    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+    from starlette.requests import ClientDisconnect
+
+    root = Path(os.environ.get("FILES_ROOT", "/data")).resolve()
+    token = os.environ.get("BRAIN_ADMIN_TOKEN", "")
+    if is_placeholder(token):
+        raise SystemExit("files: BRAIN_ADMIN_TOKEN is not set (run python start_services.py)")
+    limit = max_upload_bytes()
+    bearer = HTTPBearer()
+    Credentials = Annotated[HTTPAuthorizationCredentials, Depends(bearer)]
+
+    def authorised(cred: Credentials) -> None:
+        if not same_secret(cred.credentials, token):
+            raise HTTPException(401, "invalid token")
+
+    def vet(rel: str) -> None:
+        reason = bad_path_reason(rel)
+        if reason:
+            raise HTTPException(400, f"{reason}; give a path inside the data volume")
+
+    def resolve(rel: str) -> Path:
+        vet(rel)
+        path = (root / rel).resolve()
+        if not _inside(root, path):
+            raise HTTPException(400, "path escapes the data volume")
+        return path
+
+    app = FastAPI(title="airig files", dependencies=[])
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "root": str(root)}
+
+    @app.get("/files/{rel:path}", dependencies=[Depends(authorised)])
+    def get(rel: str):
+        path = resolve(rel)
+        try:
+            if path.is_dir():
+                listed = (_entry(root, p) for p in path.iterdir() if not _in_flight(p.name))
+                return {"path": rel, "entries": sorted(e for e in listed if e)}
+            found = path.is_file()
+        except OSError as exc:
+            raise HTTPException(*_os_failure(exc, rel)) from None
+        if not found:
+            raise HTTPException(404, f"no file {rel}")
+        return FileResponse(path)
+
+    @app.put("/files/{rel:path}", dependencies=[Depends(authorised)], status_code=201)
+    async def put(rel: str, request: Request) -> dict:
+        vet(rel)
+        parent_rel, _, name = rel.rpartition("/")
+        if name in ("", "."):
+            raise HTTPException(400, f"name a file to write, e.g. inputs/talk.wav (got {rel!r})")
+        if _in_flight(name):
+            raise HTTPException(400, f"names starting {UPLOAD_PREFIX} are reserved; rename it")
+        # Only the folder is resolved: a link in the file's own place is replaced by the
+        # upload (os.replace), never written through.
+        parent = resolve(parent_rel)
+        declared = request.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
+            raise HTTPException(413, _too_large(limit))
+        try:
+            dir_fd = _open_dirs(root, parent.relative_to(root).parts)
+            try:
+                size = await _receive(request, dir_fd, name, limit)
+            finally:
+                os.close(dir_fd)
+        except UploadTooLarge:
+            raise HTTPException(413, _too_large(limit)) from None
+        except ClientDisconnect:
+            # Nobody is left to read this; answering keeps the disconnect out of the logs.
+            raise HTTPException(400, "upload interrupted by the client") from None
+        except OSError as exc:
+            raise HTTPException(*_os_failure(exc, rel)) from None
+        return {"path": rel, "size": size}
+
+    return app
+
+
+class UploadTooLarge(Exception):
+    """The body passed FILES_MAX_UPLOAD_BYTES while streaming."""
+
+
+def max_upload_bytes() -> int:
+    raw = os.environ.get("FILES_MAX_UPLOAD_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_UPLOAD
+    if not (raw.isascii() and raw.isdigit()) or int(raw) == 0:
+        raise SystemExit(
+            f"files: FILES_MAX_UPLOAD_BYTES must be a positive number of bytes, got {raw!r} "
+            "(fix it in .env)"
+        )
+    return int(raw)
+
+
+def listen_host() -> str:
+    """Loopback unless told otherwise: compose sets 0.0.0.0 inside the container, whose
+    port is published on AIRIG_BIND_ADDRESS; a plain process must not face the LAN."""
+    return os.environ.get("FILES_LISTEN_HOST", "").strip() or "127.0.0.1"
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """Constant-time compare of a bearer token with the configured one, as bytes.
+
+    ASGI servers decode header bytes as latin-1, so encoding back the same way recovers
+    what the client sent; the environment decodes with surrogateescape, ditto. Comparing
+    str would raise (500) on any non-ASCII character instead of answering 401.
+    """
+    try:
+        sent = given.encode("latin-1")
+    except UnicodeEncodeError:  # not something a real header can carry
+        return False
+    return hmac.compare_digest(sent, expected.encode("utf-8", "surrogateescape"))
+
+
+def bad_path_reason(rel: str) -> str | None:
+    """Why a request path is refused, or None. The server already decoded it once; the
+    once-more-decoded form is checked too, so a proxy that decodes twice cannot turn
+    ``%252e%252e`` into ``..`` behind this check."""
+    for form in (rel, unquote(rel)):
+        if "\x00" in form:
+            return "path contains a NUL byte"
+        if form.startswith(("/", "\\")):
+            return "path must be relative, not absolute"
+        if ".." in form.replace("\\", "/").split("/"):
+            return "path must not contain '..'"
+    return None
+
+
+def _inside(root: Path, path: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _in_flight(name: str) -> bool:
+    return name.startswith(UPLOAD_PREFIX)
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"upload is larger than the {limit}-byte limit; split the file or raise "
+        "FILES_MAX_UPLOAD_BYTES in .env"
+    )
+
+
+def _os_failure(exc: OSError, rel: str) -> tuple[int, str]:
+    if isinstance(exc, NotADirectoryError):
+        return 409, f"a folder on the way to {rel} is a file; remove it or pick another path"
+    if isinstance(exc, IsADirectoryError):
+        return 409, f"{rel} is a folder; pick a file name inside it"
+    if exc.errno == errno.ELOOP:  # a link appeared between resolve() and the walk
+        return 400, "path escapes the data volume"
+    if exc.errno == errno.ENAMETOOLONG:
+        return 400, "a name in the path is too long; shorten it"
+    if exc.errno == errno.ENOSPC:
+        return 507, "the data volume is full; free space and upload again"
+    return 500, f"{rel}: {exc.strerror or exc}"
+
+
+def _open_dirs(root: Path, parts: tuple[str, ...]) -> int:
+    """A descriptor of root/parts, making folders as needed, one component at a time and
+    never through a link: resolve() vetted the path, this keeps a link swapped in since
+    then from redirecting the write outside the volume."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    fd = os.open(root, flags)
+    try:
+        for part in parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+async def _receive(request, dir_fd: int, name: str, limit: int) -> int:
+    """Stream the body into a fresh temp file beside `name`, then rename it into place:
+    readers never see half a file, and O_EXCL|O_NOFOLLOW means a planted link is never
+    opened. The temp file goes on any failure, disconnect or cancellation."""
+    temp = f"{UPLOAD_PREFIX}{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    size = 0
+    try:
+        with os.fdopen(os.open(temp, flags, 0o644, dir_fd=dir_fd), "wb") as out:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise UploadTooLarge
+                out.write(chunk)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    return size
+
+
+def _entry(root: Path, path: Path) -> tuple | None:
+    """(name, size) for a listing. A link is listed as what it points to only when that
+    stays inside the volume; nothing outside is ever stat'ed."""
+    target = path.resolve() if path.is_symlink() else path
+    if not _inside(root, target):
+        return None
+    try:
+        st = os.stat(target, follow_symlinks=False)
+    except OSError:  # dangling link, or gone since iterdir()
+        return None
+    return (path.name + ("/" if stat.S_ISDIR(st.st_mode) else ""), st.st_size)
+
+
+def check(port: int = PORT) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=4) as r:
+            return 0 if json.load(r).get("status") == "ok" else 1
+    except OSError:
+        return 1
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else ""
+    if command == "prepare":
+        for line in prepare():
+            print(json.dumps({"event": "volume.prepare", "action": line}))
+        print(json.dumps({"event": "volume.ready", "root": str(VOLUMES_ROOT)}))
+        return 0
+    if command == "serve":
+        import uvicorn
+
+        uvicorn.run(create_app(), host=listen_host(), port=PORT, log_level="warning")
+        return 0
+    if command == "check":
+        return check()
+    print("usage: python -m airig.services.infra prepare|serve|check", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
