@@ -9,6 +9,7 @@ import sqlite3
 import sys
 import urllib.error
 import urllib.request
+from types import FrameType
 
 from pydantic import ValidationError
 
@@ -35,12 +36,13 @@ def serve(settings: BrainSettings) -> int:
     import uvicorn
 
     from airig.brain.app import create_app, served
+    from airig.brain.service import Brain
 
     app = create_app(settings)
-    brain = app.state.brain
+    brain: Brain = app.state.brain
 
     class BrainServer(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: object) -> None:
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             brain.begin_shutdown()  # release long-polls before uvicorn waits for them
             super().handle_exit(sig, frame)
 

@@ -8,6 +8,10 @@
   also retires the worker tokens of every worker that registered with it.
 Stored tokens are kept as SHA-256 hashes (they are 256-bit random, so no slow hash is
 needed); comparisons with the environment secrets are constant-time.
+
+The FastAPI dependencies that admit a route by scope (``AdminDep``, ``WorkerDep``, ...) live
+in ``deps.py``. This module holds only the token model, which the exchange fast path and
+the request guard use below FastAPI, where no dependency runs.
 """
 
 from __future__ import annotations
@@ -17,14 +21,12 @@ import hmac
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Request
+from starlette.types import Scope
 
 from airig.brain.db import Database, new_token_id
-
-_bearer = HTTPBearer(auto_error=False)
+from airig.brain.settings import BrainSettings
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(_raw(token)).hexdigest()
 
 
-def bearer_from_scope(scope: dict) -> str:
+def bearer_from_scope(scope: Scope) -> str:
     """The bearer token of a raw ASGI request, or ''."""
     for name, value in scope["headers"]:
         if name == b"authorization":
@@ -74,7 +76,7 @@ def identify(request: Request, token: str) -> Principal | None:
     return identify_token(request.app.state.settings, request.app.state.db, token)
 
 
-def identify_token(settings, db: Database, token: str) -> Principal | None:
+def identify_token(settings: BrainSettings, db: Database, token: str) -> Principal | None:
     """Who holds this token, or None (for callers without a FastAPI request)."""
     given = _raw(token)
     if hmac.compare_digest(given, _raw(settings.admin_token)):
@@ -94,42 +96,3 @@ def identify_token(settings, db: Database, token: str) -> Principal | None:
         row = conn.execute("SELECT id FROM workers WHERE token_hash = ?", (digest,))
         worker = row.fetchone()
     return Principal("worker", worker["id"]) if worker else None
-
-
-# The dependencies are async on purpose: a sync one costs a thread-pool hop per request,
-# and the lookup is one indexed read on its own connection, never blocked by a commit.
-async def _principal(
-    request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Principal:
-    if creds is None or not creds.credentials:
-        raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    found = identify(request, creds.credentials)
-    if found is None:
-        raise HTTPException(401, "unknown token", headers={"WWW-Authenticate": "Bearer"})
-    return found
-
-
-def require(*scopes: str):
-    """A FastAPI dependency that admits only the given scopes."""
-
-    async def check(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
-        if principal.scope not in scopes:
-            raise HTTPException(403, f"this token's scope ({principal.scope}) cannot do that")
-        return principal
-
-    return check
-
-
-admin_only = require("admin")
-submitter = require("admin", "submit")
-worker_only = require("worker")
-# Registration: the local bootstrap token, or another rig's join token.
-registrar = require("bootstrap", "join")
-
-# Annotated dependencies, so routes need no call in their argument defaults.
-AdminDep = Annotated[Principal, Depends(admin_only)]
-SubmitterDep = Annotated[Principal, Depends(submitter)]
-WorkerDep = Annotated[Principal, Depends(worker_only)]
-RegistrarDep = Annotated[Principal, Depends(registrar)]
-# Any valid token (GET /v1/whoami).
-AnyTokenDep = Annotated[Principal, Depends(_principal)]

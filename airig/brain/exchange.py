@@ -10,13 +10,26 @@ in its result and changes nothing, the others still apply.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from airig.brain import leases, states
 from airig.brain.events import Outbox
 from airig.brain.residency import Decision
 from airig.brain.scheduling import WorkerView
-from airig.common.protocol import ClaimRequest, LeaseRef, ReportResult
+from airig.brain.service import Brain
+from airig.brain.settings import BrainSettings
+from airig.common.protocol import (
+    ClaimRequest,
+    CompleteReport,
+    FailReport,
+    LeaseRef,
+    ReleaseReport,
+    RenewReport,
+    Report,
+    ReportResult,
+    StartReport,
+)
 from airig.common.protocol import TaskState as S
 
 # Classes a worker may hold leased before it runs them. GPU work is never prefetched: it
@@ -26,8 +39,8 @@ PREFETCHABLE = ("cpu", "script")
 Leased = tuple[sqlite3.Row, dict[str, Any], Decision | None]
 
 
-def apply(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Any, worker_id: str,
-          report: Any) -> ReportResult:  # fmt: skip
+def apply(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
+          report: Report) -> ReportResult:  # fmt: skip
     """One report inside the caller's transaction; its result, never an exception."""
     answer = {"task_id": report.task_id, "action": report.action}
     task = states.get_task(conn, report.task_id)
@@ -42,16 +55,20 @@ def apply(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Any, work
     )
 
 
-def _start(conn, outbox, now, brain, worker_id, task, report):
+def _start(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
+           task: sqlite3.Row, report: StartReport) -> sqlite3.Row:  # fmt: skip
     return leases.start(conn, outbox, task, worker_id, report, now, brain.settings)
 
 
-def _renew(conn, outbox, now, brain, worker_id, task, report):
+def _renew(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
+           task: sqlite3.Row, report: RenewReport) -> sqlite3.Row:  # fmt: skip
     leases.renew(conn, task, worker_id, report, now, brain.settings.lease_s)
-    return states.get_task(conn, task["id"])
+    # The row as renewed; the caller found it in this transaction.
+    return states.require_task(conn, task["id"])
 
 
-def _complete(conn, outbox, now, brain, worker_id, task, report):
+def _complete(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
+              task: sqlite3.Row, report: CompleteReport) -> sqlite3.Row:  # fmt: skip
     fresh = task["state"] in S.LIVE_LEASE  # not a replay of an accepted report
     done = leases.complete(conn, outbox, task, worker_id, report, now, brain.settings)
     if fresh:
@@ -59,21 +76,24 @@ def _complete(conn, outbox, now, brain, worker_id, task, report):
     return done
 
 
-def _fail(conn, outbox, now, brain, worker_id, task, report):
+def _fail(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
+          task: sqlite3.Row, report: FailReport) -> sqlite3.Row:  # fmt: skip
     return leases.fail(conn, outbox, task, worker_id, report, now, brain.retry, brain.settings)
 
 
-def _release(conn, outbox, now, brain, worker_id, task, report):
+def _release(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
+             task: sqlite3.Row, report: ReleaseReport) -> sqlite3.Row:  # fmt: skip
     return leases.release(conn, outbox, task, worker_id, report, report.reason, now)
 
 
-_ACTIONS = {
+# By the report's ``action``, which also picks its class (the union's discriminator).
+_ACTIONS: dict[str, Callable[..., sqlite3.Row]] = {
     "start": _start, "renew": _renew, "complete": _complete, "fail": _fail,
     "release": _release,
 }  # fmt: skip
 
 
-def claim(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Any, worker_id: str,
+def claim(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
           view: WorkerView, body: ClaimRequest) -> list[Leased]:  # fmt: skip
     """Lease up to ``body.max_tasks`` tasks (the first one started if asked), or none.
 
@@ -103,8 +123,8 @@ def claim(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Any, work
     return got
 
 
-def replayed(conn: sqlite3.Connection, worker_id: str, claim_id: str, settings: Any
-             ) -> list[Leased]:  # fmt: skip
+def replayed(conn: sqlite3.Connection, worker_id: str, claim_id: str,
+             settings: BrainSettings) -> list[Leased]:  # fmt: skip
     """The live leases an earlier claim with this id granted this worker, in their order."""
     rows = conn.execute(
         """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING') AND worker_id = ?

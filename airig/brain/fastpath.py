@@ -4,7 +4,7 @@ Every task a worker runs passes through this one route, and in the dispatch benc
 FastAPI's per-request machinery (middleware stack, dependency solving, a second
 serialisation pass) cost the brain more CPU than the transaction itself. This ASGI
 wrapper answers that route directly: same authentication (worker tokens only), same
-request model, same handler (``routes_tasks.run_exchange``, in a worker thread because
+request model, same handler (``routes.tasks.run_exchange``, in a worker thread because
 it commits and may long-poll), the same ``{"detail": ...}`` error shape. Every other
 path goes to the FastAPI app untouched; the FastAPI route stays for the OpenAPI schema.
 """
@@ -12,14 +12,15 @@ path goes to the FastAPI app untouched; the FastAPI route stays for the OpenAPI 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import anyio.to_thread
-from fastapi import HTTPException
+from fastapi import FastAPI, HTTPException
 from pydantic import ValidationError
+from starlette.types import Receive, Scope, Send
 
 from airig.brain.auth import bearer_from_scope, identify_token
 from airig.brain.guard import EXCHANGE_BODY
+from airig.brain.service import Brain
 from airig.common.protocol import ExchangeRequest
 
 PATH = "/v1/exchange"
@@ -27,10 +28,10 @@ MAX_BODY = EXCHANGE_BODY
 
 
 class ExchangeFastPath:
-    def __init__(self, app: Any) -> None:
-        self.app = app  # the FastAPI app: its state holds the brain
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app  # its state holds the brain
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Only the exchange: the app's own RequestGuard covers every other route.
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
@@ -43,7 +44,7 @@ class ExchangeFastPath:
         })  # fmt: skip
         await send({"type": "http.response.body", "body": body})
 
-    async def _handle(self, scope: dict, receive: Any) -> tuple[int, bytes]:
+    async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
         state = self.app.state
         token = bearer_from_scope(scope)
         principal = identify_token(state.settings, state.db, token) if token else None
@@ -65,10 +66,9 @@ class ExchangeFastPath:
             return 422, json.dumps({"detail": detail}).encode()
         from airig.brain.routes.tasks import run_exchange
 
+        brain: Brain = state.brain
         try:
-            answer = await anyio.to_thread.run_sync(
-                run_exchange, state.brain, principal.name, request
-            )
+            answer = await anyio.to_thread.run_sync(run_exchange, brain, principal.name, request)
         except HTTPException as exc:
             return _error(exc.status_code, str(exc.detail))
         except Exception as exc:  # noqa: BLE001 - one JSON error shape, never a traceback
@@ -76,8 +76,9 @@ class ExchangeFastPath:
         return 200, answer.model_dump_json().encode()
 
 
-async def _read_body(receive: Any) -> bytes | None:
-    chunks, size = [], 0
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
-from fastapi import HTTPException
+from fastapi import FastAPI, HTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airig.brain.auth import bearer_from_scope, identify_token
+from airig.brain.settings import BrainSettings
 
 SMALL_BODY = 1024 * 1024  # registration, heartbeats, claims, lease writes, tokens
 EXCHANGE_BODY = 16 * 1024 * 1024  # reports carry results inline
@@ -36,7 +37,7 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body is larger than {limit} bytes")
 
 
-def body_limit(settings: Any, method: str, path: str) -> int:
+def body_limit(settings: BrainSettings, method: str, path: str) -> int:
     """The most bytes a request to this route may carry."""
     if path == "/v1/plans":
         return settings.max_plan_bytes
@@ -48,17 +49,17 @@ def body_limit(settings: Any, method: str, path: str) -> int:
 
 
 class RequestGuard:
-    def __init__(self, app: Any, fastapi_app: Any) -> None:
+    def __init__(self, app: ASGIApp, fastapi_app: FastAPI) -> None:
         self.app = app  # the next layer of the FastAPI app's middleware stack
         self.state = fastapi_app.state  # settings and database for the token lookup
         self.routes = fastapi_app.router.routes
 
-    def _routed(self, scope: dict) -> bool:
+    def _routed(self, scope: Scope) -> bool:
         # A method or path the API does not serve gets the router's own 404 / 405
         # (neither reads the body), not a 401 that would hide what is wrong.
         return any(route.matches(scope)[0] == Match.FULL for route in self.routes)
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] != "http"
             or scope["method"] not in _BODY_METHODS
@@ -82,10 +83,10 @@ class RequestGuard:
         await self.app(scope, _counted(receive, limit), send)
 
 
-def _counted(receive: Any, limit: int) -> Any:
+def _counted(receive: Receive, limit: int) -> Receive:
     seen = 0
 
-    async def counted() -> dict:
+    async def counted() -> Message:
         nonlocal seen
         message = await receive()
         if message["type"] == "http.request":
@@ -97,7 +98,7 @@ def _counted(receive: Any, limit: int) -> Any:
     return counted
 
 
-def _content_length(scope: dict) -> int | None:
+def _content_length(scope: Scope) -> int | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
@@ -107,7 +108,7 @@ def _content_length(scope: dict) -> int | None:
     return None
 
 
-async def _reply(send: Any, status: int, detail: str) -> None:
+async def _reply(send: Send, status: int, detail: str) -> None:
     body = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:

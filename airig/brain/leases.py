@@ -1,4 +1,5 @@
-"""Claims and the fenced worker writes (start, renew, complete, fail, release).
+"""Claims and the fenced worker writes (start, renew, complete, fail, release), and the
+end of every attempt of a worker that restarted, stopped or was cut off (``drop_leases``).
 
 Every write names (task id, attempt, lease id) and the calling worker; anything else than
 the live lease of that worker raises ``StaleLease`` (HTTP 409) and changes nothing. The
@@ -17,7 +18,7 @@ from airig.brain import results, states
 from airig.brain.events import Outbox
 from airig.brain.placement import Placement
 from airig.brain.residency import Decision
-from airig.brain.retry import TASK, RetryPolicy
+from airig.brain.retry import INFRA, TASK, RetryPolicy
 from airig.brain.scheduling import WorkerView
 from airig.brain.settings import BrainSettings
 from airig.common.protocol import CompleteRequest, FailRequest, LeaseRef
@@ -88,7 +89,8 @@ def claim(
         decision = placement.choose(conn, worker_id, view, now)
         if decision is None:
             return None
-        task = states.get_task(conn, decision.task.task_id)
+        # A READY candidate the placement just read in this transaction.
+        task = states.require_task(conn, decision.task.task_id)
         try:
             payload = rendered_payload(conn, task, settings)
         except (KeyError, OSError, ValueError) as exc:
@@ -211,3 +213,23 @@ def release(
     return states.transition(
         conn, outbox, task, S.READY, now, "task_released", ready_at=now, reason=reason
     )
+
+
+def drop_leases(
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    policy: RetryPolicy,
+    worker_id: str,
+    now: float,
+    why: str = "registered again",
+) -> None:
+    """A worker that registers again has restarted (or has stopped): its attempts are dead."""
+    rows = conn.execute(
+        "SELECT * FROM tasks WHERE worker_id = ? AND state IN ('LEASED', 'RUNNING')",
+        (worker_id,),
+    ).fetchall()
+    for task in rows:
+        states.retry_or_fail(
+            conn, outbox, task, now, policy, INFRA, "worker_restarted",
+            f"worker {worker_id} {why} during attempt {task['attempt']}",
+        )  # fmt: skip

@@ -171,13 +171,14 @@ def plan_eviction(task: ReadyTask, claim: _Claim, force: bool) -> tuple[str, ...
     if is_compatible(task, worker):
         return ()
     residents = list(worker.resident)
-    sizes = [r.vram_mb for r in residents] + [task.vram_mb, worker.vram_total_mb]
-    if any(size is None for size in sizes):
+    sized = _sized(residents)
+    need, total = task.vram_mb, worker.vram_total_mb
+    if sized is None or need is None or total is None:
         victims = residents  # unknown sizes: treat the GPU as exclusive
     else:
-        if task.vram_mb > worker.vram_total_mb:
+        if need > total:
             return None
-        victims = _victims(task, claim, residents)
+        victims = _victims(task, claim, sized, need, total)
     if any(_protected(v, claim) for v in victims) and not force:
         return None
     return tuple(v.name for v in victims)
@@ -191,20 +192,37 @@ def _protected(resident: ResidentModel, claim: _Claim) -> bool:
     return claim.now - resident.loaded_at < window
 
 
-def _victims(task: ReadyTask, claim: _Claim, residents: list[ResidentModel]) -> list[ResidentModel]:
-    """Fewest models to free the VRAM: unneeded first, then cheapest to reload."""
+def _sized(residents: list[ResidentModel]) -> list[tuple[ResidentModel, int]] | None:
+    """Each resident model with its VRAM size, or None when any size is unknown."""
+    sized = []
+    for resident in residents:
+        if resident.vram_mb is None:
+            return None
+        sized.append((resident, resident.vram_mb))
+    return sized
+
+
+def _victims(
+    task: ReadyTask, claim: _Claim, sized: list[tuple[ResidentModel, int]], need: int, total: int
+) -> list[ResidentModel]:
+    """Fewest models to free ``need`` MiB of ``total``: unneeded first, then cheapest to
+    reload."""
     needed = {t.model for t in claim.ready if t.model and t.task_id != task.task_id}
-    free = claim.worker.vram_total_mb - sum(r.vram_mb for r in residents)
+    free = total - sum(mb for _, mb in sized)
     order = sorted(
-        residents,
-        key=lambda r: (r.name in needed, claim.costs.reload.cost(r.name), r.loaded_at),
+        sized,
+        key=lambda pair: (
+            pair[0].name in needed,
+            claim.costs.reload.cost(pair[0].name),
+            pair[0].loaded_at,
+        ),
     )
     victims = []
-    for resident in order:
-        if free >= task.vram_mb:
+    for resident, mb in order:
+        if free >= need:
             break
         victims.append(resident)
-        free += resident.vram_mb
+        free += mb
     return victims
 
 

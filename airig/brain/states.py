@@ -39,6 +39,18 @@ def get_task(conn: sqlite3.Connection, task_id: int) -> sqlite3.Row | None:
     return conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
 
 
+def require_task(conn: sqlite3.Connection, task_id: int) -> sqlite3.Row:
+    """The row of a task this transaction has already seen (read again after a write).
+
+    Tasks are never deleted, so it is there; LookupError rather than a TypeError on
+    ``None`` if that ever stops being true.
+    """
+    task = get_task(conn, task_id)
+    if task is None:
+        raise LookupError(f"task {task_id} is not in the database")
+    return task
+
+
 def transition(
     conn: sqlite3.Connection,
     outbox: Outbox,
@@ -141,7 +153,7 @@ def retry_or_fail(
     counter = "infra_errors" if kind == INFRA else "task_errors"
     failures = task[counter] + 1
     conn.execute(f"UPDATE tasks SET {counter} = ? WHERE id = ?", (failures, task["id"]))
-    task = get_task(conn, task["id"])
+    task = require_task(conn, task["id"])
     if not policy.decide(kind, failures, task["retry_count"], error_type, retryable):
         if kind == INFRA:
             reason = f"infrastructure retry budget ({policy.infra_budget}) used up"

@@ -10,7 +10,9 @@ walk, run where the value enters, turns each into a message that names the path.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 MAX_DEPTH = 64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -21,12 +23,12 @@ class UnsafeJson(ValueError):
 
 
 def check_json_value(
-    value: Any,
+    value: T,
     path: str = "$",
     max_depth: int = MAX_DEPTH,
     bound_ints: bool = True,
     checked: tuple[type, ...] = (),
-) -> Any:
+) -> T:
     """``value`` unchanged, or ``UnsafeJson`` naming the first bad part (iterative walk).
 
     ``bound_ints=False`` leaves integers to the fields that hold them (an id past 64 bits

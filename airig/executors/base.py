@@ -9,10 +9,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar, cast
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
+from airig.common.task_schemas import (
+    DEFAULT_CLASS_FOR_TYPE,
+    PAYLOAD_SCHEMAS,
+    EmbedPayload,
+    ImagePayload,
+    LlmPayload,
+    NoopPayload,
+    Payload,
+    ResourcePayload,
+    ShellPayload,
+    TranscribePayload,
+)
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
 from airig.executors.embed import execute_embed
 from airig.executors.image import execute_image
@@ -35,18 +47,32 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-EXECUTORS: dict[str, Callable[[BaseModel, ExecContext], ExecResult]] = {
-    "llm": execute_llm,
-    "embed": execute_embed,
-    "transcribe": execute_transcribe,
-    "image": execute_image,
-    "shell": execute_shell,
-    "resource": execute_resource,
-    "noop": execute_noop,
+P = TypeVar("P", bound=Payload)
+# An executor as the table holds it: any payload model, the one its type's schema made.
+Executor = Callable[[Payload, ExecContext], ExecResult]
+
+
+def _executor(schema: type[P], execute: Callable[[P, ExecContext], ExecResult]) -> Executor:
+    """``execute`` as a table entry, once mypy has checked it takes ``schema``'s model.
+
+    The cast holds because ``run_task`` only calls ``EXECUTORS[task_type]`` with what
+    ``PAYLOAD_SCHEMAS[task_type]`` validated, and each entry below names that schema.
+    """
+    return cast(Executor, execute)
+
+
+EXECUTORS: dict[str, Executor] = {
+    "llm": _executor(LlmPayload, execute_llm),
+    "embed": _executor(EmbedPayload, execute_embed),
+    "transcribe": _executor(TranscribePayload, execute_transcribe),
+    "image": _executor(ImagePayload, execute_image),
+    "shell": _executor(ShellPayload, execute_shell),
+    "resource": _executor(ResourcePayload, execute_resource),
+    "noop": _executor(NoopPayload, execute_noop),
 }
 
 
-def validate_payload(task_type: str, payload: dict) -> BaseModel:
+def validate_payload(task_type: str, payload: dict) -> Payload:
     """The payload as its type's model, or a non-retryable ``bad_input`` TaskError."""
     schema = PAYLOAD_SCHEMAS.get(task_type)
     if schema is None:

@@ -78,7 +78,7 @@ def execute_image(payload: ImagePayload, ctx: ExecContext) -> ExecResult:
                 error_type="service_unavailable",
                 hint="check the comfyui service (docker compose ps / logs)",
             ) from None
-    output = {"prompt_id": prompt_id, "images": files}
+    output: dict[str, object] = {"prompt_id": prompt_id, "images": files}
     if payload.workflow is None:
         output["seed"] = seed
     return ExecResult(

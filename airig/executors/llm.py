@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
+
+import ollama
 
 from airig.common.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
 from airig.common.task_schemas import LlmPayload
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
 from airig.executors.ollama_common import call_ollama, duration_metrics, pinned_options
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -30,7 +34,7 @@ def build_request(payload: LlmPayload, trusted: bool) -> ModelRequest:
     other text, it may not contain a reserved delimiter once anything is wrapped.
     """
     if payload.prompt is not None:
-        request = _generate_request(payload, trusted)
+        request = _generate_request(payload, payload.prompt, trusted)
     else:
         request = _chat_request(payload, trusted)
     if request.wrapped:
@@ -42,8 +46,8 @@ def build_request(payload: LlmPayload, trusted: bool) -> ModelRequest:
     return request
 
 
-def _generate_request(payload: LlmPayload, trusted: bool) -> ModelRequest:
-    parts = [payload.prompt if trusted else wrap_untrusted(payload.prompt or "")]
+def _generate_request(payload: LlmPayload, prompt: str, trusted: bool) -> ModelRequest:
+    parts = [prompt if trusted else wrap_untrusted(prompt)]
     if payload.untrusted_input is not None:
         parts.append(wrap_untrusted(payload.untrusted_input))
     wrapped = not trusted or payload.untrusted_input is not None
@@ -91,19 +95,33 @@ def _refuse_forged_delimiters(payload: LlmPayload) -> None:
 def execute_llm(payload: LlmPayload, ctx: ExecContext) -> ExecResult:
     request = build_request(payload, ctx.trusted)
     options, overridden = pinned_options(ctx, payload.model, payload.options)
-    common = {"model": payload.model, "options": options, "format": payload.format}
-    if request.messages is not None:
-        kwargs = {**common, "messages": request.messages}
+    model, fmt = payload.model, payload.format
+    prompt, system, messages = request.prompt, request.system, request.messages
+    # build_request sets exactly one of prompt (generate) and messages (chat).
+    if prompt is not None:
+
+        def generate(client: ollama.Client) -> tuple[str, Any]:
+            # ollama 0.6's overloads type ``system`` as ``str = ''``; the implementation
+            # takes ``Optional[str] = None`` and leaves None out of the request body
+            # (model_dump(exclude_none=True)), which keeps the Modelfile's system text.
+            stream = client.generate(  # type: ignore[call-overload]
+                model=model, prompt=prompt, system=system, options=options, format=fmt,
+                stream=True,
+            )  # fmt: skip
+            return _consume(_closable(stream), ctx)
+
         start = time.monotonic()
-        text, final = call_ollama(
-            ctx, payload.model, lambda client: _consume(client.chat(**kwargs, stream=True), ctx)
-        )
+        text, final = call_ollama(ctx, model, generate)
     else:
-        kwargs = {**common, "prompt": request.prompt, "system": request.system}
+
+        def chat(client: ollama.Client) -> tuple[str, Any]:
+            stream = client.chat(
+                model=model, messages=messages, options=options, format=fmt, stream=True
+            )
+            return _consume(_closable(stream), ctx)
+
         start = time.monotonic()
-        text, final = call_ollama(
-            ctx, payload.model, lambda client: _consume(client.generate(**kwargs, stream=True), ctx)
-        )
+        text, final = call_ollama(ctx, model, chat)
     metrics = {**duration_metrics(final), "wall_ms": elapsed_ms(start)}
     if overridden:
         metrics["options_overridden"] = overridden
@@ -114,7 +132,13 @@ def execute_llm(payload: LlmPayload, ctx: ExecContext) -> ExecResult:
     return ExecResult(output=output, metrics=metrics)
 
 
-def _consume(stream: Iterator, ctx: ExecContext) -> tuple[str, Any]:
+def _closable(stream: Iterator[T]) -> Generator[T, None, None]:
+    """ollama.Client annotates a streamed reply as an Iterator; it is the generator
+    ``Client._request``'s ``inner()``, and closing it closes the HTTP response."""
+    return cast(Generator[T, None, None], stream)
+
+
+def _consume(stream: Generator[Any, None, None], ctx: ExecContext) -> tuple[str, Any]:
     """Collect a streamed reply; the last chunk carries Ollama's counters.
 
     Streaming is what makes a cancel stop the GPU: between chunks we notice it, close

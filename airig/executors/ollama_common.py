@@ -5,12 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+# httpx only as the ollama client's transport: its timeout type and the errors the client
+# lets through. Hand-written HTTP (ComfyUI, Whisper; the worker to the brain) uses requests.
 import httpx
 import ollama
 
 from airig.executors.context import ExecContext, TaskError, run_abortable
 
 T = TypeVar("T")
+
+# What an ollama.Client call raises besides its answer: the server's refusal
+# (ResponseError), the builtin ConnectionError it makes of a refused connection, the httpx
+# errors it passes on (timeouts, a dropped connection) and ValueError for an unreadable body.
+CLIENT_ERRORS = (ollama.ResponseError, ConnectionError, httpx.HTTPError, ValueError)
 
 # Options that decide how Ollama loads a model (its runner options). Requests for a
 # loaded model that differ in any of these make Ollama reload it, silently (#8903).

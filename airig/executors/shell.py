@@ -96,10 +96,11 @@ def execute_shell(payload: ShellPayload, ctx: ExecContext) -> ExecResult:
     stdout, stderr = TailBuffer(process.stdout), TailBuffer(process.stderr)
     stop_error = _wait(process, ctx)
     _kill_group(process, signal.SIGKILL)  # leftovers of a finished command go too
+    stdout_tail, stderr_tail = stdout.text(), stderr.text()
     output = {
         "exit_code": process.returncode,
-        "stdout_tail": stdout.text(),
-        "stderr_tail": stderr.text(),
+        "stdout_tail": stdout_tail,
+        "stderr_tail": stderr_tail,
         "stdout_bytes": stdout.total,
         "stderr_bytes": stderr.total,
     }
@@ -107,10 +108,7 @@ def execute_shell(payload: ShellPayload, ctx: ExecContext) -> ExecResult:
         stop_error.details.update(output)
         raise stop_error
     if process.returncode != 0:
-        tail = (
-            output["stderr_tail"][-ERROR_TAIL_CHARS:].strip()
-            or output["stdout_tail"][-ERROR_TAIL_CHARS:].strip()
-        )
+        tail = stderr_tail[-ERROR_TAIL_CHARS:].strip() or stdout_tail[-ERROR_TAIL_CHARS:].strip()
         raise TaskError(
             f"command exited with code {process.returncode}: {tail}",
             error_type="nonzero_exit",

@@ -1,23 +1,23 @@
-"""The brain's HTTP client for the CLI (submit, list, show, cancel).
+"""The brain's HTTP client for the CLI (submit, list, show, cancel, tokens, workers).
 
-Brain URL: ``BRAIN_URL``, else ``http://<AIRIG_BIND_ADDRESS>:${BRAIN_PORT:-8080}`` (the
-address the brain's port is published on; 127.0.0.1 when it is all interfaces); the admin
-token from ``BRAIN_ADMIN_TOKEN`` in the environment, else from the checkout's ``.env``.
+Everything it needs comes from the launcher's settings of the checkout (flag >
+environment > .env > default, ``airig.launcher.settings``): the brain URL is ``BRAIN_URL``,
+else ``http://<AIRIG_BIND_ADDRESS>:<BRAIN_PORT>`` (the address the brain's port is
+published on; 127.0.0.1 when it is all interfaces), the admin token ``BRAIN_ADMIN_TOKEN``.
 The token is only ever sent in the Authorization header, never printed.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import requests
 
 from airig.common.errors import AirigError, ConfigError
 from airig.common.secrets import is_placeholder
-from airig.launcher.envfile import read_env
+from airig.launcher.settings import Settings
 
 CONTENT_TYPES = {
     ".json": "application/json",
@@ -27,6 +27,8 @@ CONTENT_TYPES = {
     ".markdown": "text/markdown",
 }
 UP_HINT = "start the stacks with `python start_services.py up`, or set BRAIN_URL"
+# A JSON object the brain answered with.
+Json = dict[str, Any]
 
 
 class PlanRefused(AirigError):
@@ -37,23 +39,15 @@ class PlanRefused(AirigError):
         self.errors = errors
 
 
-def _env_value(name: str, env_file: Path) -> str:
-    if os.environ.get(name):
-        return os.environ[name]
-    return read_env(env_file).get(name, "") if env_file.is_file() else ""
-
-
-def brain_url(env_file: Path) -> str:
-    explicit = _env_value("BRAIN_URL", env_file)
-    if explicit:
-        return explicit.rstrip("/")
-    port = _env_value("BRAIN_PORT", env_file) or "8080"
+def brain_url(settings: Settings) -> str:
+    if settings.brain_url:
+        return settings.brain_url.rstrip("/")
     # The port is published on AIRIG_BIND_ADDRESS only: a brain bound to a LAN or bridge
     # address does not answer on 127.0.0.1.
-    address = _env_value("AIRIG_BIND_ADDRESS", env_file) or "127.0.0.1"
+    address = settings.bind_address or "127.0.0.1"
     if address in ("0.0.0.0", "::", "[::]"):
         address = "127.0.0.1"
-    return f"http://{url_host(address)}:{port}"
+    return f"http://{url_host(address)}:{settings.brain_port}"
 
 
 def url_host(host: str) -> str:
@@ -68,15 +62,14 @@ class BrainClient:
         self.timeout_s = timeout_s
 
     @classmethod
-    def from_env(cls, env_file: Path | None = None) -> BrainClient:
-        env_file = env_file or Path(os.environ.get("AIRIG_HOME", ".")) / ".env"
-        token = _env_value("BRAIN_ADMIN_TOKEN", env_file)
-        if is_placeholder(token):
+    def from_settings(cls, settings: Settings) -> BrainClient:
+        """This checkout's brain with its admin token (``checkout_settings()``)."""
+        if is_placeholder(settings.brain_admin_token):
             raise ConfigError(
                 "no BRAIN_ADMIN_TOKEN in the environment or .env",
                 "run `python start_services.py up` once; it generates the token into .env",
             )
-        return cls(brain_url(env_file), token)
+        return cls(brain_url(settings), settings.brain_admin_token)
 
     def _request(
         self, method: str, path: str, not_found: str = "list plans with `plans`", **kwargs: Any
@@ -121,7 +114,7 @@ class BrainClient:
             )
         return body
 
-    def submit(self, plan_file: Path, idempotency_key: str | None = None) -> dict:
+    def submit(self, plan_file: Path, idempotency_key: str | None = None) -> Json:
         try:
             body = plan_file.read_bytes()
         except OSError as exc:
@@ -131,32 +124,36 @@ class BrainClient:
         headers = {"Content-Type": CONTENT_TYPES.get(plan_file.suffix.lower(), "application/yaml")}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-        return self._request("POST", "/v1/plans", data=body, headers=headers)
+        return self._object("POST", "/v1/plans", data=body, headers=headers)
 
-    def plans(self, limit: int = 50) -> list[dict]:
-        return self._request("GET", "/v1/plans", params={"limit": limit})["plans"]
+    def plans(self, limit: int = 50) -> list[Json]:
+        return cast(list[Json], self._object("GET", "/v1/plans", params={"limit": limit})["plans"])
 
-    def plan(self, plan_id: str) -> dict:
-        return self._request("GET", f"/v1/plans/{plan_id}")
+    def plan(self, plan_id: str) -> Json:
+        return self._object("GET", f"/v1/plans/{plan_id}")
 
-    def cancel(self, target: str) -> dict:
+    def cancel(self, target: str) -> Json:
         """Cancel ``PLAN`` or one task ``PLAN/TASK``."""
         plan_id, _, task = target.partition("/")
         if task:
-            return self._request("POST", f"/v1/plans/{plan_id}/tasks/{task}/cancel")
-        return self._request("POST", f"/v1/plans/{plan_id}/cancel")
+            return self._object("POST", f"/v1/plans/{plan_id}/tasks/{task}/cancel")
+        return self._object("POST", f"/v1/plans/{plan_id}/cancel")
 
-    def workers(self) -> list[dict]:
-        return self._request("GET", "/v1/workers")["workers"]
+    def workers(self) -> list[Json]:
+        return cast(list[Json], self._object("GET", "/v1/workers")["workers"])
 
-    def create_token(self, scope: str, name: str) -> dict:
-        return self._request("POST", "/v1/tokens", json={"scope": scope, "name": name})
+    def create_token(self, scope: str, name: str) -> Json:
+        return self._object("POST", "/v1/tokens", json={"scope": scope, "name": name})
 
-    def tokens(self) -> list[dict]:
-        return self._request("GET", "/v1/tokens")["tokens"]
+    def tokens(self) -> list[Json]:
+        return cast(list[Json], self._object("GET", "/v1/tokens")["tokens"])
 
-    def revoke_token(self, token_id: str) -> dict:
-        return self._request(
+    def revoke_token(self, token_id: str) -> Json:
+        return self._object(
             "DELETE", f"/v1/tokens/{quote(token_id, safe='')}",
             not_found="list the tokens and their ids with `token list`",
         )  # fmt: skip
+
+    def _object(self, method: str, path: str, **kwargs: Any) -> Json:
+        """A request whose answer is a JSON object (every endpoint the CLI calls)."""
+        return cast(Json, self._request(method, path, **kwargs))

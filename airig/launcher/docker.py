@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, cast
 
 from python_on_whales import DockerClient
 from python_on_whales.client_config import ClientNotFoundError
@@ -85,8 +86,9 @@ def _one_line(text: object) -> str:
 class Docker:
     def __init__(self, engine_timeout: float = 5.0) -> None:
         self.engine_timeout = engine_timeout
-        self._sdk = None
-        self._probe_sdks: dict[float, object] = {}
+        # docker SDK clients (the SDK publishes no types)
+        self._sdk: Any = None
+        self._probe_sdks: dict[float, Any] = {}
 
     # ---------------------------------------------------------------- engine
     def binary(self) -> str:
@@ -95,7 +97,7 @@ class Docker:
             raise DockerError("the docker command was not found", "install Docker Engine")
         return path
 
-    def sdk(self):
+    def sdk(self) -> Any:
         """docker SDK client with a timeout: a hung daemon fails fast instead of hanging us."""
         if self._sdk is None:
             import docker
@@ -112,7 +114,7 @@ class Docker:
                 ) from None
         return self._sdk
 
-    def probe_sdk(self, timeout: float):
+    def probe_sdk(self, timeout: float) -> Any:
         """A second SDK client for the GPU probe container, with its own long timeout.
 
         Starting a container with GPUs runs nvidia-container-cli, which takes seconds per
@@ -125,9 +127,9 @@ class Docker:
                 self._probe_sdks[timeout] = docker.from_env(timeout=timeout)
         return self._probe_sdks[timeout]
 
-    def engine_info(self) -> dict:
+    def engine_info(self) -> dict[str, Any]:
         with engine_errors("reading docker info"):
-            return self.sdk().info()
+            return cast(dict[str, Any], self.sdk().info())
 
     def pull_image(self, image: str) -> None:
         """Pull through the docker CLI: it has no timeout to cut a slow registry short."""
@@ -188,9 +190,9 @@ class Docker:
             removed.append(name)
         return removed
 
-    def containers(self, **filters: str) -> list:
+    def containers(self, **filters: str) -> list[Any]:
         with engine_errors("listing containers"):
-            return self.sdk().containers.list(filters=filters)
+            return cast(list[Any], self.sdk().containers.list(filters=filters))
 
     # ---------------------------------------------------------------- compose
     def client(self, stack: StackPlan) -> DockerClient:
@@ -242,9 +244,10 @@ class Docker:
         self, stack: StackPlan, service: str | None, tail: int = 40, prefix: bool = True
     ) -> str:
         with _docker_errors(f"reading logs of {stack.name}"):
-            return self.client(stack).compose.logs(
+            text = self.client(stack).compose.logs(
                 services=[service] if service else [], tail=str(tail), no_log_prefix=not prefix
             )
+        return str(text)
 
     def follow_logs(self, stack: StackPlan, service: str | None, tail: int) -> Iterator[str]:
         with _docker_errors(f"reading logs of {stack.name}"):
@@ -255,7 +258,7 @@ class Docker:
                 yield line.decode(errors="replace")
 
 
-def _state(container) -> ServiceState:
+def _state(container: Any) -> ServiceState:
     state = container.state
     health = state.health.status if state.health else ""
     labels = container.config.labels or {}

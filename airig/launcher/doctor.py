@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from airig.common.errors import AirigError
 from airig.launcher.docker import Docker
 from airig.launcher.hardware.choice import choose_profile
-from airig.launcher.plan import build_plan
+from airig.launcher.plan import plan_for_running
 from airig.launcher.preflight import Check, disk_check, docker_checks, env_check, port_checks
 from airig.launcher.settings import Settings
 from airig.launcher.status import bundle, service_rows
 from airig.launcher.up import Launcher
 
 
-def run_doctor(settings: Settings, docker: Docker) -> tuple[list[Check], dict]:
+def run_doctor(settings: Settings, docker: Docker) -> tuple[list[Check], dict[str, Any]]:
     checks = docker_checks(docker)
     engine_ok = all(c.ok for c in checks)
     checks.append(env_check(settings))
-    extra: dict = {}
+    extra: dict[str, Any] = {}
     if engine_ok:
         checks += _host_checks(settings, docker)
     checks.append(_profile_check(settings, docker, extra))
     if engine_ok:
         try:
-            extra["services"] = service_rows(docker, build_plan(settings, "cpu", []))
+            extra["services"] = service_rows(docker, plan_for_running(settings))
         except AirigError as exc:
             extra["services_error"] = exc.message
-    return checks, bundle(checks, settings.values, extra)
+    return checks, bundle(checks, settings.report_values(), extra)
 
 
 def _host_checks(settings: Settings, docker: Docker) -> list[Check]:
@@ -38,7 +40,7 @@ def _host_checks(settings: Settings, docker: Docker) -> list[Check]:
         return [Check("docker daemon", False, exc.message, exc.hint)]
 
 
-def _profile_check(settings: Settings, docker: Docker, extra: dict) -> Check:
+def _profile_check(settings: Settings, docker: Docker, extra: dict[str, Any]) -> Check:
     try:
         choice = choose_profile(settings, docker, strict=True)
     except AirigError as exc:

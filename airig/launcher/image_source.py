@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 LABEL = "org.airig.source-hash"
 INPUTS = ("03-agents/Dockerfile", "pyproject.toml", "README.md", ".dockerignore")
@@ -31,11 +32,12 @@ def source_hash(root: Path, build_args: dict[str, str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def image_hash(sdk, image: str) -> str | None:
+def image_hash(sdk: Any, image: str) -> str | None:
     """The source hash the local image was built from; None when absent or unlabelled."""
     import docker.errors
 
     try:
-        return (sdk.images.get(image).labels or {}).get(LABEL)
+        label = (sdk.images.get(image).labels or {}).get(LABEL)
     except docker.errors.ImageNotFound:
         return None
+    return None if label is None else str(label)

@@ -16,6 +16,7 @@ Rules, in order:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -420,7 +421,8 @@ def comfyui_flag_clash(selection: ImageSelection, user_args: str) -> ConfigError
     )
 
 
-def pins_from(get: Any) -> dict[str, str]:
-    """Image variables the user set (flag, environment or .env); ``get`` is Settings.get."""
+def pins_from(value_of: Callable[[str], str]) -> dict[str, str]:
+    """Image variables the user set (flag, environment or .env); ``value_of`` is
+    Settings.value_of."""
     variables = sorted(set(VARIABLE.values()))
-    return {name: get(name).strip() for name in variables if get(name).strip()}
+    return {name: value_of(name).strip() for name in variables if value_of(name).strip()}

@@ -13,11 +13,12 @@ import queue
 import threading
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 _DONE = object()
 
 
-def started_at(container) -> float | None:
+def started_at(container: Any) -> float | None:
     """The container's last start as a UNIX time, or None if it never started."""
     text = (container.attrs.get("State") or {}).get("StartedAt") or ""
     if not text or text.startswith("0001-"):
@@ -35,11 +36,11 @@ class InitLogs:
     """Lines of the named services' containers in ``project`` that started after ``since``."""
 
     def __init__(
-        self, sdk, project: str, services: tuple[str, ...], since: float, poll_s: float = 0.5
+        self, sdk: Any, project: str, services: tuple[str, ...], since: float, poll_s: float = 0.5
     ) -> None:
         self._sdk, self._project, self._services = sdk, project, set(services)
         self._since, self._poll_s = since, poll_s
-        self._lines: queue.Queue = queue.Queue()
+        self._lines: queue.Queue[object] = queue.Queue()
         self._closing = threading.Event()
         self._followed: set[tuple[str, float]] = set()
         self._streams: list[threading.Thread] = []
@@ -56,7 +57,7 @@ class InitLogs:
     def lines(self) -> Iterator[str]:
         while True:
             item = self._lines.get()
-            if item is _DONE:
+            if not isinstance(item, str):  # _DONE
                 return
             yield item
 
@@ -99,7 +100,7 @@ class InitLogs:
             self._streams.append(stream)
             stream.start()
 
-    def _stream(self, container) -> None:
+    def _stream(self, container: Any) -> None:
         buffer = b""
         try:
             for chunk in container.logs(stream=True, follow=True, since=self._since - 1):

@@ -17,7 +17,8 @@ import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
 import requests
 from rich.console import Console
@@ -70,7 +71,7 @@ def check_brain_url(url: str, insecure: bool = False) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
 
 
-def _port_ok(parts) -> bool:
+def _port_ok(parts: SplitResult) -> bool:
     try:
         parts.port  # noqa: B018 - the property raises ValueError for a bad port
     except ValueError:
@@ -132,7 +133,7 @@ def _get(url: str, headers: dict[str, str], timeout_s: float) -> requests.Respon
         ) from None
 
 
-def _json(response: requests.Response) -> dict:
+def _json(response: requests.Response) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
@@ -177,9 +178,9 @@ def join_rig(
 
 def _refuse_own_brain(launcher: Launcher) -> None:
     """A rig that runs a brain is the brain's machine: joining would orphan its workers."""
-    from airig.launcher.plan import build_plan
+    from airig.launcher.plan import plan_for_running
 
-    agents = build_plan(launcher.settings, "cpu", []).stack("03-agents")
+    agents = plan_for_running(launcher.settings).stack("03-agents")
     if any(s.service == "brain" for s in launcher.docker.services(agents)):
         raise ConfigError(
             f"this rig runs its own brain (project {agents.project})",
@@ -191,12 +192,12 @@ def _refuse_own_brain(launcher: Launcher) -> None:
 def public_brain_url(settings: Settings) -> str:
     """The URL other machines join: AIRIG_BRAIN_PUBLIC_URL (a reverse proxy), else the
     brain's published address (this machine's name when that is every interface)."""
-    explicit = settings.get("AIRIG_BRAIN_PUBLIC_URL").rstrip("/")
+    explicit = settings.brain_public_url.rstrip("/")
     if explicit:
         return explicit
-    address = settings.get("AIRIG_BIND_ADDRESS")
+    address = settings.bind_address
     host = socket.gethostname() if address in ("0.0.0.0", "::", "") else address
-    return f"http://{url_host(host)}:{settings.get('BRAIN_PORT')}"
+    return f"http://{url_host(host)}:{settings.brain_port}"
 
 
 def join_command(settings: Settings, token: str) -> tuple[str, list[str]]:
@@ -224,9 +225,9 @@ def join_command(settings: Settings, token: str) -> tuple[str, list[str]]:
 def join_state(settings: Settings) -> dict[str, str]:
     """For `status` on a joined rig: the brain, this rig's name, and whether the brain
     still takes its join token."""
-    url = settings.get(JOIN_KEYS[0])
+    url = settings.join_brain_url
     try:
-        check_brain(url, settings.get(JOIN_KEYS[1]), timeout_s=3.0)
+        check_brain(url, settings.join_token, timeout_s=3.0)
         token = "accepted"
     except ConfigError as exc:
         token = exc.message

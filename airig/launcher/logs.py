@@ -5,15 +5,15 @@ from __future__ import annotations
 from airig.common.errors import ConfigError
 from airig.launcher.console import console
 from airig.launcher.docker import Docker
-from airig.launcher.plan import build_plan
+from airig.launcher.plan import plan_for_running
 from airig.launcher.settings import Settings
 
 
 def show_logs(
     settings: Settings, docker: Docker, service: str | None, tail: int, follow: bool
 ) -> None:
-    plan = build_plan(settings, "cpu", [])
-    stacks = plan.stacks
+    plan = plan_for_running(settings)
+    stacks = list(plan.stacks)
     if service:
         stacks = [
             s for s in plan.stacks if any(_matches(x.service, service) for x in docker.services(s))

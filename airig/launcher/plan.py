@@ -6,9 +6,10 @@ by ``--dry-run`` exactly as it will run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -29,6 +30,11 @@ AMD_COMPUTE_SERVICES = ("ollama-gpu-amd", "comfyui-gpu-amd")
 HOST_ENV = "host.env"
 # 02-compute services whose GPU variant runs its CPU image (no image fits the GPUs)
 CPU_FALLBACK_OVERLAY = "compute.cpu-fallback.yaml"
+# Every file a plan may generate under .airig/, whatever its profile: `down` removes them all.
+GENERATED_FILES = (HOST_ENV, GPU_OVERLAY, AMD_ENV, AMD_COMPUTE_OVERLAY, CPU_FALLBACK_OVERLAY)
+# The profile of a plan that addresses what runs rather than what to start (see
+# plan_for_running): any would do, compose only needs one that exists.
+ANY_PROFILE = "cpu"
 GPU_WORKER_CLASSES = "llm,script,resource"
 ALL_CLASSES = "cpu,script,llm,resource"
 
@@ -85,7 +91,7 @@ def build_plan(
     generated: dict[Path, str] = {}
     if images is None:  # down, status, logs: compose still interpolates every image
         images_env = choose_images(
-            load_catalog(settings.root), profile, [], pins_from(settings.get)
+            load_catalog(settings.root), profile, [], pins_from(settings.value_of)
         ).env
     else:
         images_env = images.env
@@ -108,7 +114,7 @@ def build_plan(
             group = brain_group(settings, gpus)
             ollama_gpu = images is None or images.of("ollama").on_gpu
             generated[overlay] = gpu_workers_overlay(
-                profile, gpus, group, settings.prefix, ollama_gpu
+                profile, gpus, group, settings.project_prefix, ollama_gpu
             )
             files.append(overlay)
         if name == "02-compute" and images is not None and images.on_cpu:
@@ -123,21 +129,34 @@ def build_plan(
                 files=tuple(files),
                 profiles=(profile,),
                 env_files=tuple(env_files),
-                wait_timeout=settings.get_int("AIRIG_WAIT_TIMEOUT"),
+                wait_timeout=settings.wait_timeout,
             )
         )
     if profile == "gpu-amd":
         generated[state / AMD_ENV] = amd_env(settings)
         add_amd_compute_overlay(stacks, generated, state / AMD_COMPUTE_OVERLAY, host_env)
     return ComposePlan(
-        profile, settings.get("AIRIG_NETWORK"), tuple(stacks), generated,
-        settings.get("AIRIG_JOIN_BRAIN_URL").rstrip("/"),
-    )  # fmt: skip
+        profile, settings.network, tuple(stacks), generated, settings.join_brain_url.rstrip("/")
+    )
+
+
+def plan_for_running(settings: Settings) -> ComposePlan:
+    """What this rig runs, whichever profile and GPUs `up` chose: its projects, files, env
+    files and network, for the commands that look at or stop the stacks (`down`, `status`,
+    `logs`, `doctor`, `models`, `join`'s check). Compose needs some profile; containers of
+    the others and of the GPU overlays are still the project's (`ps --all` lists them,
+    `down --remove-orphans` removes them; `down` removes every GENERATED_FILES too)."""
+    return build_plan(settings, ANY_PROFILE, [])
+
+
+def generated_paths(settings: Settings) -> list[Path]:
+    """Every file any plan may generate for this rig (GENERATED_FILES under .airig/)."""
+    return [settings.state_dir / name for name in GENERATED_FILES]
 
 
 def project_names(settings: Settings) -> dict[str, str]:
     """Each stack's compose project on this rig: two rigs on one engine never share one."""
-    return {name: f"{settings.prefix}-{suffix}" for name, suffix in PROJECT_SUFFIX.items()}
+    return {name: f"{settings.project_prefix}-{suffix}" for name, suffix in PROJECT_SUFFIX.items()}
 
 
 def rig_env(settings: Settings) -> dict[str, str]:
@@ -155,18 +174,14 @@ def cpu_worker_classes(profile: str, gpus: list[GpuSlot]) -> str:
 
 def brain_group(settings: Settings, gpus: list[GpuSlot]) -> list[GpuSlot]:
     """GPUs that AIRIG_BRAIN_GPUS (e.g. "0,3") gives to the brain's larger model, as the
-    seed rig ran a 14B model on GPUs 0+3. Unknown indexes are a ConfigError."""
+    seed rig ran a 14B model on GPUs 0+3. Unknown indexes are a ConfigError (one that is
+    not a number was refused when the settings were loaded)."""
     from airig.common.errors import ConfigError
 
-    raw = settings.get("AIRIG_BRAIN_GPUS").replace(" ", "")
-    if not raw:
+    wanted = list(settings.brain_gpus)
+    if not wanted:
         return []
     by_index = {g.index: g for g in gpus}
-    try:
-        wanted = [int(i) for i in raw.split(",")]
-    except ValueError:
-        raise ConfigError(f"AIRIG_BRAIN_GPUS={raw!r} is not a list of GPU indexes",
-                          "write it like 0,3 (see `detect`)") from None  # fmt: skip
     missing = [i for i in wanted if i not in by_index]
     if missing:
         raise ConfigError(f"AIRIG_BRAIN_GPUS names GPUs this host lacks: {missing}",
@@ -192,9 +207,9 @@ _OverlayDumper.add_representer(_Reset, _dump_reset)
 def cpu_fallback_overlay(profile: str, images: ImageSelection) -> str:
     """02-compute overlay: each service no image fits runs its CPU image in its GPU
     variant, without the device request (``!reset`` needs Compose ≥ 2.24)."""
-    services: dict = {}
+    services: dict[str, Any] = {}
     for choice in images.on_cpu:
-        service: dict = {"image": choice.image}
+        service: dict[str, Any] = {"image": choice.image}
         if profile == "gpu-nvidia":
             service["deploy"] = _Reset()
         else:
@@ -211,7 +226,7 @@ def cpu_fallback_overlay(profile: str, images: ImageSelection) -> str:
 def gpu_workers_overlay(
     profile: str,
     gpus: list[GpuSlot],
-    group: list[GpuSlot] = (),
+    group: Sequence[GpuSlot] = (),
     prefix: str = "airig",
     ollama_gpu: bool = True,
 ) -> str:
@@ -226,7 +241,7 @@ def gpu_workers_overlay(
     pairs = [(f"gpu{g.index}", [g]) for g in gpus if g.index not in grouped]
     if group:
         pairs.append(("brain", list(group)))
-    services: dict = {}
+    services: dict[str, Any] = {}
     for suffix, slots in pairs:
         ollama = f"ollama-{suffix}"
         services[ollama] = _gpu_ollama(profile, slots, ollama_gpu)
@@ -240,7 +255,7 @@ def gpu_workers_overlay(
     return header + yaml.safe_dump(document, sort_keys=True)
 
 
-def _pin(profile: str, service: dict, env: dict, gpus: list[GpuSlot]) -> None:
+def _pin(profile: str, service: dict[str, Any], env: dict[str, str], gpus: list[GpuSlot]) -> None:
     """Give ``service`` exactly these GPUs, with the matching *_VISIBLE_DEVICES."""
     ids = [str(g.index) for g in gpus]
     if profile == "gpu-nvidia":
@@ -260,7 +275,7 @@ def _pin(profile: str, service: dict, env: dict, gpus: list[GpuSlot]) -> None:
         env["ROCR_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(gpus)))
 
 
-def _gpu_ollama(profile: str, gpus: list[GpuSlot], on_gpu: bool = True) -> dict:
+def _gpu_ollama(profile: str, gpus: list[GpuSlot], on_gpu: bool = True) -> dict[str, Any]:
     """``on_gpu`` False: no Ollama image fits these cards; the worker's Ollama runs the
     CPU image unpinned (the launcher said so in one warning line)."""
     env = {
@@ -276,7 +291,7 @@ def _gpu_ollama(profile: str, gpus: list[GpuSlot], on_gpu: bool = True) -> dict:
         "OLLAMA_NOPRUNE": "1",
     }
     image = "${OLLAMA_IMAGE:?set OLLAMA_IMAGE in .env}"
-    service: dict = {
+    service: dict[str, Any] = {
         "image": image,
         "environment": env,
         # read-write: Ollama writes nothing but may create its key pair under ~/.ollama
@@ -301,7 +316,7 @@ def _gpu_ollama(profile: str, gpus: list[GpuSlot], on_gpu: bool = True) -> dict:
     return service
 
 
-def _gpu_worker(profile: str, gpus: list[GpuSlot], ollama: str) -> dict:
+def _gpu_worker(profile: str, gpus: list[GpuSlot], ollama: str) -> dict[str, Any]:
     ids = [str(g.index) for g in gpus]
     env = {
         "WORKER_NAME": "gpu" + "-".join(ids) if len(ids) == 1 else "brain-gpu" + "-".join(ids),
@@ -309,7 +324,7 @@ def _gpu_worker(profile: str, gpus: list[GpuSlot], ollama: str) -> dict:
         "WORKER_GPU": ",".join(ids),
         "OLLAMA_URL": f"http://{ollama}:11434",
     }
-    service: dict = {
+    service: dict[str, Any] = {
         # Paths in an extra -f file resolve against the first file's folder (03-agents/).
         "extends": {"file": "compose.yaml", "service": "worker-cpu"},
         "environment": env,
@@ -323,7 +338,7 @@ def _gpu_worker(profile: str, gpus: list[GpuSlot], ollama: str) -> dict:
 
 
 def amd_env(settings: Settings) -> str:
-    override = settings.get("HSA_OVERRIDE_GFX_VERSION")
+    override = settings.hsa_override_gfx_version
     lines = ["# Generated by airig for gpu-amd containers."]
     if override:
         lines.append(f"HSA_OVERRIDE_GFX_VERSION={override}")

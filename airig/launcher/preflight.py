@@ -10,6 +10,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from airig.common.errors import AirigError
 from airig.common.secrets import is_placeholder
@@ -25,7 +26,7 @@ class Check:
     detail: str
     fix: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -60,11 +61,11 @@ def env_check(settings: Settings) -> Check:
             f"missing keys: {', '.join(missing)}",
             "run up: it adds them with defaults",
         )
-    placeholders = [
-        k
-        for k in ("BRAIN_ADMIN_TOKEN", "WORKER_BOOTSTRAP_TOKEN")
-        if is_placeholder(settings.get(k))
-    ]
+    secrets = {
+        "BRAIN_ADMIN_TOKEN": settings.brain_admin_token,
+        "WORKER_BOOTSTRAP_TOKEN": settings.worker_bootstrap_token,
+    }
+    placeholders = [key for key, value in secrets.items() if is_placeholder(value)]
     if placeholders:
         return Check(
             ".env",
@@ -76,7 +77,7 @@ def env_check(settings: Settings) -> Check:
 
 
 def disk_check(settings: Settings, docker_root: str | None) -> Check:
-    need = settings.get_int("AIRIG_MIN_FREE_DISK_GB")
+    need = settings.min_free_disk_gb
     path = Path(docker_root) if docker_root and Path(docker_root).exists() else settings.root
     free_gb = shutil.disk_usage(path).free / 1e9
     detail = f"{free_gb:.0f} GB free under {path}"
@@ -92,7 +93,7 @@ def disk_check(settings: Settings, docker_root: str | None) -> Check:
 
 def port_checks(settings: Settings, own_ports: set[int]) -> list[Check]:
     """Each host port must be free, unless one of our own containers already holds it."""
-    address = settings.get("AIRIG_BIND_ADDRESS")
+    address = settings.bind_address
     checks = []
     for key, port in settings.ports().items():
         service = PORTS[key][1]

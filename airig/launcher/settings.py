@@ -1,8 +1,15 @@
-"""The launcher's one settings object.
+"""The launcher's one settings object: every knob it reads, declared once below.
 
-Precedence: command-line flag > process environment > .env > built-in default. Each value
-remembers where it came from, so the launcher can say which source won (peers leave users
-guessing why a GPU profile was or was not chosen).
+Precedence: command-line flag > process environment > .env > the default declared here.
+Each value remembers where it came from, so the launcher can say which source won (peers
+leave users guessing why a GPU profile was or was not chosen). A bad value is one
+ConfigError naming the key, its value and its source, with the fix.
+
+The other keys of .env (Ollama tuning, the brain's and the workers' knobs) are not the
+launcher's: compose passes them to the containers, whose own settings objects declare them
+(``airig/brain/settings.py``, ``airig/worker/settings.py``, ``airig/provision/settings.py``).
+``tests/unit/test_settings_declared.py`` holds this declaration, ``.env.example`` and the
+README's table to each other.
 """
 
 from __future__ import annotations
@@ -10,36 +17,24 @@ from __future__ import annotations
 import os
 import re
 import socket
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated, Any, Literal, cast
+
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from airig.common.errors import ConfigError
+from airig.common.protocol import HOST_PATTERN
+from airig.common.protocol import rig_name as plain_rig_name
 from airig.launcher.envfile import read_env
 
 PROFILES = ("cpu", "gpu-nvidia", "gpu-amd")
+Profile = Literal["cpu", "gpu-nvidia", "gpu-amd"]
 STACKS = ("01-infra", "02-compute", "03-agents")
-
-DEFAULTS: dict[str, str] = {
-    "AIRIG_PROFILE": "",
-    "AIRIG_BIND_ADDRESS": "127.0.0.1",
-    "AIRIG_MIN_FREE_DISK_GB": "20",
-    "AIRIG_WAIT_TIMEOUT": "1800",
-    "AIRIG_NETWORK": "ai-network",
-    "AIRIG_CPU_WORKERS": "2",
-    "AIRIG_IMAGE": "airig/airig:0.1.0",
-    "FILES_PORT": "8090",
-    "OLLAMA_PORT": "11434",
-    "COMFYUI_PORT": "8188",
-    "WHISPER_PORT": "8000",
-    "BRAIN_PORT": "8080",
-    # Rigs: names of this rig's compose projects and volumes, its name at the brain, and
-    # the brain it joined (empty: it runs its own). See README, "Second rig".
-    "AIRIG_PROJECT_PREFIX": "airig",
-    "AIRIG_RIG_NAME": "",
-    "AIRIG_JOIN_BRAIN_URL": "",
-    "AIRIG_JOIN_TOKEN": "",
-    "AIRIG_BRAIN_PUBLIC_URL": "",
-}
+# Where a value came from, as `up` and `detect` say it.
+Source = Literal["flag", "environment", ".env", "default"]
 # Compose project names allow lowercase letters, digits, '-' and '_'; volume names follow.
 PREFIX_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 # Host port variable -> (stack, service it publishes), for preflight and the summary.
@@ -50,117 +45,344 @@ PORTS: dict[str, tuple[str, str]] = {
     "WHISPER_PORT": ("02-compute", "whisper"),
     "BRAIN_PORT": ("03-agents", "brain"),
 }
+# What a value that does not parse is, whatever the knob.
+PARSE_PROBLEM = {"int_parsing": "is not a whole number", "int_from_float": "is not a whole number"}
 
 
-@dataclass
-class Settings:
-    root: Path
-    values: dict[str, str]
-    sources: dict[str, str] = field(default_factory=dict)
+# What knob() keeps for the launcher (json_schema_extra), besides the stack.
+KNOB_EXTRAS = ("problem", "fix", "empty_is_default", "in_env_example")
+PORT = {"ge": 1, "le": 65535, "problem": "is not a TCP port", "fix": "set {key} to 1-65535 in .env"}
+PICKED = "empty = the newest fitting variant of 02-compute/images.yaml"
+BRAIN_ADDRESS = "`http://<AIRIG_BIND_ADDRESS>:<BRAIN_PORT>`"
+
+
+def knob(default: Any, key: str, stack: str, help: str, **field: Any) -> Any:
+    """One knob: pydantic's Field named ``key`` (its alias) with ``help`` as description.
+
+    ``stack`` is its .env.example section and README group. Optional: ``problem`` (what a
+    refused value is) and ``fix`` (how to mend it; {key} is replaced), ``empty_is_default``
+    (as compose's ${KEY:-default}), ``in_env_example`` (False: environment only); the rest
+    goes to Field (constraints, repr=False for secrets)."""
+    extra = {name: field.pop(name) for name in KNOB_EXTRAS if name in field}
+    return Field(
+        default, alias=key, description=help, json_schema_extra={"stack": stack, **extra}, **field
+    )
+
+
+class Settings(BaseSettings):
+    """Every knob the launcher reads, in .env.example's order, with its default and help.
+
+    Built by ``load_settings`` (which records each value's source); ``Settings()`` reads
+    the process environment alone, like the brain's and the workers' settings."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", populate_by_name=True)
+
+    # ------------------------------------------------------------ general
+    profile: Profile | None = knob(
+        None, "AIRIG_PROFILE", "general",
+        "Hardware profile: empty = detect (NVIDIA > AMD > CPU); or cpu | gpu-nvidia | gpu-amd. "
+        "The --profile flag wins.",
+        problem="is an unknown profile",
+        fix=f"use one of: {', '.join(PROFILES)}, or leave AIRIG_PROFILE empty to detect",
+    )  # fmt: skip
+    gpu_probe_timeout: float = knob(
+        120.0, "AIRIG_GPU_PROBE_TIMEOUT", "general",
+        "Seconds the GPU probe container may take to start (several per card without "
+        "persistence mode); empty = the default.",
+        gt=0, le=86400, empty_is_default=True, problem="is not a positive number of seconds",
+        fix="set {key} in .env (default 120)",
+    )  # fmt: skip
+    bind_address: str = knob(
+        "127.0.0.1", "AIRIG_BIND_ADDRESS", "general",
+        "Address every host port binds to; 0.0.0.0 exposes the APIs to your LAN.",
+    )  # fmt: skip
+    project_prefix: str = knob(
+        "airig", "AIRIG_PROJECT_PREFIX", "general",
+        "Prefix of this kit's compose projects and volumes (a second kit copy on one Docker "
+        "engine).",
+        pattern=PREFIX_PATTERN.pattern, problem="cannot name compose projects",
+        fix="use lowercase letters, digits, '-' or '_' (e.g. airig2), at most 40",
+    )  # fmt: skip
+    configured_rig_name: str = knob(
+        "", "AIRIG_RIG_NAME", "general",
+        "This rig's name at the brain; empty = this machine's hostname.",
+        pattern=f"{HOST_PATTERN}|^$", problem="is not a plain name",
+        fix="use letters, digits, '.', '-' or '_' (at most 63), or leave it empty",
+    )  # fmt: skip
+    min_free_disk_gb: int = knob(
+        20, "AIRIG_MIN_FREE_DISK_GB", "general",
+        "Refuse to start with less free disk (GB) under Docker's data root.",
+    )  # fmt: skip
+    wait_timeout: int = knob(
+        1800, "AIRIG_WAIT_TIMEOUT", "general",
+        "Seconds `up --wait` may take per stack (first boots download models).",
+    )  # fmt: skip
+
+    # ------------------------------------------------------------ 01-infra
+    network: str = knob(
+        "ai-network", "AIRIG_NETWORK", "01-infra",
+        "The shared network every stack joins (created by the launcher).",
+    )  # fmt: skip
+    files_port: int = knob(8090, "FILES_PORT", "01-infra", "Host port of the file service.", **PORT)
+
+    # ------------------------------------------------------------ 02-compute
+    ollama_image: str = knob(
+        "", "OLLAMA_IMAGE", "02-compute", f"Ollama's image for CPU and NVIDIA; {PICKED}."
+    )
+    ollama_image_rocm: str = knob(
+        "", "OLLAMA_IMAGE_ROCM", "02-compute", f"Ollama's image for AMD (-rocm); {PICKED}."
+    )
+    comfyui_image_cpu: str = knob(
+        "", "COMFYUI_IMAGE_CPU", "02-compute", f"ComfyUI's CPU image; {PICKED}."
+    )
+    comfyui_image_nvidia: str = knob(
+        "", "COMFYUI_IMAGE_NVIDIA", "02-compute", f"ComfyUI's NVIDIA image; {PICKED}."
+    )
+    comfyui_image_amd: str = knob(
+        "", "COMFYUI_IMAGE_AMD", "02-compute", f"ComfyUI's AMD image; {PICKED}."
+    )
+    comfyui_cli_args: str = knob(
+        "", "COMFYUI_CLI_ARGS", "02-compute",
+        "Extra ComfyUI flags; VRAM flags (--lowvram …) only on a GPU.",
+    )  # fmt: skip
+    whisper_image_cpu: str = knob(
+        "", "WHISPER_IMAGE_CPU", "02-compute", f"Whisper's (speaches) CPU image; {PICKED}."
+    )
+    whisper_image_cuda: str = knob(
+        "", "WHISPER_IMAGE_CUDA", "02-compute", f"Whisper's (speaches) CUDA image; {PICKED}."
+    )
+    ollama_port: int = knob(11434, "OLLAMA_PORT", "02-compute", "Host port of Ollama.", **PORT)
+    comfyui_port: int = knob(8188, "COMFYUI_PORT", "02-compute", "Host port of ComfyUI.", **PORT)
+    whisper_port: int = knob(8000, "WHISPER_PORT", "02-compute", "Host port of Whisper.", **PORT)
+    hsa_override_gfx_version: str = knob(
+        "", "HSA_OVERRIDE_GFX_VERSION", "02-compute",
+        "AMD: the gfx version ROCm treats the cards as (e.g. 10.3.0 for RDNA2); empty = none.",
+    )  # fmt: skip
+    ollama_models: Annotated[tuple[str, ...], NoDecode] = knob(
+        (), "AIRIG_OLLAMA_MODELS", "02-compute",
+        "Ollama models pulled and verified at start-up (comma-separated); `up` warns about "
+        "one no GPU can hold.",
+    )  # fmt: skip
+
+    # ------------------------------------------------------------ 03-agents
+    image: str = knob(
+        "airig/airig:0.1.0", "AIRIG_IMAGE", "03-agents",
+        "The image the kit builds for its brain, workers and init containers.",
+    )  # fmt: skip
+    base_image: str = knob(
+        "python:3.12-slim", "AIRIG_BASE_IMAGE", "03-agents",
+        "Base image of that build (also the GPU probe's); empty = the default.",
+        empty_is_default=True,
+    )  # fmt: skip
+    pip_install_args: str = knob(
+        "", "AIRIG_PIP_INSTALL_ARGS", "03-agents",
+        "Extra pip arguments for that build (e.g. an index URL).",
+    )  # fmt: skip
+    brain_port: int = knob(8080, "BRAIN_PORT", "03-agents", "Host port of the brain's API.", **PORT)
+    cpu_workers: int = knob(
+        2, "AIRIG_CPU_WORKERS", "03-agents", "Number of CPU-only workers.",
+        ge=0, problem="is negative", fix="set it to 0 or more in .env",
+    )  # fmt: skip
+    brain_gpus: Annotated[tuple[int, ...], NoDecode] = knob(
+        (), "AIRIG_BRAIN_GPUS", "03-agents",
+        "GPUs given together to one worker for a larger model, e.g. 0,3; empty = one worker "
+        "per GPU.",
+        problem="is not a list of GPU indexes", fix="write it like 0,3 (see `detect`)",
+    )  # fmt: skip
+    brain_admin_token: str = knob(
+        "", "BRAIN_ADMIN_TOKEN", "03-agents",
+        "The brain's admin token (the CLI's); change-me = generated by `up`.", repr=False,
+    )  # fmt: skip
+    worker_bootstrap_token: str = knob(
+        "", "WORKER_BOOTSTRAP_TOKEN", "03-agents",
+        "The token workers register with; change-me = generated by `up`.", repr=False,
+    )  # fmt: skip
+    brain_public_url: str = knob(
+        "", "AIRIG_BRAIN_PUBLIC_URL", "03-agents",
+        f"The URL other rigs join (`token create --join`); empty = {BRAIN_ADDRESS}.",
+    )  # fmt: skip
+    join_brain_url: str = knob(
+        "", "AIRIG_JOIN_BRAIN_URL", "03-agents",
+        "Written by `join`: the brain this rig's workers use; empty = its own.",
+    )  # fmt: skip
+    join_token: str = knob(
+        "", "AIRIG_JOIN_TOKEN", "03-agents",
+        "Written by `join`: this rig's join token (a secret).", repr=False,
+    )  # fmt: skip
+
+    # ------------------------------------------------------------ the CLI's environment
+    brain_url: str = knob(
+        "", "BRAIN_URL", "cli",
+        f"The brain `submit`, `plans`, `token` and `status` talk to; empty = {BRAIN_ADDRESS}.",
+        in_env_example=False,
+    )  # fmt: skip
+
+    _root: Path = PrivateAttr(default_factory=Path.cwd)
+    _sources: dict[str, Source] = PrivateAttr(default_factory=dict)
+    # .env keys the launcher does not read, and undeclared AIRIG_* variables: the bug report
+    _unread: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_default(cls, data: Any) -> Any:
+        """Knobs whose empty value means their default, as compose's ${KEY:-default}."""
+        if not isinstance(data, dict):
+            return data
+        return {
+            key: value
+            for key, value in data.items()
+            if value != "" or not knob_extra(key).get("empty_is_default")
+        }
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _empty_profile_detects(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("ollama_models", "brain_gpus", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(item.strip() for item in value.split(",") if item.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _join_pair(self) -> Settings:
+        if bool(self.join_brain_url) != bool(self.join_token):
+            raise ConfigError(
+                "AIRIG_JOIN_BRAIN_URL and AIRIG_JOIN_TOKEN must be set together",
+                "run `python start_services.py join --brain URL --token T` again, or empty "
+                "both in .env to run this rig with its own brain",
+            )
+        return self
+
+    # ------------------------------------------------------------ where things are
+    @property
+    def root(self) -> Path:
+        """The kit checkout these settings belong to."""
+        return self._root
 
     @property
     def env_file(self) -> Path:
-        return self.root / ".env"
+        return self._root / ".env"
 
     @property
     def example_file(self) -> Path:
-        return self.root / ".env.example"
+        return self._root / ".env.example"
 
     @property
     def state_dir(self) -> Path:
         """Generated files (compose overlays); ignored by git."""
-        return self.root / ".airig"
+        return self._root / ".airig"
 
-    def get(self, key: str) -> str:
-        return self.values.get(key, DEFAULTS.get(key, ""))
-
-    def get_int(self, key: str) -> int:
-        raw = self.get(key)
-        try:
-            return int(raw)
-        except ValueError:
-            raise ConfigError(
-                f"{key}={raw!r} is not a whole number", f"fix {key} in .env"
-            ) from None
-
-    def ports(self) -> dict[str, int]:
-        return {key: self.get_int(key) for key in PORTS}
-
-    def source_of(self, key: str) -> str:
-        return self.sources.get(key, "default")
-
-    @property
-    def prefix(self) -> str:
-        """Prefix of this rig's compose projects and volumes (two rigs on one engine)."""
-        return self.get("AIRIG_PROJECT_PREFIX")
-
+    # ------------------------------------------------------------ derived values
     @property
     def rig_name(self) -> str:
         """This rig's name at the brain: AIRIG_RIG_NAME, else the machine's hostname."""
-        from airig.common.protocol import rig_name
-
-        return rig_name(self.get("AIRIG_RIG_NAME") or socket.gethostname())
+        return plain_rig_name(self.configured_rig_name or socket.gethostname())
 
     @property
     def joined(self) -> bool:
         """True when this rig's workers use another machine's brain (`join`)."""
-        return bool(self.get("AIRIG_JOIN_BRAIN_URL"))
+        return bool(self.join_brain_url)
+
+    def ports(self) -> dict[str, int]:
+        return {key: int(self.value_of(key)) for key in PORTS}
+
+    # ------------------------------------------------------------ by key
+    def source_of(self, key: str) -> Source:
+        return self._sources.get(key, "default")
+
+    def value_of(self, key: str) -> str:
+        """A declared knob's value as .env spells it, for code driven by tables of keys
+        (ports, image variables). A key that is not declared is a KeyError."""
+        return env_text(getattr(self, FIELD_OF[key]))
+
+    def report_values(self) -> dict[str, str]:
+        """Every value, as .env spells it, for a bug report (it redacts the secrets)."""
+        return {**self._unread, **{key: self.value_of(key) for key in FIELD_OF}}
 
 
-def load_settings(root: Path, flags: dict[str, str | None] | None = None) -> Settings:
-    """Merge defaults < .env < environment < flags; validate what the launcher relies on."""
-    values, sources = dict(DEFAULTS), dict.fromkeys(DEFAULTS, "default")
+# declared key (AIRIG_PROFILE) -> attribute (profile), in declaration order
+FIELD_OF: dict[str, str] = {
+    cast(str, info.alias): name for name, info in Settings.model_fields.items()
+}
+
+
+def knob_extra(key: str) -> dict[str, Any]:
+    """The knob's stack, problem, fix and flags (see ``knob``); {} for an undeclared key."""
+    if key not in FIELD_OF:
+        return {}
+    extra = Settings.model_fields[FIELD_OF[key]].json_schema_extra
+    return dict(extra) if isinstance(extra, dict) else {}
+
+
+def env_text(value: object) -> str:
+    """A value as .env writes it: '' for none, comma lists, 120 rather than 120.0."""
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return ",".join(env_text(item) for item in value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def load_settings(root: Path, flags: Mapping[str, str | None] | None = None) -> Settings:
+    """Merge defaults < .env < environment < flags (a flag of None or "" is not given);
+    validate; remember each value's source."""
     env_path = root / ".env"
-    layers = [
-        (read_env(env_path) if env_path.is_file() else {}, ".env"),
-        (
-            {k: v for k, v in os.environ.items() if k in DEFAULTS or k.startswith("AIRIG_")},
-            "environment",
-        ),
-        ({k: v for k, v in (flags or {}).items() if v not in (None, "")}, "flag"),
-    ]
-    for layer, name in layers:
-        for key, value in layer.items():
-            values[key] = value
-            sources[key] = name
-    settings = Settings(root=root, values=values, sources=sources)
-    _validate(settings)
+    dotenv = read_env(env_path) if env_path.is_file() else {}
+    given = {key: value for key, value in (flags or {}).items() if value}
+    layers: tuple[tuple[Source, Mapping[str, str]], ...] = (
+        (".env", dotenv),
+        ("environment", os.environ),
+        ("flag", given),
+    )
+    raw: dict[str, str] = {}
+    sources: dict[str, Source] = {}
+    for source, layer in layers:
+        for key in FIELD_OF:
+            if key in layer:
+                raw[key], sources[key] = layer[key], source
+    try:
+        settings = Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise _refusal(exc.errors()[0], raw, sources) from None
+    settings._root, settings._sources = root, sources
+    unread = {k: v for k, v in os.environ.items() if k.startswith("AIRIG_")}
+    settings._unread = {k: v for k, v in {**dotenv, **unread}.items() if k not in FIELD_OF}
     return settings
 
 
-def _validate(settings: Settings) -> None:
-    profile = settings.get("AIRIG_PROFILE")
-    if profile and profile not in PROFILES:
-        where = settings.source_of("AIRIG_PROFILE")
-        raise ConfigError(
-            f"unknown profile {profile!r} (from {where})",
-            f"use one of: {', '.join(PROFILES)}, or leave AIRIG_PROFILE empty to detect",
-        )
-    for key, port in settings.ports().items():
-        if not 1 <= port <= 65535:
-            raise ConfigError(f"{key}={port} is not a TCP port", f"set {key} to 1-65535 in .env")
-    if settings.get_int("AIRIG_CPU_WORKERS") < 0:
-        raise ConfigError("AIRIG_CPU_WORKERS is negative", "set it to 0 or more in .env")
-    _validate_rig(settings)
+def _refusal(
+    error: ErrorDetails, raw: Mapping[str, str], sources: Mapping[str, Source]
+) -> ConfigError:
+    """One line for the first value pydantic refused: key, value, source, and the fix."""
+    key = str(error["loc"][0]) if error["loc"] else ""
+    extra = knob_extra(key)
+    whole = len(error["loc"]) == 1  # not one item of a list (AIRIG_BRAIN_GPUS=0,x)
+    problem = (whole and PARSE_PROBLEM.get(error["type"])) or extra.get("problem") or "is not valid"
+    fix = (extra.get("fix") or "fix {key} in .env").format(key=key)
+    value = raw.get(key, error["input"])
+    shown = value if isinstance(value, str) and re.fullmatch(r"-?\d+", value) else repr(value)
+    return ConfigError(f"{key}={shown} {problem} (from {sources.get(key, 'default')})", fix)
 
 
-def _validate_rig(settings: Settings) -> None:
-    from airig.common.protocol import HOST_PATTERN
+def repo_root() -> Path:
+    """The kit checkout: $AIRIG_HOME, else the working directory if it is one, else ours."""
+    for candidate in (
+        os.environ.get("AIRIG_HOME"),
+        os.getcwd(),
+        Path(__file__).resolve().parents[2],
+    ):
+        if candidate and (Path(candidate) / "01-infra" / "compose.yaml").is_file():
+            return Path(candidate).resolve()
+    raise ConfigError(
+        "cannot find the airig checkout", "run from the cloned folder or set AIRIG_HOME"
+    )
 
-    if not PREFIX_PATTERN.match(settings.prefix):
-        raise ConfigError(
-            f"AIRIG_PROJECT_PREFIX={settings.prefix!r} cannot name compose projects",
-            "use lowercase letters, digits, '-' or '_' (e.g. airig2), at most 40",
-        )
-    raw = settings.get("AIRIG_RIG_NAME")
-    if raw and not re.match(HOST_PATTERN, raw):
-        raise ConfigError(
-            f"AIRIG_RIG_NAME={raw!r} is not a plain name",
-            "use letters, digits, '.', '-' or '_' (at most 63), or leave it empty",
-        )
-    if bool(settings.get("AIRIG_JOIN_BRAIN_URL")) != bool(settings.get("AIRIG_JOIN_TOKEN")):
-        raise ConfigError(
-            "AIRIG_JOIN_BRAIN_URL and AIRIG_JOIN_TOKEN must be set together",
-            "run `python start_services.py join --brain URL --token T` again, or empty both "
-            "in .env to run this rig with its own brain",
-        )
+
+def checkout_settings(flags: Mapping[str, str | None] | None = None) -> Settings:
+    """The settings of the checkout the CLI runs in (``repo_root``): every command's."""
+    return load_settings(repo_root(), flags)

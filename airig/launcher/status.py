@@ -9,6 +9,8 @@ from __future__ import annotations
 import platform
 import re
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from rich.markup import escape
 from rich.table import Table
@@ -19,6 +21,7 @@ from airig.launcher.docker import Docker, ServiceState
 from airig.launcher.envfile import SECRET_KEYS
 from airig.launcher.plan import ComposePlan
 from airig.launcher.preflight import Check
+from airig.launcher.settings import Settings
 
 SKIP_URL = {"ollama-init", "comfyui-init", "whisper-init", "volumes-init"}
 # A settings key naming any of these holds a secret; its value never enters a bug report.
@@ -27,9 +30,10 @@ SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "PASS", "SECRET", "CREDENTIAL", "AUT
 # the last @ before the path, as a password may hold an unencoded @
 URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<userinfo>[^/\s]+)@", re.I)
 REDACTED = "<redacted>"
+T = TypeVar("T")
 
 
-def service_rows(docker: Docker, plan: ComposePlan) -> list[dict]:
+def service_rows(docker: Docker, plan: ComposePlan) -> list[dict[str, Any]]:
     rows = []
     for stack in plan.stacks:
         for svc in docker.services(stack):
@@ -37,7 +41,7 @@ def service_rows(docker: Docker, plan: ComposePlan) -> list[dict]:
     return rows
 
 
-def _row(svc: ServiceState) -> dict:
+def _row(svc: ServiceState) -> dict[str, Any]:
     urls = []
     for mapping in svc.ports:
         host, _, _target = mapping.partition("->")
@@ -56,7 +60,7 @@ def _row(svc: ServiceState) -> dict:
     }
 
 
-def services_table(rows: list[dict], title: str = "airig services") -> Table:
+def services_table(rows: list[dict[str, Any]], title: str = "airig services") -> Table:
     table = Table(title=title)
     for col in ("stack", "service", "state", "health", "url"):
         table.add_column(col)
@@ -73,19 +77,19 @@ def services_table(rows: list[dict], title: str = "airig services") -> Table:
     return table
 
 
-def brain_workers(env_file) -> list[dict] | None:
+def brain_workers(settings: Settings) -> list[dict[str, Any]] | None:
     """The brain's worker list, or None when the brain is not up (status still works)."""
     from airig.launcher.brain_client import BrainClient
 
     try:
-        client = BrainClient.from_env(env_file)
+        client = BrainClient.from_settings(settings)
         client.timeout_s = 3.0
         return client.workers()
     except AirigError:
         return None
 
 
-def workers_table(workers: list[dict]) -> Table:
+def workers_table(workers: list[dict[str, Any]]) -> Table:
     """Workers with their rig (host), GPU temperature and the brain's warnings."""
     table = Table(title="workers")
     columns = ("worker", "host", "classes", "gpu", "temp", "running", "resident models")
@@ -138,7 +142,7 @@ def redact_urls(text: str) -> str:
     """``http://user:pass@host`` → ``http://user:<redacted>@host``; a bare ``token@`` goes
     whole. Settings such as AIRIG_PIP_INSTALL_ARGS carry index URLs with passwords."""
 
-    def hide(match: re.Match) -> str:
+    def hide(match: re.Match[str]) -> str:
         user, colon, _password = match["userinfo"].partition(":")
         kept = f"{user}:" if colon else ""
         return f"{match['scheme']}{kept}{REDACTED}@"
@@ -146,7 +150,7 @@ def redact_urls(text: str) -> str:
     return URL_USERINFO.sub(hide, text)
 
 
-def scrubbed(value):
+def scrubbed(value: Any) -> Any:
     """``value`` with URL credentials redacted in every string, however deep."""
     if isinstance(value, str):
         return redact_urls(value)
@@ -162,20 +166,21 @@ def redacted_env(values: dict[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret_key(k) else redact_urls(v)) for k, v in values.items()}
 
 
-def bundle(checks: list[Check], settings_values: dict[str, str], extra: dict) -> dict:
-    return scrubbed(
-        {
-            "airig": __version__,
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "checks": [c.to_dict() for c in checks],
-            "settings": redacted_env(settings_values),
-            **extra,
-        }
-    )
+def bundle(
+    checks: list[Check], settings_values: dict[str, str], extra: dict[str, Any]
+) -> dict[str, Any]:
+    report = {
+        "airig": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "checks": [c.to_dict() for c in checks],
+        "settings": redacted_env(settings_values),
+        **extra,
+    }
+    return cast(dict[str, Any], scrubbed(report))
 
 
-def safe(fn, default):
+def safe(fn: Callable[[], T], default: Callable[[AirigError], T]) -> T:
     """Run a probe for the doctor; its AirigError becomes data, not a crash."""
     try:
         return fn()

@@ -24,9 +24,15 @@ from airig.launcher.docker import Docker, ServiceState, engine_errors
 from airig.launcher.hardware.choice import Choice, choose_profile, probe_images
 from airig.launcher.image_source import image_hash, source_hash
 from airig.launcher.images import ImageSelection, comfyui_flag_clash
-from airig.launcher.plan import ComposePlan, StackPlan, build_plan, project_names
+from airig.launcher.plan import (
+    ComposePlan,
+    StackPlan,
+    build_plan,
+    generated_paths,
+    project_names,
+)
 from airig.launcher.preflight import Check, disk_check, docker_checks, env_check, port_checks
-from airig.launcher.settings import Settings
+from airig.launcher.settings import STACKS, Settings
 
 # The shared volumes, named "<AIRIG_PROJECT_PREFIX>-<name>" (see 01-infra/compose.yaml).
 VOLUMES = {
@@ -72,7 +78,7 @@ class Launcher:
             self._say_images(images, dry_run)
             if images.refusals and not dry_run:
                 raise images.refusals[0]  # a pin that cannot run here: nothing started
-            clash = comfyui_flag_clash(images, self.settings.get("COMFYUI_CLI_ARGS"))
+            clash = comfyui_flag_clash(images, self.settings.comfyui_cli_args)
             if clash is not None:
                 raise clash
         plan = build_plan(self.settings, choice.profile, choice.gpus, choice.host_env, images)
@@ -81,7 +87,7 @@ class Launcher:
             result.commands = self.commands(plan)
             return result
         _require(self.preflight())
-        self._write_generated(plan)
+        self.write_generated(plan)
         self.docker.ensure_network(plan.network)
         self._build(plan)
         for stack in plan.stacks:
@@ -90,9 +96,12 @@ class Launcher:
         return result
 
     def _build(self, plan: ComposePlan) -> None:
-        args = {k: self.settings.get(k) for k in ("AIRIG_BASE_IMAGE", "AIRIG_PIP_INSTALL_ARGS")}
+        args = {
+            "AIRIG_BASE_IMAGE": self.settings.base_image,
+            "AIRIG_PIP_INSTALL_ARGS": self.settings.pip_install_args,
+        }
         wanted = source_hash(self.settings.root, args)
-        image = self.settings.get("AIRIG_IMAGE")
+        image = self.settings.image
         with engine_errors(f"inspecting the image {image}"):
             built = image_hash(self.docker.sdk(), image)
         if built == wanted:
@@ -105,7 +114,8 @@ class Launcher:
     def commands(self, plan: ComposePlan) -> list[str]:
         """The exact commands `up` runs, in order (for --dry-run)."""
         lines = [f"docker network create {plan.network}   # if missing"]
-        for path in [*plan.generated, *(stack_env_path(self.settings, s) for s in plan.stacks)]:
+        stack_envs = [stack_env_path(self.settings, s.name) for s in plan.stacks]
+        for path in [*plan.generated, *stack_envs]:
             lines.append(f"# write {path.relative_to(self.settings.root)}")
         build = plan.stack(IMAGE_SERVICE[0])
         lines.append(
@@ -144,7 +154,7 @@ class Launcher:
         """Host ports already published by this rig's containers (a second `up` is fine).
         Only this rig's projects: another rig's port on this engine is a real clash."""
         ours = set(project_names(self.settings).values())
-        ports = set()
+        ports: set[int] = set()
         for c in self.docker.containers(label="com.docker.compose.project"):
             if c.labels.get("com.docker.compose.project", "") not in ours:
                 continue
@@ -169,9 +179,7 @@ class Launcher:
             self.console.print(f"  [yellow]→ {escape(choice.fix)}[/]")
         from airig.provision.fit import check_fit
 
-        models = [
-            m.strip() for m in self.settings.get("AIRIG_OLLAMA_MODELS").split(",") if m.strip()
-        ]
+        models = list(self.settings.ollama_models)
         # each worker owns one GPU, so a model must fit the largest single card
         largest = max((g.vram_bytes for g in choice.gpus), default=0)
         for warning in check_fit(models, [largest] if largest else []):
@@ -184,7 +192,7 @@ class Launcher:
             if dry_run or not line.startswith("[red]✘"):
                 self.console.print(line, highlight=False, soft_wrap=True)
 
-    def _write_generated(self, plan: ComposePlan) -> None:
+    def write_generated(self, plan: ComposePlan) -> None:
         for path, text in plan.generated.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
@@ -192,7 +200,7 @@ class Launcher:
         # link each to a file holding what this run used (.env, the generated values, the
         # project, profile and files), so the stacks work by hand exactly as `up` ran them.
         for stack in plan.stacks:
-            env_path = stack_env_path(self.settings, stack)
+            env_path = stack_env_path(self.settings, stack.name)
             env_path.parent.mkdir(parents=True, exist_ok=True)
             env_path.touch(mode=0o600)  # it holds the secrets .env holds
             env_path.write_text(stack_env_text(stack))
@@ -270,23 +278,32 @@ class Launcher:
 
     # ------------------------------------------------------------------ down
     def down(self, plan: ComposePlan, volumes: bool, keep_models: bool) -> list[str]:
+        """Remove the stacks of ``plan`` (plan_for_running: whatever `up` started), the
+        network, and every file any `up` wrote, whichever profile it ran."""
         done = []
         for stack in reversed(plan.stacks):
             self.docker.down(stack)
             done.append(f"{stack.name} down")
         if volumes:
             kept = [] if keep_models else VOLUMES["models"]
-            names = [f"{self.settings.prefix}-{v}" for v in VOLUMES["data"] + kept]
+            names = [f"{self.settings.project_prefix}-{v}" for v in VOLUMES["data"] + kept]
             done += [f"volume {v} removed" for v in self.docker.remove_volumes(names)]
         done.append(self.docker.remove_network(plan.network))
-        for path in [*plan.generated, *(stack_env_path(self.settings, s) for s in plan.stacks)]:
+        for path in written_paths(self.settings):
             if path.exists():
                 os.remove(path)
         return done
 
 
-def stack_env_path(settings: Settings, stack: StackPlan) -> Path:
-    return settings.state_dir / "env" / f"{stack.name}.env"
+def stack_env_path(settings: Settings, stack: str) -> Path:
+    """The file behind ``<stack>/.env`` (what `up` ran, for docker compose by hand)."""
+    return settings.state_dir / "env" / f"{stack}.env"
+
+
+def written_paths(settings: Settings) -> list[Path]:
+    """Every file an `up` of any profile writes: the plan's generated files and each
+    stack's env file."""
+    return [*generated_paths(settings), *(stack_env_path(settings, s) for s in STACKS)]
 
 
 def stack_env_text(stack: StackPlan) -> str:
@@ -339,7 +356,7 @@ def _all_healthy(services: list[ServiceState]) -> bool:
     return bool(services) and all(_is_ok(s) for s in services)
 
 
-def _probe_lacked_image(choice) -> bool:
+def _probe_lacked_image(choice: Choice) -> bool:
     return any(
         p.status == "not run" and "no probe image" in p.detail
         for p in choice.report.probes.values()

@@ -14,6 +14,7 @@ from typing import Annotated
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, HttpUrl, ValidationError
+from pydantic_core import ErrorDetails
 
 from airig.common.errors import ConfigError
 
@@ -52,7 +53,7 @@ class ComfyManifest(BaseModel):
     models: list[ComfyModel] = Field(default_factory=list)
 
 
-def _describe(error: dict, raw_models: object) -> str:
+def _describe(error: ErrorDetails, raw_models: object) -> str:
     location = error["loc"]
     if len(location) >= 2 and location[0] == "models" and isinstance(location[1], int):
         index = location[1]

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+# httpx only as the ollama client's transport: its timeout type and the errors the client
+# passes on. The provisioners' own HTTP (health, /api/show, downloads) uses requests.
+import httpx
+import ollama
 import requests
 
 from airig.common.errors import ProvisionError
@@ -25,10 +29,13 @@ from airig.provision.common import (
     remove_corrupt,
 )
 from airig.provision.events import Emitter
-from airig.provision.http import API_TIMEOUT, STREAM_TIMEOUT, error_text
+from airig.provision.http import API_TIMEOUT, error_text
 from airig.provision.verify import ExpectedFile, FileCheckError, Verifier
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# Connect fast, read forever: a pull may stay silent for minutes while the server hashes
+# gigabytes, and closing the connection would cancel the pull.
+PULL_TIMEOUT = httpx.Timeout(None, connect=10.0)
 
 
 class PullProgress:
@@ -37,12 +44,10 @@ class PullProgress:
     def __init__(self) -> None:
         self.layers: dict[str, tuple[int, int]] = {}
 
-    def update(self, line: dict) -> bool:
-        digest, total = line.get("digest"), line.get("total")
-        if not isinstance(digest, str) or not isinstance(total, int):
+    def update(self, part: ollama.ProgressResponse) -> bool:
+        if part.digest is None or part.total is None:
             return False
-        completed = line.get("completed")
-        self.layers[digest] = (completed if isinstance(completed, int) else 0, total)
+        self.layers[part.digest] = (part.completed or 0, part.total)
         return True
 
     @property
@@ -55,29 +60,19 @@ class PullProgress:
 
 
 def read_pull_stream(
-    model: str, lines: Iterable[bytes | str], on_progress: Callable[[int, int], None]
+    model: str,
+    parts: Iterable[ollama.ProgressResponse],
+    on_progress: Callable[[int, int], None],
 ) -> None:
-    """Consume an /api/pull NDJSON stream; return only if it ended in ``success``.
+    """Consume ``Client.pull(model, stream=True)``; return only if it ended in ``success``.
 
-    Any line with an ``error`` key fails, even though Ollama sends it inside an HTTP 200
-    once streaming has begun. A stream that ends without ``success`` is a dropped pull.
+    A stream that ends without ``success`` is a dropped pull.
     """
     progress = PullProgress()
-    for raw in lines:
-        if not raw:
-            continue
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            bad = f"{raw!r:.80}"
-            raise ProvisionError(f"ollama model {model!r}: unreadable pull line {bad}") from None
-        if not isinstance(line, dict):
-            continue
-        if "error" in line:
-            raise ProvisionError(f"ollama model {model!r}: {line['error']}")
-        if progress.update(line):
+    for part in _read(model, parts):
+        if progress.update(part):
             on_progress(progress.completed, progress.total)
-        if line.get("status") == "success":
+        if part.status == "success":
             return
     raise ProvisionError(
         f"ollama model {model!r}: pull stream ended before success",
@@ -85,8 +80,36 @@ def read_pull_stream(
     )
 
 
+def _read(
+    model: str, parts: Iterable[ollama.ProgressResponse]
+) -> Iterator[ollama.ProgressResponse]:
+    """The client's parts, its refusals as ProvisionErrors naming the model. It raises
+    ResponseError for an answer other than 200 and for a line with an ``error`` key, which
+    Ollama sends inside an HTTP 200 once streaming has begun (status_code -1)."""
+    iterator = iter(parts)
+    while True:
+        try:
+            part = next(iterator)
+        except StopIteration:
+            return
+        except ollama.ResponseError as exc:
+            raise ProvisionError(f"ollama model {model!r}: {_refusal(exc)}") from None
+        except (ValueError, AttributeError) as exc:  # not JSON, not an object, wrong types
+            bad = f"{getattr(exc, 'doc', exc)!r:.80}"
+            raise ProvisionError(f"ollama model {model!r}: unreadable pull line {bad}") from None
+        yield part
+
+
+def _refusal(exc: ollama.ResponseError) -> str:
+    """Worded as ``error_text`` words an answer: the status, then the server's message."""
+    if exc.status_code == -1:  # an error line inside the 200
+        return str(exc.error)
+    lines = str(exc.error).strip().splitlines()
+    return f"HTTP {exc.status_code}" + (f": {lines[0][:200]}" if lines else "")
+
+
 class OllamaProvisioner(ServerProvisioner):
-    health_path = "/api/version"
+    health_path = "/api/version"  # polled by wait_healthy (requests): the client has no call
     service = "ollama"
 
     def __init__(
@@ -97,27 +120,23 @@ class OllamaProvisioner(ServerProvisioner):
         verifier: Verifier,
         emitter: Emitter,
         session: requests.Session | None = None,
+        client: ollama.Client | None = None,
     ) -> None:
         super().__init__(url, models, verifier, emitter, session)
         self.models_dir = models_dir
+        self.client = client or ollama.Client(host=self.url, timeout=PULL_TIMEOUT)
 
     def ensure(self, model: str, force: bool = False) -> ModelReport:
         return ensure_model(model, force, self.verify, self.pull, self._remove_corrupt)
 
     def pull(self, model: str) -> None:
         OllamaName.parse(model)
+        report = lambda done, total: self.emitter.progress(model, done, total)  # noqa: E731
         try:
-            with self.http.post(
-                f"{self.url}/api/pull",
-                json={"model": model, "stream": True},
-                stream=True,
-                timeout=STREAM_TIMEOUT,
-            ) as response:
-                if response.status_code != 200:
-                    raise ProvisionError(f"ollama model {model!r}: {error_text(response)}")
-                report = lambda done, total: self.emitter.progress(model, done, total)  # noqa: E731
-                read_pull_stream(model, response.iter_lines(), report)
-        except requests.RequestException as exc:
+            read_pull_stream(model, self.client.pull(model, stream=True), report)
+        except (httpx.RequestError, ConnectionError) as exc:
+            # A streamed call lets httpx's errors through, even ConnectError (the client
+            # makes that the builtin ConnectionError only outside streams).
             raise ProvisionError(
                 f"ollama model {model!r}: connection lost during pull ({type(exc).__name__})",
                 "run again: Ollama resumes the partial download",
@@ -134,6 +153,8 @@ class OllamaProvisioner(ServerProvisioner):
             raise
 
     def _check_known(self, model: str) -> None:
+        # Not client.show(): its ShowResponse requires model_info, which Ollama omits when
+        # empty (api/types.go, omitempty); only the status matters here.
         show = f"{self.url}/api/show"
         response = self.http.post(show, json={"model": model}, timeout=API_TIMEOUT)
         if response.status_code != 200:

@@ -27,6 +27,7 @@ from airig.common.protocol import (
     ExchangeRequest,
     ExchangeResponse,
     FailReport,
+    FailRequest,
     ReleaseReport,
     RenewReport,
     StartReport,
@@ -82,7 +83,7 @@ class Pipeline:
             self._started.discard(task.task_id)
             return task
 
-    def report(self, task: Assignment, body: CompleteRequest | object) -> None:
+    def report(self, task: Assignment, body: CompleteRequest | FailRequest) -> None:
         """Queue a result; it leaves with the next exchange (at once if the worker idles)."""
         kind = CompleteReport if isinstance(body, CompleteRequest) else FailReport
         with self._state:

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-import requests
+import ollama
 
 from airig.common.protocol import (
     Assignment,
@@ -26,13 +26,15 @@ from airig.common.protocol import (
     RegisterRequest,
     ReleaseRequest,
 )
+from airig.executors.context import ExecResult, TaskError
+from airig.executors.ollama_common import CLIENT_ERRORS
 from airig.worker.attempts import AttemptThreads
 from airig.worker.gpus import probe_gpus
 from airig.worker.heartbeat import CurrentAttempt, Heartbeat, write_state
 from airig.worker.link import BrainLink, BrainUnreachable, LeaseLost, Unregistered
 from airig.worker.pipeline import Pipeline, effective_prefetch
 from airig.worker.settings import WorkerSettings
-from airig.worker.swapping import Swapper, swap_then_run
+from airig.worker.swap import Outcome, Swapper
 
 log = logging.getLogger("airig.worker")
 # Task types whose executors never write an output file: no per-attempt folder (a mkdir
@@ -50,6 +52,13 @@ class Worker:
         self.current = CurrentAttempt()
         self.resident: list[str] = []
         self.swapper = Swapper(settings)  # runs the brain's model swaps (GPU workers)
+        # One client for the resident set: the heartbeat asks every beat, and a new client
+        # costs an SSL context. Never closed: a beat may still be using it at shutdown.
+        self.ollama = (
+            ollama.Client(host=settings.ollama_url, timeout=2)
+            if "llm" in settings.classes
+            else None
+        )
         self.attempts = AttemptThreads()  # where executors run, one attempt at a time
         self.claim_wait_s = 20.0
         self.heartbeat: Heartbeat | None = None
@@ -124,14 +133,13 @@ class Worker:
     # ---------------------------------------------------------------- telemetry
     def resident_models(self) -> list[str]:
         """Models loaded in this worker's Ollama (only workers that serve LLMs ask)."""
-        if "llm" not in self.settings.classes:
+        if self.ollama is None:
             return []
         try:
-            response = requests.get(f"{self.settings.ollama_url}/api/ps", timeout=2)
-            response.raise_for_status()
-            self.resident = [m["name"] for m in response.json().get("models", [])]
-        except (requests.RequestException, ValueError, KeyError):
-            pass  # keep the last known set; Ollama may be busy loading
+            loaded = self.ollama.ps().models
+        except CLIENT_ERRORS:
+            return self.resident  # keep the last known set; Ollama may be busy loading
+        self.resident = [name for m in loaded if (name := m.name or m.model)]
         return self.resident
 
     def telemetry(self) -> HeartbeatRequest:
@@ -148,7 +156,7 @@ class Worker:
             if task.type not in NO_FILES:
                 output_dir.mkdir(parents=True, exist_ok=True)
             log.info("attempt started", extra={**fields, "type": task.type})
-            outcome, released = swap_then_run(self, task, cancel, output_dir)
+            outcome, released = self.swapper.swap_then_run(self, task, cancel, output_dir)
             if released:
                 self.link.release(task, ReleaseRequest(**task.lease.model_dump()))
                 log.info("attempt released", extra=fields)
@@ -163,9 +171,9 @@ class Worker:
             if task.type not in NO_FILES:
                 _remove_dir(output_dir)
 
-    def run_attempt(self, task: Assignment, cancel: threading.Event, output_dir: Path):
+    def run_attempt(self, task: Assignment, cancel: threading.Event, output_dir: Path) -> Outcome:
         """(ExecResult | TaskError | None, released) after the executor thread ends."""
-        from airig.executors import ExecContext, TaskError, run_task
+        from airig.executors import ExecContext, run_task
 
         settings = self.settings
         ctx = ExecContext(
@@ -175,7 +183,7 @@ class Worker:
             trusted=task.trusted, gpu_index=settings.gpu_index,
         )  # fmt: skip
 
-        def target() -> object:
+        def target() -> ExecResult | TaskError:
             try:
                 return run_task(task.type, task.payload, ctx)
             except TaskError as exc:
@@ -199,11 +207,12 @@ class Worker:
             return None, False  # lease lost: the brain has moved on; report nothing
         return (future.result() if future.done() else None), released
 
-    def report(self, task: Assignment, outcome: object, output_dir: Path) -> None:
+    def report(
+        self, task: Assignment, outcome: ExecResult | TaskError | None, output_dir: Path
+    ) -> None:
         """Upload the files now; the result itself leaves with the next exchange."""
-        from airig.executors import TaskError
-
         lease = task.lease.model_dump()
+        body: CompleteRequest | FailRequest
         if isinstance(outcome, TaskError):
             body = FailRequest(
                 **lease, error_type=outcome.error_type, retryable=outcome.retryable,

@@ -1,36 +1,75 @@
-"""The swap protocol a GPU worker runs before a task whose model is not resident.
+"""Carry out the brain's residency decision (``Assignment.evict`` / ``load``) before a task.
 
-drain -> unload -> check free VRAM -> load -> report:
+The brain decides at claim time which models a GPU worker must unload and which it must
+load; the worker runs that swap between starting the attempt and running its executor:
+drain -> unload -> check free VRAM -> load -> report.
 
 - drain: a worker runs one attempt at a time and swaps only between attempts, so work on
-  the old model has finished and no new claim for it is made while the swap runs;
+  the old model has finished and no claim for it is in flight while the swap runs;
 - unload each evicted model through the ``resource`` executor, which confirms it (Ollama:
-  ``keep_alive: 0``, then ``/api/ps`` until the model is gone; ComfyUI ``POST /free``;
-  Whisper ``DELETE /api/ps/{model}``);
+  ``keep_alive: 0``, then ``/api/ps`` until the model is gone);
 - check free VRAM through NVML: Ollama does not see other processes, and an unload may
   return before the driver has freed the memory, so wait (bounded) until the card has
   room for the new model; without NVML (no NVIDIA GPU) this step is skipped;
 - load the new model (Ollama ``keep_alive: -1``: the brain, not a timer, decides
-  eviction) and report every duration, which the brain turns into ``model.unload`` /
-  ``model.load`` events and learned reload costs.
+  eviction) and report every duration in the task's completion metrics (``swap``), which
+  the brain turns into ``model.unload`` / ``model.load`` events and learned reload costs.
+
+Only GPU workers swap (a GPU index, or the ``llm`` class whose Ollama holds models), and
+only Ollama models (see ``Swapper.needed``). A failed step fails the attempt as
+retryable, naming the step; the executor does not run. The resident set is updated from
+what the swap did, so the next claim reports it.
+
+The worker (``runner.Worker``) hands itself in as a ``SwapHost``; this module never
+imports it (imports run runner -> swap only).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
+import ollama
+
+from airig.common.protocol import Assignment
 from airig.executors.base import run_task
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
+from airig.executors.ollama_common import CLIENT_ERRORS
 from airig.worker.gpus import probe_gpus
+from airig.worker.settings import WorkerSettings
 
+log = logging.getLogger("airig.worker.swap")
 Runner = Callable[[str, dict, ExecContext], ExecResult]
+# (ExecResult | TaskError | None, released): what an attempt ends in.
+Outcome = tuple[ExecResult | TaskError | None, bool]
+# Bound on the wait for the driver to free VRAM after the unloads (see wait_for_vram).
+VRAM_SETTLE_S = 15.0
+SWAPPED_SERVICE = "ollama"
+
+
+class SwapHost(Protocol):
+    """What a swap needs from the worker that runs it (``runner.Worker`` is one)."""
+
+    stopping: threading.Event  # a stop request: the swap then gets stop_grace_s
+    resident: list[str]  # the models this worker reports as loaded
+
+    def run_attempt(self, task: Assignment, cancel: threading.Event, output_dir: Path) -> Outcome:
+        """Run the task's executor; the swap runs before it."""
+        ...
+
+    def resident_models(self) -> list[str]:
+        """The loaded models as Ollama lists them (the last known set if it does not answer)."""
+        ...
 
 
 @dataclass
 class SwapReport:
-    unload_ms: dict[str, int] = field(default_factory=dict)
+    unload_ms: dict[str, float] = field(default_factory=dict)
     free_vram_mb: int | None = None  # measured after the unloads, before the load
     loaded: str | None = None
     load_ms: int | None = None
@@ -101,7 +140,7 @@ def run_swap(
     probe = free_mb or (lambda: nvml_free_mb(ctx.gpu_index))
     report.free_vram_mb = wait_for_vram(need_vram_mb, probe, ctx, settle_s)
     if load:
-        payload = {"service": service, "action": "load", "model": load}
+        payload: dict[str, object] = {"service": service, "action": "load", "model": load}
         if service == "ollama":
             payload["keep_alive"] = -1
         start = time.monotonic()
@@ -109,3 +148,133 @@ def run_swap(
         report.loaded = load
         report.load_ms = int(result.metrics.get("load_ms", elapsed_ms(start)))
     return report
+
+
+class Swapper:
+    """Runs the brain's swaps on this worker's Ollama."""
+
+    def __init__(
+        self, settings: WorkerSettings, *, run: Runner = run_task,
+        free_mb: Callable[[], int | None] | None = None, settle_s: float = VRAM_SETTLE_S,
+    ) -> None:  # fmt: skip
+        self.settings = settings
+        self.run, self.free_mb, self.settle_s = run, free_mb, settle_s
+        self.enabled = settings.gpu_index is not None or "llm" in settings.classes
+
+    def needed(self, task: Assignment) -> bool:
+        """Swap only for Ollama models: each GPU worker has its own Ollama, whereas Whisper
+        and ComfyUI are one shared server each, whose memory this worker does not own
+        (evicting its LLM for a transcription there would free nothing it needs)."""
+        if not self.enabled or task.load_service not in (None, SWAPPED_SERVICE):
+            return False
+        return bool(task.evict or task.load)
+
+    def swap_then_run(
+        self, host: SwapHost, task: Assignment, cancel: threading.Event, output_dir: Path
+    ) -> Outcome:
+        """``host.run_attempt`` preceded by the assignment's swap, if this worker swaps.
+
+        None with ``cancel`` set means the lease was lost during the swap: report nothing.
+        """
+        if not self.needed(task):
+            return host.run_attempt(task, cancel, output_dir)
+        log.info("swapping models", extra={"task_uid": task.task_id, "swap": _plan(task)})
+        done, released = self._stoppable(lambda: self.swap(task, cancel), host, cancel)
+        report, error = done or (SwapReport(), None)
+        host.resident = self._after_swap(host, report)
+        if released or cancel.is_set():
+            return None, released
+        if error is not None:
+            return error, False
+        result, released = host.run_attempt(task, cancel, output_dir)
+        if isinstance(result, ExecResult):
+            result.metrics.update(report.metrics())
+        return result, released
+
+    def swap(
+        self, task: Assignment, cancel: threading.Event
+    ) -> tuple[SwapReport, TaskError | None]:
+        """Run the swap: what was done, and the error (naming the step) if a step failed."""
+        report = SwapReport()
+        try:
+            need = task.need_vram_mb
+            if need is None and task.load:
+                need = self.weights_mb(task.load)
+            run_swap(
+                self._context(task, cancel), SWAPPED_SERVICE, task.evict, _preload(task),
+                need_vram_mb=need, free_mb=self.free_mb, settle_s=self.settle_s,
+                run=self.run, report=report,
+            )  # fmt: skip
+            return report, None
+        except TaskError as exc:
+            # Retryable whatever the step said: the GPU's state, not the task, is at fault
+            # (the brain still ends a task at once for non-retryable types such as
+            # model_not_found).
+            return report, TaskError(
+                f"model swap before the task failed ({_plan(task)}): {exc.message}",
+                error_type=exc.error_type, hint=exc.hint, retryable=True,
+            )  # fmt: skip
+
+    def weights_mb(self, model: str) -> int | None:
+        """The model's weights in MiB from Ollama's /api/tags: what must at least fit in
+        free VRAM before the load (the KV cache comes on top). None when unknown."""
+        try:
+            with ollama.Client(host=self.settings.ollama_url, timeout=5) as client:
+                entries = client.list().models
+        except CLIENT_ERRORS:
+            return None
+        wanted = {model, f"{model}:latest"}
+        for entry in entries:
+            if entry.model in wanted:
+                return int(entry.size) // (1024 * 1024) if entry.size is not None else None
+        return None
+
+    def _after_swap(self, host: SwapHost, report: SwapReport) -> list[str]:
+        """The resident set after a swap (a failed one too): apply what the swap did, then
+        let Ollama's /api/ps correct it (it may have dropped or refused a model)."""
+        kept = [m for m in host.resident if m not in report.unload_ms]
+        loaded = [report.loaded] if report.loaded and report.loaded not in kept else []
+        host.resident = kept + loaded
+        return host.resident_models() if "llm" in self.settings.classes else host.resident
+
+    def _stoppable(
+        self, swap: Callable[[], tuple[SwapReport, TaskError | None]], host: SwapHost,
+        cancel: threading.Event,
+    ) -> tuple[tuple[SwapReport, TaskError | None] | None, bool]:  # fmt: skip
+        """Run ``swap`` on a thread as ``run_attempt`` runs executors: on a stop request it
+        gets ``stop_grace_s``, then is cancelled and the attempt released. (outcome, released)"""
+        box: dict[str, tuple[SwapReport, TaskError | None]] = {}
+        thread = threading.Thread(
+            target=lambda: box.update(outcome=swap()), name="swap", daemon=True
+        )
+        thread.start()
+        give_up_at = None
+        while thread.is_alive():
+            thread.join(0.1)
+            if host.stopping.is_set() and give_up_at is None:
+                give_up_at = time.monotonic() + self.settings.stop_grace_s
+            if give_up_at is not None and time.monotonic() > give_up_at:
+                cancel.set()
+                thread.join(5.0)  # the resource executor honours cancel promptly
+                return box.get("outcome"), True
+        return box.get("outcome"), False
+
+    def _context(self, task: Assignment, cancel: threading.Event) -> ExecContext:
+        settings = self.settings
+        return ExecContext(
+            ollama_url=settings.ollama_url, comfyui_url=settings.comfyui_url,
+            whisper_url=settings.whisper_url, data_dir=settings.data_dir,
+            output_dir=settings.work_dir, timeout_s=task.timeout_s, cancel=cancel,
+            trusted=True, gpu_index=settings.gpu_index,
+        )  # fmt: skip
+
+
+def _preload(task: Assignment) -> str | None:
+    """The model to load ahead of the task. Not an embedding model: the resource executor
+    loads through /api/generate, which those refuse; the embed call loads it instead."""
+    return task.load if task.type != "embed" else None
+
+
+def _plan(task: Assignment) -> str:
+    steps = [f"unload {m}" for m in task.evict] + ([f"load {task.load}"] if task.load else [])
+    return ", ".join(steps)

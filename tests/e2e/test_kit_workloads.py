@@ -4,7 +4,6 @@ workers across a worker kill and a brain restart; the operator dashboard at the 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import wave
 from pathlib import Path
@@ -214,8 +213,7 @@ def test_brain_restarted_mid_plan_completes(up_kit):
 
 
 def test_dashboard_shows_the_kits_workers_and_a_plan_succeeding(up_kit):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-    from dashboard_browser import Dashboard, browser_missing, chromium
+    from integration.dashboard_browser import Dashboard, browser_missing, chromium
 
     if why := browser_missing():
         pytest.skip(why)

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from brain_procs import ADMIN, BOOTSTRAP_TOKEN, Cluster, spawn, wait_until  # noqa: E402
+from brain_procs import ADMIN, BOOTSTRAP_TOKEN, Cluster, spawn, wait_until
 
 
 @pytest.fixture

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 import wave
 from pathlib import Path
 
 import pytest
 import requests
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from brain_procs import Cluster  # noqa: E402
-from standins.conftest_helpers import start_standin  # noqa: E402
+from brain_procs import Cluster
+from standins.conftest_helpers import start_standin
 
 CHAT, EMBED, WHISPER = "qwen2.5:0.5b", "nomic-embed-text", "Systran/faster-whisper-tiny"
 CHECKPOINT = "sd15-tiny.safetensors"

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import write_env
 from unit.hardware_fakes import FakeHost
 
 from airig.launcher.hardware import detect
@@ -17,7 +18,6 @@ from airig.launcher.hardware.choice import detected_env, gpu_slots
 from airig.launcher.plan import GpuSlot, amd_host_env, build_plan
 from airig.launcher.settings import load_settings
 
-ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ["cpu", "gpu-nvidia", "gpu-amd"]
 
 
@@ -53,16 +53,10 @@ def config(plan_stack) -> dict:
 
 
 @pytest.fixture
-def kit(tmp_path):
-    """A copy of the kit's stack folders with .env from .env.example, secrets filled."""
-    for name in ["01-infra", "02-compute", "03-agents"]:
-        shutil.copytree(
-            ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("wheels", ".env")
-        )
-    env = (ROOT / ".env.example").read_text().replace("change-me", "s3cret")
-    (tmp_path / ".env").write_text(env)
-    (tmp_path / ".env.example").write_text(env)
-    return tmp_path
+def kit(kit: Path) -> Path:
+    """The shared kit copy with a .env: the example's, secrets filled in."""
+    write_env(kit)
+    return kit
 
 
 @pytest.mark.parametrize("profile", PROFILES)

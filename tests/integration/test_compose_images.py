@@ -9,14 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import write_env
 
 from airig.launcher.hardware.report import GpuInfo
 from airig.launcher.images import choose_images, load_catalog
 from airig.launcher.plan import GpuSlot, build_plan
 from airig.launcher.settings import load_settings
 from airig.launcher.up import Launcher
-
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(
     shutil.which("docker") is None
@@ -26,15 +25,10 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def kit(tmp_path: Path) -> Path:
-    for name in ["01-infra", "02-compute", "03-agents"]:
-        shutil.copytree(
-            ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("wheels", ".env")
-        )
-    env = (ROOT / ".env.example").read_text().replace("change-me", "s3cret")
-    (tmp_path / ".env").write_text(env.replace("COMFYUI_CLI_ARGS=", "COMFYUI_CLI_ARGS=--lowvram"))
-    (tmp_path / ".env.example").write_text(env)
-    return tmp_path
+def kit(kit: Path) -> Path:
+    """The shared kit copy with a .env: the example's with secrets, ComfyUI in low VRAM."""
+    write_env(kit, COMFYUI_CLI_ARGS="--lowvram")
+    return kit
 
 
 def pascal(index: int) -> GpuInfo:
@@ -47,7 +41,7 @@ def compose_model(kit: Path, profile: str, gpus: list[GpuInfo]) -> dict:
     images = choose_images(load_catalog(kit), profile, gpus, {})
     slots = [GpuSlot(g.index or 0, g.name) for g in gpus]
     plan = build_plan(settings, profile, slots, {"AIRIG_RENDER_GID": "993"}, images)
-    Launcher(settings, None, None)._write_generated(plan)
+    Launcher(settings, None, None).write_generated(plan)
     stack = plan.stack("02-compute")
     cmd = ["docker", "compose", *sum((["-f", str(f)] for f in stack.files), [])]
     cmd += [*sum((["--env-file", str(e)] for e in stack.env_files), [])]
@@ -110,7 +104,7 @@ def test_the_stack_folder_reads_every_value_as_up_did(kit, secret):
     (kit / ".env").write_text(env + f'BRAIN_ADMIN_TOKEN="{_dq(secret)}"\n')
     settings = load_settings(kit)
     plan = build_plan(settings, "cpu", [], None, choose_images(load_catalog(kit), "cpu", [], {}))
-    Launcher(settings, None, None)._write_generated(plan)
+    Launcher(settings, None, None).write_generated(plan)
     stack = plan.stack("03-agents")
     as_up = ["docker", "compose", *sum((["-f", str(f)] for f in stack.files), [])]
     as_up += [*sum((["--env-file", str(e)] for e in stack.env_files), [])]

@@ -10,11 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import write_env
 
 from airig.launcher.plan import GpuSlot, build_plan
 from airig.launcher.settings import load_settings
 
-ROOT = Path(__file__).resolve().parents[2]
 REMOTE = "https://brain.example.lan"
 
 pytestmark = pytest.mark.skipif(
@@ -37,15 +37,10 @@ def config(stack) -> dict:
 
 
 @pytest.fixture
-def kit(tmp_path):
-    for name in ["01-infra", "02-compute", "03-agents"]:
-        shutil.copytree(
-            ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("wheels", ".env")
-        )
-    env = (ROOT / ".env.example").read_text().replace("change-me", "s3cret")
-    (tmp_path / ".env").write_text(env)
-    (tmp_path / ".env.example").write_text(env)
-    return tmp_path
+def kit(kit: Path) -> Path:
+    """The shared kit copy with a .env: the example's, secrets filled in."""
+    write_env(kit)
+    return kit
 
 
 def plan_for(kit, profile="cpu", gpus=(), **values):

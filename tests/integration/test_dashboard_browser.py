@@ -8,20 +8,16 @@ $AIRIG_TEST_ARTIFACTS (default <repo>/test-artifacts/).
 
 from __future__ import annotations
 
-import sys
 import threading
 from http.server import ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 import requests
+from brain_procs import ADMIN_TOKEN, BOOTSTRAP_TOKEN, Cluster, free_port
+from dashboard_browser import Dashboard, browser_missing, chromium
 
 from airig.provision.cache import VerifyCache
 from airig.services import gate as airig_gate
-
-sys.path.insert(0, str(Path(__file__).parent))
-from brain_procs import ADMIN_TOKEN, BOOTSTRAP_TOKEN, Cluster, free_port  # noqa: E402
-from dashboard_browser import Dashboard, browser_missing, chromium  # noqa: E402
 
 pytestmark = pytest.mark.skipif(bool(browser_missing()), reason=browser_missing() or "")
 

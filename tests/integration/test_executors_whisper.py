@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import sys
+import functools
 import threading
 import time
 import wave
-from pathlib import Path
 
 import pytest
 import requests
+from standins.conftest_helpers import start_standin
 
 from airig.executors.base import run_task
-from airig.executors.context import ExecContext, TaskError
-
-# The stand-ins live in tests/standins; tests/ is not a package on sys.path by default.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from standins.conftest_helpers import start_standin  # noqa: E402
+from airig.executors.context import TaskError
 
 MODEL = "Systran/faster-whisper-tiny"
 
@@ -31,30 +27,16 @@ def whisper_url(tmp_path_factory):
 
 
 @pytest.fixture
-def make_ctx(tmp_path, whisper_url):
-    data, out = tmp_path / "data", tmp_path / "out"
-    (data / "audio").mkdir(parents=True)
-    out.mkdir()
-    with wave.open(str(data / "audio" / "one_second.wav"), "wb") as audio:
+def make_ctx(make_ctx, whisper_url, tmp_path):
+    """The shared builder, Whisper at the stand-in, one second of silence in data/audio."""
+    (tmp_path / "data" / "audio").mkdir()
+    with wave.open(str(tmp_path / "data" / "audio" / "one_second.wav"), "wb") as audio:
         audio.setnchannels(1)
         audio.setsampwidth(2)
         audio.setframerate(16000)
         audio.writeframes(b"\0\0" * 16000)
 
-    def make(**overrides) -> ExecContext:
-        values = dict(
-            ollama_url="http://127.0.0.1:9",
-            comfyui_url="http://127.0.0.1:9",
-            whisper_url=whisper_url,
-            data_dir=data,
-            output_dir=out,
-            timeout_s=20.0,
-            cancel=threading.Event(),
-            trusted=True,
-        )
-        return ExecContext(**{**values, **overrides})
-
-    return make
+    return functools.partial(make_ctx, whisper_url=whisper_url)
 
 
 def test_json_transcript_comes_back_and_is_saved(make_ctx):

@@ -19,14 +19,12 @@ from pathlib import Path
 
 import pytest
 import requests
+from standins import conftest_helpers as helpers
 
 from airig.provision import download
 from airig.provision.events import Emitter
 from airig.provision.runner import Mode, Service, run
 from airig.provision.settings import ProvisionSettings
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the stand-ins
-from standins import conftest_helpers as helpers  # noqa: E402
 
 standins = helpers.standins  # the factory fixture, used by name below
 REPO = Path(__file__).resolve().parents[2]

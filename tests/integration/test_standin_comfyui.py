@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 import requests
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # until pytest's pythonpath has tests/
-from standins import conftest_helpers as helpers  # noqa: E402
+from standins import conftest_helpers as helpers
 
 standins = helpers.standins  # the factory fixture, used by name below
 

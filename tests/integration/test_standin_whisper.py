@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import io
-import sys
 import wave
 from pathlib import Path
 
 import requests
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # until pytest's pythonpath has tests/
-from standins import conftest_helpers as helpers  # noqa: E402
+from standins import conftest_helpers as helpers
 
 standins = helpers.standins  # the factory fixture, used by name below
 

@@ -12,9 +12,7 @@ from pathlib import Path
 import ollama
 import pytest
 import requests
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # until pytest's pythonpath has tests/
-from standins import conftest_helpers as helpers  # noqa: E402
+from standins import conftest_helpers as helpers
 
 standins = helpers.standins  # the factory fixture, used by name below
 StandIn = helpers.StandIn
@@ -148,15 +146,19 @@ def test_ollama_failure_midstream_leaves_a_partial_blob(standins):
 
 
 def test_ollama_client_disconnect_cancels_and_next_pull_resumes(standins):
-    env = {"STANDIN_MODEL_BYTES": str(2 * 1024 * 1024), "STANDIN_PULL_CHUNK_SECONDS": "0.1"}
+    chunk, size = 256 * 1024, 4 * 1024 * 1024  # the stand-in writes 256 KiB per progress line
+    env = {"STANDIN_MODEL_BYTES": str(size), "STANDIN_PULL_CHUNK_SECONDS": "0.1"}
     server = standins("ollama", env=env)
     with requests.post(f"{server.url}/api/pull", json={"model": "tinyllama"}, stream=True) as resp:
         lines = resp.iter_lines()
         next(lines), next(lines)  # the manifest line and the first chunk, then hang up
-    time.sleep(1.2)  # an uncancelled pull of 8 chunks would have finished by now
-    assert list((server.root / "blobs").glob("*-partial"))
-    assert not (server.root / "manifests").exists()
-    assert pull_lines(server, "tinyllama")[-1] == {"status": "success"}
+    # One writer per blob, as upstream: the next pull starts on the model blob only once the
+    # first has let go of it. Had the first carried on without its client, the next would
+    # find the blob complete (completed == total at once); it resumes the partial instead.
+    again = pull_lines(server, "tinyllama")
+    model = [line for line in again if line.get("total") == size]
+    assert chunk < model[0]["completed"] < size, model[0]
+    assert again[-1] == {"status": "success"}
     assert not list((server.root / "blobs").glob("*-partial"))
     manifest = json.loads(
         (server.root / "manifests/registry.ollama.ai/library/tinyllama/latest").read_text()

@@ -8,18 +8,13 @@ request in the order Ollama received it and what each /api/ps answered.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 import requests
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from brain_procs import Cluster, wait_until  # noqa: E402
-from standins.conftest_helpers import start_standin  # noqa: E402
+from brain_procs import Cluster, wait_until
+from standins.conftest_helpers import start_standin
 
 OLD, NEW = "qwen2.5:0.5b", "llama3.2:1b"
 LOAD_S = 0.5

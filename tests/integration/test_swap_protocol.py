@@ -6,19 +6,15 @@ stand between them, and the durations must be reported.
 
 from __future__ import annotations
 
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 import requests
+from standins.conftest_helpers import start_standin
 
 from airig.executors.base import run_task
 from airig.executors.context import ExecContext, TaskError
 from airig.worker.swap import run_swap
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from standins.conftest_helpers import start_standin  # noqa: E402
 
 OLD, NEW = "qwen2.5:0.5b", "llama3.2:1b"
 LOAD_S = 0.3
@@ -42,27 +38,13 @@ def loaded(url: str) -> dict[str, dict]:
 
 
 @pytest.fixture
-def ctx(ollama_url, tmp_path) -> ExecContext:
+def ctx(ollama_url, make_ctx) -> ExecContext:
     for model in loaded(ollama_url):
-        run_task(
-            "resource",
-            {"service": "ollama", "action": "unload", "model": model},
-            _ctx(ollama_url, tmp_path),
-        )
-    run_task(
-        "resource",
-        {"service": "ollama", "action": "load", "model": OLD},
-        _ctx(ollama_url, tmp_path),
-    )
-    return _ctx(ollama_url, tmp_path)
-
-
-def _ctx(url: str, tmp_path: Path) -> ExecContext:
-    return ExecContext(
-        ollama_url=url, comfyui_url="http://127.0.0.1:9", whisper_url="http://127.0.0.1:9",
-        data_dir=tmp_path, output_dir=tmp_path, timeout_s=20.0, cancel=threading.Event(),
-        trusted=True,
-    )  # fmt: skip
+        unload = {"service": "ollama", "action": "unload", "model": model}
+        run_task("resource", unload, make_ctx(ollama_url=ollama_url))
+    load = {"service": "ollama", "action": "load", "model": OLD}
+    run_task("resource", load, make_ctx(ollama_url=ollama_url))
+    return make_ctx(ollama_url=ollama_url)
 
 
 class Recorder:
@@ -137,7 +119,7 @@ def test_the_worker_learns_the_vram_need_from_ollama_when_the_brain_has_none(tmp
     stand-in's 3 MiB model) and will not load into less free VRAM than that."""
     from airig.common.protocol import Assignment
     from airig.worker.settings import WorkerSettings
-    from airig.worker.swapping import Swapper
+    from airig.worker.swap import Swapper
 
     standin = start_standin("ollama", tmp_path / "models", {"STANDIN_MODEL_BYTES": str(3 << 20)})
     try:

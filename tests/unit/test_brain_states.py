@@ -59,8 +59,9 @@ def test_fencing_refuses_a_write_from_another_attempt_lease_or_worker(tmp_path, 
     brain = h.make_brain(tmp_path)
     plan = h.submit(brain, [h.noop("a")])
     task, _ = h.claim(brain, T0)
-    worker = lease_change.pop("worker", "w1")
-    lease = h.ref(task).model_copy(update=lease_change)
+    change = dict(lease_change)  # the parameter is shared by every run of this test
+    worker = change.pop("worker", "w1")
+    lease = h.ref(task).model_copy(update=change)
     with pytest.raises(StaleLease):
         h.do(brain, plan, "a", "complete", T0, worker=worker, lease=lease)
     assert h.state_of(brain, plan)["a"] == "LEASED"

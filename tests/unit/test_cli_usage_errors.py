@@ -10,14 +10,13 @@ unreachable DOCKER_HOST, show that none of them reach the engine.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import ROOT, copy_kit
 
-ROOT = Path(__file__).resolve().parents[2]
 PROG = "python start_services.py"
 
 # (argv, a word the error line must name, the command whose --help the hint points at)
@@ -50,11 +49,7 @@ USAGE_ERRORS = [
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory) -> Path:
     """A kit layout of our own: its .env, HOME and docker are the test's, not the machine's."""
-    root = tmp_path_factory.mktemp("kit")
-    for name in ("01-infra", "02-compute", "03-agents"):
-        (root / name).mkdir()
-        shutil.copy(ROOT / name / "compose.yaml", root / name / "compose.yaml")
-    shutil.copy(ROOT / ".env.example", root / ".env.example")
+    root = copy_kit(tmp_path_factory.mktemp("kit"))
     (root / "home").mkdir()
     bin_dir = root / "bin"
     bin_dir.mkdir()

@@ -6,15 +6,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.images import choose_images, load_catalog
 from airig.launcher.plan import (
     AMD_COMPUTE_SERVICES,
     GpuSlot,
+    StackPlan,
     amd_compute_overlay,
     amd_group_add,
     amd_host_env,
     build_plan,
+    plan_for_running,
 )
 from airig.launcher.settings import load_settings
+from airig.launcher.up import Launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -191,3 +196,55 @@ def test_the_layout_names_each_worker_its_gpus_and_its_ollama(tmp_path):
     cpu_only = worker_layout(build_plan(settings(tmp_path), "cpu", []), "2")
     assert cpu_only == [{"worker": "worker-cpu (x2)", "gpus": "-", "ollama": "ollama (shared)",
                          "classes": "cpu,script,llm,resource"}]  # fmt: skip
+
+
+class StackRemover:
+    """The Docker adapter as `down` uses it: it records, and removes nothing for real."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def down(self, stack: StackPlan) -> None:
+        self.calls.append(("down", stack.project))
+
+    def remove_volumes(self, names: list[str]) -> list[str]:
+        return []
+
+    def remove_network(self, name: str) -> str:
+        self.calls.append(("network", name))
+        return f"network {name} removed"
+
+
+def test_down_on_the_running_plan_removes_every_file_a_gpu_up_wrote(tmp_path):
+    """`up` on an AMD rig whose services fall back to CPU images writes every kind of file
+    (host.env, the per-GPU overlay, the AMD groups and env, the CPU fallback, each stack's
+    env file). `down` runs later, in a new process, knowing no profile: on
+    plan_for_running it must still leave .airig without a generated file."""
+    for stack in ("01-infra", "02-compute", "03-agents"):
+        (tmp_path / stack).mkdir()
+    rig = settings(tmp_path, "AIRIG_RIG_NAME=rig1\n")
+    amd = GpuInfo("amd", "Radeon RX 6600", "discrete", index=0, gfx_target="gfx1032")
+    images = choose_images(load_catalog(tmp_path), "gpu-amd", [amd], {})
+    assert images.on_cpu  # no listed ROCm build has gfx1032 kernels
+    slots = [GpuSlot(0, render_node="/dev/dri/renderD128", gids=(109,))]
+    gpu_plan = build_plan(rig, "gpu-amd", slots, amd_host_env([109]), images)
+    Launcher(rig, StackRemover(), None).write_generated(gpu_plan)
+    written = {p.relative_to(tmp_path / ".airig") for p in (tmp_path / ".airig").rglob("*")}
+    assert {str(p) for p in written if p.suffix} == {
+        "host.env", "agents.gpu.yaml", "gpu-amd.env", "compute.gpu-amd.yaml",
+        "compute.cpu-fallback.yaml", "env/01-infra.env", "env/02-compute.env",
+        "env/03-agents.env",
+    }  # fmt: skip
+
+    later = load_settings(tmp_path)  # a new process: it knows no profile, no GPUs
+    running = plan_for_running(later)
+    # the same projects and network as the GPU plan: down and status address what up ran
+    assert [s.project for s in running.stacks] == [s.project for s in gpu_plan.stacks]
+    assert running.network == gpu_plan.network
+    docker = StackRemover()
+    Launcher(later, docker, None).down(running, volumes=False, keep_models=False)
+    assert docker.calls == [
+        ("down", "airig-agents"), ("down", "airig-compute"), ("down", "airig-infra"),
+        ("network", "ai-network"),
+    ]  # fmt: skip
+    assert [p for p in (tmp_path / ".airig").rglob("*") if p.is_file()] == []

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import ollama
 import pytest
+from support import HANG_GUARD_S
 
 from airig.common.task_schemas import ImagePayload
 from airig.executors import base, ollama_common
 from airig.executors.base import run_task, validate_payload
-from airig.executors.context import ExecContext, TaskError, run_abortable
+from airig.executors.context import TaskError, run_abortable
 from airig.executors.image import build_txt2img_graph, summarise_node_errors
 
 
@@ -53,17 +53,8 @@ class FakeOllama:
 
 
 @pytest.fixture
-def ctx(tmp_path):
-    return ExecContext(
-        ollama_url="http://127.0.0.1:9",
-        comfyui_url="http://127.0.0.1:9",
-        whisper_url="http://127.0.0.1:9",
-        data_dir=tmp_path,
-        output_dir=tmp_path,
-        timeout_s=5.0,
-        cancel=threading.Event(),
-        trusted=True,
-    )
+def ctx(make_ctx):
+    return make_ctx()
 
 
 @pytest.fixture
@@ -135,21 +126,46 @@ def test_ollama_failures_map_to_exact_error_types(ctx, fake, error, error_type, 
     assert (caught.value.error_type, caught.value.retryable) == (error_type, retryable)
 
 
-def test_run_abortable_returns_fast_on_cancel_and_aborts(ctx):
+class BlockedCall:
+    """A blocking call that runs until released (a hang guard at most) and says whether it
+    started and whether it ended."""
+
+    def __init__(self, on_start=lambda: None) -> None:
+        self.on_start = on_start
+        self.started, self.released, self.ended = (threading.Event() for _ in range(3))
+
+    def __call__(self) -> str:
+        self.started.set()
+        self.on_start()
+        self.released.wait(HANG_GUARD_S)
+        self.ended.set()
+        return "finished"
+
+
+def test_run_abortable_returns_on_cancel_without_waiting_for_the_call(ctx):
+    ctx.timeout_s = 3600.0  # only the cancel can end it before the call does
     aborted = threading.Event()
-    threading.Timer(0.1, ctx.cancel.set).start()
-    start = time.monotonic()
-    with pytest.raises(TaskError) as caught:
-        run_abortable(ctx, lambda: time.sleep(3), aborted.set)
-    assert caught.value.error_type == "cancelled"
-    assert aborted.is_set() and time.monotonic() - start < 1
+    call = BlockedCall(on_start=ctx.cancel.set)  # cancelled while the call is running
+    try:
+        with pytest.raises(TaskError) as caught:
+            run_abortable(ctx, call, aborted.set)
+        assert caught.value.error_type == "cancelled"
+        assert aborted.is_set()
+        assert call.started.is_set() and not call.ended.is_set()
+    finally:
+        call.released.set()
 
 
 def test_run_abortable_stops_at_the_deadline(ctx):
     ctx.timeout_s = 0.2
-    with pytest.raises(TaskError) as caught:
-        run_abortable(ctx, lambda: time.sleep(3), lambda: None)
-    assert caught.value.error_type == "timeout"
+    call = BlockedCall()
+    try:
+        with pytest.raises(TaskError) as caught:
+            run_abortable(ctx, call, lambda: None)
+        assert caught.value.error_type == "timeout"
+        assert not call.ended.is_set()  # it gave up on the call, it did not wait it out
+    finally:
+        call.released.set()
 
 
 def test_run_abortable_passes_results_and_errors_through(ctx):
@@ -210,12 +226,35 @@ def test_noop_echoes_and_can_fail_on_request(ctx):
     assert (caught.value.error_type, caught.value.retryable) == ("boom", False)
 
 
-def test_noop_sleep_honours_cancel(ctx):
-    threading.Timer(0.1, ctx.cancel.set).start()
-    start = time.monotonic()
-    with pytest.raises(TaskError, match="cancelled"):
-        run_task("noop", {"sleep_s": 30}, ctx)
-    assert time.monotonic() - start < 1
+class WatchedEvent(threading.Event):
+    """A cancel event that says when someone starts waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited_on = threading.Event()
+
+    def wait(self, timeout=None):
+        self.waited_on.set()
+        return super().wait(timeout)
+
+
+def test_noop_sleep_honours_cancel(make_ctx):
+    ctx = make_ctx(cancel=WatchedEvent(), timeout_s=3600.0)
+    outcome: list[TaskError] = []
+
+    def sleep_an_hour() -> None:
+        try:
+            run_task("noop", {"sleep_s": 3600}, ctx)
+        except TaskError as exc:
+            outcome.append(exc)
+
+    sleeper = threading.Thread(target=sleep_an_hour, daemon=True)
+    sleeper.start()
+    assert ctx.cancel.waited_on.wait(HANG_GUARD_S), "noop never waited on cancel"
+    ctx.cancel.set()
+    sleeper.join(HANG_GUARD_S)
+    assert not sleeper.is_alive(), "noop kept sleeping after the cancel"
+    assert [e.error_type for e in outcome] == ["cancelled"]
 
 
 def test_unknown_type_and_bad_payload_are_not_retryable(ctx):

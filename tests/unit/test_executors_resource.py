@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import threading
-
 import ollama
 import pytest
 import requests
 
 from airig.executors import ollama_common
 from airig.executors.base import run_task
-from airig.executors.context import ExecContext, TaskError
+from airig.executors.context import TaskError
 
 
 @pytest.fixture
-def ctx(tmp_path):
-    return ExecContext(
+def ctx(make_ctx):
+    return make_ctx(
         ollama_url="http://ollama:11434",
         comfyui_url="http://comfyui:8188",
         whisper_url="http://whisper:8000/",
-        data_dir=tmp_path,
-        output_dir=tmp_path,
-        timeout_s=5.0,
-        cancel=threading.Event(),
-        trusted=True,
     )
 
 

@@ -2,58 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from support import pid_alive, wait_until
 
 from airig.executors.base import run_task
-from airig.executors.context import ExecContext, TaskError
+from airig.executors.context import TaskError
 from airig.executors.shell import TAIL_BYTES
 
 
-@pytest.fixture
-def make_ctx(tmp_path):
-    data, out = tmp_path / "data", tmp_path / "out"
-    data.mkdir()
-    out.mkdir()
-
-    def make(**overrides) -> ExecContext:
-        values = dict(
-            ollama_url="http://127.0.0.1:9",
-            comfyui_url="http://127.0.0.1:9",
-            whisper_url="http://127.0.0.1:9",
-            data_dir=data,
-            output_dir=out,
-            timeout_s=10.0,
-            cancel=threading.Event(),
-            trusted=True,
-        )
-        values.update(overrides)
-        return ExecContext(**values)
-
-    return make
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is dead for our purpose.
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
-
-
 def wait_for_pid(path: Path) -> int:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return int(path.read_text())
-        time.sleep(0.01)
-    raise AssertionError("the command never wrote its child's pid")
+    """The pid a command wrote into ``path``, once it is there."""
+    return int(wait_until(lambda: path.exists() and path.read_text().strip(), path.name))
 
 
 def test_success_reports_exit_code_and_tails(make_ctx):
@@ -82,36 +44,40 @@ def test_nonzero_exit_is_retryable_and_carries_code_and_tail(make_ctx):
 
 
 def test_timeout_kills_the_whole_process_group(make_ctx, tmp_path):
-    pid_file = tmp_path / "data" / "child.pid"
-    command = "sleep 30 & echo $! > child.pid; wait"
-    start = time.monotonic()
+    # The child outlives the hang guard below unless the timeout kills it.
+    command = "sleep 60 & echo $! > child.pid; wait"
     with pytest.raises(TaskError) as caught:
-        run_task("shell", {"command": command}, make_ctx(timeout_s=0.5))
+        run_task("shell", {"command": command}, make_ctx(timeout_s=1.0))
     assert caught.value.error_type == "timeout"
-    assert time.monotonic() - start < 5
-    assert not pid_alive(wait_for_pid(pid_file))
+    child = wait_for_pid(tmp_path / "data" / "child.pid")
+    wait_until(lambda: not pid_alive(child), "the timed-out command's child to be gone")
 
 
 def test_cancel_stops_the_command(make_ctx, tmp_path):
     ctx = make_ctx()
-    threading.Timer(0.3, ctx.cancel.set).start()
-    start = time.monotonic()
+    pid_file = tmp_path / "data" / "child.pid"
+
+    def cancel_once_started() -> None:
+        wait_for_pid(pid_file)
+        ctx.cancel.set()
+
+    canceller = threading.Thread(target=cancel_once_started, daemon=True)
+    canceller.start()
+    command = "echo started; sleep 60 & echo $! > child.pid; wait"
     with pytest.raises(TaskError) as caught:
-        run_task("shell", {"command": "echo started; sleep 30"}, ctx)
+        run_task("shell", {"command": command}, ctx)
+    canceller.join()
     assert caught.value.error_type == "cancelled"
     assert caught.value.details["stdout_tail"] == "started\n"
-    assert time.monotonic() - start < 5
+    child = wait_for_pid(pid_file)
+    wait_until(lambda: not pid_alive(child), "the cancelled command's child to be gone")
 
 
 def test_a_background_child_does_not_outlive_a_finished_command(make_ctx, tmp_path):
-    pid_file = tmp_path / "data" / "child.pid"
-    command = "sleep 30 > /dev/null 2>&1 & echo $! > child.pid"
+    command = "sleep 60 > /dev/null 2>&1 & echo $! > child.pid"
     run_task("shell", {"command": command}, make_ctx())
-    pid = wait_for_pid(pid_file)
-    deadline = time.monotonic() + 2
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not pid_alive(pid)
+    child = wait_for_pid(tmp_path / "data" / "child.pid")
+    wait_until(lambda: not pid_alive(child), "the finished command's child to be gone")
 
 
 def test_tainted_task_never_runs_a_command(make_ctx, tmp_path):

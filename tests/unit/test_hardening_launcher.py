@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -26,6 +23,7 @@ from hardware_fakes import (
     gtx1060,
 )
 from rich.console import Console
+from support import error_lines, run_cli
 
 import airig.launcher.cli.app
 import airig.launcher.console
@@ -41,7 +39,6 @@ from airig.launcher.settings import load_settings
 from airig.launcher.status import bundle, checks_table, redacted_env, services_table, workers_table
 from airig.launcher.up import Launcher
 
-ROOT = Path(__file__).resolve().parents[2]
 NVIDIA = 0x10DE
 # Engine text with both traps: "[[gpu]]" (eaten by markup) and "[/…]" (a closing tag).
 BRACKETED = f"{NVIDIA_ENGINE_ERROR} (device [/dev/dri/renderD128])"
@@ -103,20 +100,8 @@ class Raises:
 
 
 @pytest.fixture
-def kit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "kit"
-    for name in ("01-infra", "02-compute", "03-agents"):
-        (root / name).mkdir(parents=True)
-        shutil.copy(ROOT / name / "compose.yaml", root / name / "compose.yaml")
-    shutil.copy(ROOT / "02-compute" / "images.yaml", root / "02-compute" / "images.yaml")
-    shutil.copy(ROOT / ".env.example", root / ".env.example")
-    for key in [k for k in os.environ if k.startswith("AIRIG_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("AIRIG_HOME", str(root))
-    # wide consoles: one message stays on one line
-    monkeypatch.setattr(airig.launcher.console.console, "_width", 400)
-    monkeypatch.setattr(airig.launcher.console.err_console, "_width", 400)
-    return root
+def kit(launcher_kit: Path) -> Path:
+    return launcher_kit
 
 
 @pytest.fixture
@@ -133,24 +118,6 @@ def on_host(monkeypatch: pytest.MonkeyPatch, host: FakeHost, nvml: FakeNvml) -> 
 def nvidia_host(monkeypatch: pytest.MonkeyPatch, host: FakeHost) -> None:
     host.pci("0000:01:00.0", NVIDIA, 0x1C03, driver="nvidia")
     on_host(monkeypatch, host, FakeNvml([gtx1060(1)]))
-
-
-def cli(monkeypatch, capsys, adapter: Docker | None, *args: str) -> tuple[int, str, str]:
-    """Run `start_services.py ARGS` in this process: (exit code, stdout, stderr)."""
-    if adapter is not None:
-        monkeypatch.setattr(airig.launcher.cli.app, "Docker", lambda: adapter)
-    monkeypatch.setattr(sys, "argv", ["start_services.py", *args])
-    code = 0
-    try:
-        airig.launcher.cli.app.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def error_lines(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.startswith("✘")]
 
 
 def rendered(renderable) -> str:
@@ -182,7 +149,7 @@ def test_probe_timeout_is_a_finding_with_its_fix_not_a_traceback(
     kit, host, monkeypatch, capsys
 ) -> None:
     nvidia_host(monkeypatch, host)
-    code, out, err = cli(monkeypatch, capsys, FakeAdapter(SlowGpuStart()), "detect")
+    code, out, err = run_cli(monkeypatch, capsys, FakeAdapter(SlowGpuStart()), "detect")
     assert code == 0 and "Traceback" not in err
     assert "Docker did not answer in time while starting the probe container" in out
     assert "AIRIG_GPU_PROBE_TIMEOUT" in out
@@ -194,7 +161,7 @@ def test_forced_profile_with_a_timed_out_probe_refuses_in_one_line(
     nvidia_host(monkeypatch, host)
     (kit / ".env").write_text("")
     adapter = FakeAdapter(SlowGpuStart())
-    code, _, err = cli(monkeypatch, capsys, adapter, "up", "--profile", "gpu-nvidia")
+    code, _, err = run_cli(monkeypatch, capsys, adapter, "up", "--profile", "gpu-nvidia")
     assert code == 1
     (line,) = error_lines(err)
     assert "Docker did not answer in time" in line
@@ -261,7 +228,7 @@ def test_every_engine_call_of_the_adapter_raises_docker_error(exc, words) -> Non
 def test_down_with_an_engine_that_times_out_is_one_line(kit, monkeypatch, capsys) -> None:
     engine = FakeDocker()
     engine.networks = Raises(requests.exceptions.ReadTimeout("Read timed out."))
-    code, _, err = cli(monkeypatch, capsys, FakeAdapter(engine), "down")
+    code, _, err = run_cli(monkeypatch, capsys, FakeAdapter(engine), "down")
     assert code == 1 and "Traceback" not in err
     (line,) = error_lines(err)
     assert "removing the network ai-network: the Docker daemon did not answer in time" in line
@@ -274,7 +241,7 @@ def test_up_with_an_engine_that_times_out_in_preflight_is_one_line(
     (kit / ".env").write_text("")
     engine = FakeDocker()
     engine.containers = Raises(requests.exceptions.ReadTimeout("Read timed out."))
-    code, _, err = cli(monkeypatch, capsys, FakeAdapter(engine), "up", "--profile", "cpu")
+    code, _, err = run_cli(monkeypatch, capsys, FakeAdapter(engine), "up", "--profile", "cpu")
     assert code == 1 and "Traceback" not in err
     (line,) = error_lines(err)
     assert "listing containers: the Docker daemon did not answer in time" in line
@@ -286,7 +253,7 @@ def test_doctor_turns_an_engine_gone_quiet_into_a_failed_check(
     on_host(monkeypatch, host, FakeNvml())
     engine = FakeDocker()
     engine.containers = Raises(requests.exceptions.ReadTimeout("Read timed out."))
-    code, out, err = cli(monkeypatch, capsys, FakeAdapter(engine), "doctor")
+    code, out, err = run_cli(monkeypatch, capsys, FakeAdapter(engine), "doctor")
     assert code == 1 and "Traceback" not in err
     assert "listing containers: the Docker daemon did not answer in time" in out
 
@@ -294,7 +261,7 @@ def test_doctor_turns_an_engine_gone_quiet_into_a_failed_check(
 def test_dry_run_without_docker_on_path_is_one_line(kit, host, monkeypatch, capsys) -> None:
     on_host(monkeypatch, host, FakeNvml())
     monkeypatch.setenv("PATH", str(host.dev))  # no docker binary here
-    code, _, err = cli(monkeypatch, capsys, FakeAdapter(base_engine()), "--dry-run")
+    code, _, err = run_cli(monkeypatch, capsys, FakeAdapter(base_engine()), "--dry-run")
     assert code == 1 and "Traceback" not in err
     assert error_lines(err) == ["✘ the docker command was not found"]
 
@@ -304,7 +271,7 @@ def test_an_engine_error_that_escapes_the_adapter_is_still_one_line(
 ) -> None:
     adapter = FakeAdapter(base_engine())
     adapter.services = Raises(requests.exceptions.ConnectionError("Connection refused")).services
-    code, _, err = cli(monkeypatch, capsys, adapter, "status")
+    code, _, err = run_cli(monkeypatch, capsys, adapter, "status")
     assert code == 1 and "Traceback" not in err
     assert error_lines(err) == ["✘ Docker failed: ConnectionError: Connection refused"]
 
@@ -322,7 +289,7 @@ def test_refusal_quoting_the_engine_reaches_the_user_verbatim(
     nvidia_host(monkeypatch, host)
     (kit / ".env").write_text("")
     adapter = FakeAdapter(base_engine(run_error=BRACKETED))
-    code, _, err = cli(monkeypatch, capsys, adapter, "up", "--profile", "gpu-nvidia")
+    code, _, err = run_cli(monkeypatch, capsys, adapter, "up", "--profile", "gpu-nvidia")
     assert code == 1 and "Traceback" not in err
     (line,) = error_lines(err)
     assert "capabilities: [[gpu]]" in line and "[/dev/dri/renderD128]" in line
@@ -331,7 +298,7 @@ def test_refusal_quoting_the_engine_reaches_the_user_verbatim(
 def test_detect_prints_reasons_verbatim(kit, host, monkeypatch, capsys) -> None:
     nvidia_host(monkeypatch, host)
     adapter = FakeAdapter(base_engine(run_error=BRACKETED))
-    code, out, _ = cli(monkeypatch, capsys, adapter, "detect")
+    code, out, _ = run_cli(monkeypatch, capsys, adapter, "detect")
     assert code == 0
     assert "· NVIDIA driver 550.54.14, 1 GPU(s) (NVIDIA GeForce GTX 1060 6GB), but" in out
     assert f"Docker cannot start a container with it: {BRACKETED}" in out
@@ -381,7 +348,7 @@ def test_dry_run_warns_that_up_would_refuse_the_profile(
         nvidia_host(monkeypatch, host)
         why = f"Docker cannot start a container with it: {BRACKETED}"
     adapter = FakeAdapter(base_engine(run_error=BRACKETED))
-    code, out, _ = cli(monkeypatch, capsys, adapter, "--dry-run", "--profile", "gpu-nvidia")
+    code, out, _ = run_cli(monkeypatch, capsys, adapter, "--dry-run", "--profile", "gpu-nvidia")
     assert code == 0
     (warning,) = [line for line in out.splitlines() if "⚠ up would refuse gpu-nvidia:" in line]
     assert why in warning
@@ -389,11 +356,11 @@ def test_dry_run_warns_that_up_would_refuse_the_profile(
 
 def test_detect_refuses_a_forced_profile_exactly_as_up_does(kit, host, monkeypatch, capsys) -> None:
     on_host(monkeypatch, host, FakeNvml())  # no GPU at all
-    code, _, detect_err = cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "detect",
+    code, _, detect_err = run_cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "detect",
                               "--profile", "gpu-nvidia")  # fmt: skip
     assert code == 1
     (kit / ".env").write_text("")
-    up_code, _, up_err = cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "up",
+    up_code, _, up_err = run_cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "up",
                              "--profile", "gpu-nvidia")  # fmt: skip
     assert up_code == 1
     assert (
@@ -401,10 +368,10 @@ def test_detect_refuses_a_forced_profile_exactly_as_up_does(kit, host, monkeypat
         == error_lines(up_err)
         == ["✘ gpu-nvidia was requested by --profile, but no NVIDIA GPU was found."]
     )
-    code, out, _ = cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "detect", "--json",
+    code, out, _ = run_cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "detect", "--json",
                        "--profile", "gpu-nvidia")  # fmt: skip
     assert code == 1 and "no NVIDIA GPU was found" in json.loads(out)["refused"]
-    assert cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "detect", "-p", "cpu")[0] == 0
+    assert run_cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "detect", "-p", "cpu")[0] == 0
 
 
 def test_fresh_host_judges_a_forced_gpu_profile_before_building(kit, host, monkeypatch) -> None:
@@ -491,7 +458,7 @@ def test_doctor_json_leaks_no_password(kit, host, monkeypatch, capsys) -> None:
     (kit / ".env").write_text(
         "DB_PASSWORD=hunter2\nAIRIG_PIP_INSTALL_ARGS=--index-url https://me:hunter2@pypi/simple\n"
     )
-    _, out, err = cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "doctor", "--json")
+    _, out, err = run_cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "doctor", "--json")
     assert "Traceback" not in err
     data = json.loads(out)
     assert data["settings"]["DB_PASSWORD"] == "<redacted>"
@@ -515,7 +482,7 @@ def test_dry_run_on_the_seed_rig_picks_a_comfyui_for_pascal_and_says_why(
     kit, host, monkeypatch, capsys
 ) -> None:
     seed_rig(monkeypatch, host)
-    code, out, err = cli(monkeypatch, capsys, FakeAdapter(base_engine()), "--dry-run")
+    code, out, err = run_cli(monkeypatch, capsys, FakeAdapter(base_engine()), "--dry-run")
     assert code == 0, err
     (comfy,) = [line for line in out.splitlines() if "Image comfyui" in line]
     assert "(GPU): yanwk/comfyui-boot:cu126-slim" in comfy and "fits all 5 GPUs" in comfy
@@ -534,7 +501,7 @@ def test_detect_on_a_blackwell_rig_picks_a_build_with_its_kernels(
     kit, host, monkeypatch, capsys, driver, tag
 ) -> None:
     seed_rig(monkeypatch, host, driver, (12, 0), cards=1)
-    code, out, _ = cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect", "--json")
+    code, out, _ = run_cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect", "--json")
     assert code == 0
     images = {i["service"]: i for i in json.loads(out)["images"]}
     assert images["comfyui"]["image"] == f"yanwk/comfyui-boot:{tag}"
@@ -549,7 +516,7 @@ def test_a_pin_that_cannot_run_stops_up_before_anything_starts(
     pinned = "COMFYUI_IMAGE_NVIDIA=yanwk/comfyui-boot:cu130-slim-v2"
     (kit / ".env").write_text(env.replace("COMFYUI_IMAGE_NVIDIA=", pinned))
     adapter = FakeAdapter(base_engine())
-    code, out, err = cli(monkeypatch, capsys, adapter, "up")
+    code, out, err = run_cli(monkeypatch, capsys, adapter, "up")
     assert code == 1
     (line,) = error_lines(err)
     assert line == (
@@ -561,5 +528,5 @@ def test_a_pin_that_cannot_run_stops_up_before_anything_starts(
     assert [c for c in adapter.calls if c[0] in ("build", "up", "network")] == []
     assert not (kit / ".airig").exists()  # nothing written, nothing started
     # detect says the same and exits ≠ 0; the dry run shows it and starts nothing
-    code, out, _ = cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect")
+    code, out, _ = run_cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect")
     assert code == 1 and "✘ COMFYUI_IMAGE_NVIDIA=" in out

@@ -42,10 +42,15 @@ def test_needs_the_token(files, headers):
     assert client.put("/files/x", content=b"x", headers=headers).status_code in (401, 403)
 
 
-def test_paths_cannot_escape_the_volume(files):
-    client, _ = files
-    r = client.get("/files/%2e%2e/%2e%2e/etc/passwd", headers={"Authorization": "Bearer t0ken"})
-    assert r.status_code in (400, 404)
+def test_paths_cannot_escape_the_volume(files, outside):
+    client, root = files
+    # A real file beside the volume, named by a path that climbs out of it: served (200)
+    # if the path checks were gone, so only the refusal itself passes.
+    escape = os.path.relpath(outside, root).replace("..", "%2e%2e")
+    assert escape.startswith("%2e%2e/")
+    r = client.get(f"/files/{escape}", headers=AUTH)
+    assert r.status_code == 400, r.text
+    assert r.json() == {"detail": "path must not contain '..'; give a path inside the data volume"}
 
 
 def test_placeholder_token_refuses_to_start(monkeypatch):

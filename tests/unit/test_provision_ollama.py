@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+import ollama
 import pytest
 
 from airig.common.errors import ConfigError, ProvisionError
@@ -18,6 +21,17 @@ from airig.provision.verify import FileCheckError, Verifier
 
 def lines(*objects: dict) -> list[bytes]:
     return [json.dumps(o).encode() for o in objects]
+
+
+def client(handler) -> ollama.Client:
+    """The real ollama client, its HTTP answered in-process by ``handler``."""
+    return ollama.Client("http://o", transport=httpx.MockTransport(handler))
+
+
+def pulled(stream: list[bytes]) -> Iterator[ollama.ProgressResponse]:
+    """What ``Client.pull(stream=True)`` yields for a 200 carrying these NDJSON lines."""
+    answer = b"".join(line + b"\n" for line in stream)
+    return client(lambda _: httpx.Response(200, content=answer)).pull("m", stream=True)
 
 
 @pytest.mark.parametrize(
@@ -57,7 +71,7 @@ def test_stream_ending_in_success_returns_and_reports_progress() -> None:
         {"status": "verifying sha256 digest"},
         {"status": "success"},
     )
-    read_pull_stream("m", stream, lambda done, total: seen.append((done, total)))
+    read_pull_stream("m", pulled(stream), lambda done, total: seen.append((done, total)))
     assert seen == [(40, 100), (40, 150), (100, 150)]
 
 
@@ -68,42 +82,57 @@ def test_error_line_inside_200_fails_naming_model() -> None:
         {"status": "success"},
     )
     with pytest.raises(ProvisionError, match="'qwen': max retries exceeded: unexpected EOF"):
-        read_pull_stream("qwen", stream, lambda *_: None)
+        read_pull_stream("qwen", pulled(stream), lambda *_: None)
 
 
 def test_stream_cut_before_success_fails() -> None:
     stream = lines({"status": "pulling manifest"}, {"status": "writing manifest"})
     with pytest.raises(ProvisionError, match="ended before success"):
-        read_pull_stream("m", stream, lambda *_: None)
+        read_pull_stream("m", pulled(stream), lambda *_: None)
 
 
 def test_garbage_line_fails() -> None:
     with pytest.raises(ProvisionError, match="unreadable pull line"):
-        read_pull_stream("m", [b"<html>"], lambda *_: None)
+        read_pull_stream("m", pulled([b"<html>"]), lambda *_: None)
+
+
+def test_refused_pull_fails_naming_model_and_status() -> None:
+    refused = {"error": "pull model manifest: file does not exist"}
+    parts = client(lambda _: httpx.Response(500, json=refused)).pull("m", stream=True)
+    with pytest.raises(ProvisionError, match="'m': HTTP 500: pull model manifest: file does"):
+        read_pull_stream("m", parts, lambda *_: None)
+
+
+class Dropped(httpx.SyncByteStream):
+    """A pull stream whose connection drops after the first line."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield lines({"status": "pulling aaa", "digest": "sha256:aaa", "total": 9})[0] + b"\n"
+        raise httpx.RemoteProtocolError("peer closed connection")
+
+
+def test_connection_dropped_mid_pull_fails_naming_model(tmp_path: Path) -> None:
+    dropped = client(lambda _: httpx.Response(200, stream=Dropped()))
+    ollama_, out = provisioner(tmp_path, FakeSession([]), dropped)
+    with pytest.raises(ProvisionError, match="'m': connection lost during pull"):
+        ollama_.pull("m")
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(e["completed"], e["total"]) for e in events if e["event"] == "progress"] == [(0, 9)]
 
 
 class FakeResponse:
-    def __init__(self, status: int, body: object = None, stream: list[bytes] | None = None):
+    def __init__(self, status: int, body: object = None):
         self.status_code = status
         self._body = body
-        self._stream = stream or []
         self.text = json.dumps(body) if body is not None else ""
 
     def json(self) -> object:
         return self._body
 
-    def iter_lines(self) -> list[bytes]:
-        return self._stream
-
-    def __enter__(self) -> FakeResponse:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        return None
-
 
 class FakeSession:
-    """Answers /api/show and /api/pull as scripted; the disk is whatever the test wrote."""
+    """Answers /api/show (requests) and /api/pull (the ollama client, ``client()``) as
+    scripted; the disk is whatever the test wrote."""
 
     def __init__(self, pull_stream: list[bytes], known: bool = True) -> None:
         self.pull_stream = pull_stream
@@ -111,10 +140,15 @@ class FakeSession:
         self.pulls = 0
 
     def post(self, url: str, json: dict, **_: object) -> FakeResponse:
-        if url.endswith("/api/show"):
-            return FakeResponse(200 if self.known else 404, {"error": "model not found"})
-        self.pulls += 1
-        return FakeResponse(200, stream=self.pull_stream)
+        assert url.endswith("/api/show")
+        return FakeResponse(200 if self.known else 404, {"error": "model not found"})
+
+    def client(self) -> ollama.Client:
+        def pull(_: httpx.Request) -> httpx.Response:
+            self.pulls += 1
+            return httpx.Response(200, content=b"".join(x + b"\n" for x in self.pull_stream))
+
+        return client(pull)
 
 
 def write_model(models: Path, name: str, blobs: dict[str, bytes]) -> dict[str, Path]:
@@ -133,11 +167,14 @@ def write_model(models: Path, name: str, blobs: dict[str, bytes]) -> dict[str, P
     return paths
 
 
-def provisioner(models: Path, session: FakeSession) -> tuple[OllamaProvisioner, io.StringIO]:
+def provisioner(
+    models: Path, session: FakeSession, pulls: ollama.Client | None = None
+) -> tuple[OllamaProvisioner, io.StringIO]:
     out = io.StringIO()
     emitter = Emitter("ollama", out)
     verifier = Verifier(settle_seconds=0)
-    return OllamaProvisioner("http://o", models, ["m"], verifier, emitter, session), out
+    pulls = pulls or session.client()
+    return OllamaProvisioner("http://o", models, ["m"], verifier, emitter, session, pulls), out
 
 
 def test_success_without_files_on_disk_is_not_counted(tmp_path: Path) -> None:

@@ -4,23 +4,18 @@ plan of a joined rig, worker names, `token` commands and `status` showing hosts.
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import socket
-import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import brain_helpers as h
 import pytest
-import requests
 import yaml
 from fastapi.testclient import TestClient
 from rich.console import Console
+from support import one_error, run_cli
 
-import airig.launcher.cli.app
-import airig.launcher.console
 from airig.brain.app import create_app
 from airig.common.errors import ConfigError
 from airig.launcher.docker import Docker, ServiceState
@@ -30,49 +25,14 @@ from airig.launcher.plan import GpuSlot, build_plan
 from airig.launcher.settings import load_settings
 from airig.launcher.up import Launcher
 
-ROOT = Path(__file__).resolve().parents[2]
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BRAIN = "https://brain.example.lan"
 
 
 # ------------------------------------------------------------------ fixtures
 @pytest.fixture
-def kit(tmp_path, monkeypatch) -> Path:
-    root = tmp_path / "kit"
-    for name in ("01-infra", "02-compute", "03-agents"):
-        (root / name).mkdir(parents=True)
-        for f in (ROOT / name).glob("*.yaml"):  # compose files and images.yaml
-            shutil.copy(f, root / name / f.name)
-    shutil.copy(ROOT / ".env.example", root / ".env.example")
-    for key in [k for k in os.environ if k.startswith("AIRIG_") or k == "BRAIN_URL"]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("AIRIG_HOME", str(root))
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
-    monkeypatch.setattr(airig.launcher.console.console, "_width", 400)
-    monkeypatch.setattr(airig.launcher.console.err_console, "_width", 400)
-    return root
-
-
-@pytest.fixture
-def brain(tmp_path, monkeypatch):
-    """A real brain app; `join`'s and the CLI client's HTTP calls reach it in-process."""
-    settings = h.make_settings(tmp_path / "brain", BRAIN_CLAIM_WAIT_S=0)
-    with TestClient(create_app(settings)) as client:
-        lock = threading.Lock()
-
-        def send(method, url, headers=None, **kwargs):
-            parts = urlsplit(url)
-            if parts.hostname not in ("brain.example.lan", "10.1.2.3", "127.0.0.1"):
-                raise requests.ConnectionError(f"no route to {parts.hostname}")
-            kwargs.pop("timeout", None)
-            with lock:
-                return client.request(method, parts.path, headers=headers, **kwargs)
-
-        monkeypatch.setattr(
-            "airig.launcher.join.requests.get", lambda url, **kw: send("GET", url, **kw)
-        )
-        monkeypatch.setattr("airig.launcher.brain_client.requests.request", send)
-        yield client
+def kit(launcher_kit) -> Path:
+    return launcher_kit
 
 
 def join_token(client, name="rig-b") -> dict:
@@ -90,29 +50,6 @@ class Untouchable(Docker):
         if not name.startswith("_") and name not in ("calls",):
             object.__getattribute__(self, "calls").append(name)
         return object.__getattribute__(self, name)
-
-
-def cli(monkeypatch, capsys, docker, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(airig.launcher.cli.app, "Docker", lambda: docker)
-    monkeypatch.setattr(sys, "argv", ["start_services.py", *args])
-    code = 0
-    try:
-        airig.launcher.cli.app.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def one_error(code: int, err: str, *words: str) -> str:
-    assert code != 0
-    assert "Traceback" not in err
-    errors = [line for line in err.splitlines() if line.startswith("✘")]
-    assert len(errors) == 1, err
-    for word in words:
-        assert word in errors[0], errors[0]
-    assert "→" in err
-    return errors[0]
 
 
 # ------------------------------------------------------------------ URL rules
@@ -211,7 +148,7 @@ def test_bad_join_input_is_one_line_and_starts_nothing(kit, brain, monkeypatch, 
     if "--token" not in args:
         args = [*args, "--token", token]
     docker = Untouchable()
-    code, _, err = cli(monkeypatch, capsys, docker, "join", *args)
+    code, _, err = run_cli(monkeypatch, capsys, docker, "join", *args)
     one_error(code, err, *words)
     assert docker.calls == []
     assert not (kit / ".env").exists() and not (kit / ".airig").exists()
@@ -221,8 +158,8 @@ def test_a_revoked_join_token_is_refused_before_anything_starts(kit, brain, monk
     made = join_token(brain)
     brain.delete(f"/v1/tokens/{made['id']}", headers=ADMIN)
     docker = Untouchable()
-    code, _, err = cli(monkeypatch, capsys, docker, "join", "--brain", BRAIN,
-                       "--token", made["token"])  # fmt: skip
+    code, _, err = run_cli(monkeypatch, capsys, docker, "join", "--brain", BRAIN,
+                           "--token", made["token"])  # fmt: skip
     one_error(code, err, "revoked")
     assert "token create --join" in err
     assert docker.calls == []
@@ -230,9 +167,9 @@ def test_a_revoked_join_token_is_refused_before_anything_starts(kit, brain, monk
 
 def test_join_dry_run_shows_a_rig_without_brain(kit, brain, monkeypatch, capsys):
     token = join_token(brain)["token"]
-    code, out, err = cli(monkeypatch, capsys, Docker(), "join", "--brain", "http://10.1.2.3:8080",
-                         "--token", token, "--insecure", "--profile", "cpu",
-                         "--dry-run")  # fmt: skip
+    code, out, err = run_cli(monkeypatch, capsys, Docker(), "join",
+                             "--brain", "http://10.1.2.3:8080", "--token", token, "--insecure",
+                             "--profile", "cpu", "--dry-run")  # fmt: skip
     assert code == 0, err
     agents = next(line for line in out.splitlines() if "airig-agents" in line and " up " in line)
     assert "03-agents/compose.join.yaml" in agents
@@ -248,8 +185,8 @@ def test_a_rig_running_its_own_brain_cannot_join(kit, brain, monkeypatch, capsys
             return [ServiceState("brain", "airig-agents-brain-1", "running", "healthy", None, [])]
 
     docker = BrainHere()
-    code, _, err = cli(monkeypatch, capsys, docker, "join", "--brain", BRAIN,
-                       "--token", join_token(brain)["token"])  # fmt: skip
+    code, _, err = run_cli(monkeypatch, capsys, docker, "join", "--brain", BRAIN,
+                           "--token", join_token(brain)["token"])  # fmt: skip
     one_error(code, err, "runs its own brain")
     assert "down" in err
     assert "up" not in docker.calls and "ensure_network" not in docker.calls
@@ -270,8 +207,8 @@ def test_a_failed_join_puts_env_back(kit, brain, monkeypatch, capsys):
         raise DockerError("03-agents: worker-cpu failed to start", "read the log lines above")
 
     monkeypatch.setattr(Launcher, "up", fails)
-    code, _, err = cli(monkeypatch, capsys, Quiet(), "join", "--brain", BRAIN,
-                       "--token", join_token(brain)["token"])  # fmt: skip
+    code, _, err = run_cli(monkeypatch, capsys, Quiet(), "join", "--brain", BRAIN,
+                           "--token", join_token(brain)["token"])  # fmt: skip
     one_error(code, err, "worker-cpu failed")
     env = read_env(kit / ".env")
     assert {k: env[k] for k in before} == before
@@ -366,7 +303,7 @@ def test_own_ports_and_down_see_only_this_rigs_projects(kit):
 )
 def test_rig_settings_are_checked(kit, monkeypatch, capsys, env, why):
     (kit / ".env").write_text(env)
-    code, _, err = cli(monkeypatch, capsys, Untouchable(), "status")
+    code, _, err = run_cli(monkeypatch, capsys, Untouchable(), "status")
     one_error(code, err, why)
 
 
@@ -413,8 +350,8 @@ def test_token_create_join_prints_the_token_once_and_the_join_command(kit, brain
     (kit / ".env").write_text(
         "BRAIN_ADMIN_TOKEN=admin-secret-token\nAIRIG_BIND_ADDRESS=10.1.2.3\nBRAIN_PORT=8080\n"
     )
-    code, out, err = cli(monkeypatch, capsys, Untouchable(), "token", "create", "--join",
-                         "--name", "garage")  # fmt: skip
+    code, out, err = run_cli(monkeypatch, capsys, Untouchable(), "token", "create", "--join",
+                             "--name", "garage")  # fmt: skip
     assert code == 0, err
     listed = brain.get("/v1/tokens", headers=ADMIN).json()["tokens"]
     assert [(t["scope"], t["name"]) for t in listed] == [("join", "garage")]
@@ -427,11 +364,11 @@ def test_token_create_join_prints_the_token_once_and_the_join_command(kit, brain
     assert check_brain("http://10.1.2.3:8080", token) == "garage"
     assert f"token revoke {listed[0]['id']}" in out
 
-    code, out, _ = cli(monkeypatch, capsys, Untouchable(), "token", "list")
+    code, out, _ = run_cli(monkeypatch, capsys, Untouchable(), "token", "list")
     assert code == 0 and listed[0]["id"] in out and "garage" in out and token not in out
-    code, out, _ = cli(monkeypatch, capsys, Untouchable(), "token", "revoke", listed[0]["id"])
+    code, out, _ = run_cli(monkeypatch, capsys, Untouchable(), "token", "revoke", listed[0]["id"])
     assert code == 0 and "revoked" in out
-    code, _, err = cli(monkeypatch, capsys, Untouchable(), "token", "revoke", "nope")
+    code, _, err = run_cli(monkeypatch, capsys, Untouchable(), "token", "revoke", "nope")
     one_error(code, err, "no token nope")
     assert "token list" in err
 
@@ -439,7 +376,7 @@ def test_token_create_join_prints_the_token_once_and_the_join_command(kit, brain
 def test_token_create_warns_when_no_other_machine_can_reach_the_brain(kit, brain, monkeypatch,
                                                                       capsys):  # fmt: skip
     (kit / ".env").write_text("BRAIN_ADMIN_TOKEN=admin-secret-token\n")
-    code, out, _ = cli(monkeypatch, capsys, Untouchable(), "token", "create", "--join")
+    code, out, _ = run_cli(monkeypatch, capsys, Untouchable(), "token", "create", "--join")
     assert code == 0
     assert "published on 127.0.0.1 only" in out and "AIRIG_BIND_ADDRESS" in out
 
@@ -453,12 +390,12 @@ def test_the_join_command_uses_the_public_url_without_insecure(kit):
 
 def test_token_commands_on_a_joined_rig_point_to_the_brains_machine(kit, monkeypatch, capsys):
     joined_settings(kit)
-    code, _, err = cli(monkeypatch, capsys, Untouchable(), "token", "list")
+    code, _, err = run_cli(monkeypatch, capsys, Untouchable(), "token", "list")
     one_error(code, err, "joined the brain at")
 
 
 def test_token_create_needs_a_purpose(kit, monkeypatch, capsys):
-    code, _, err = cli(monkeypatch, capsys, Untouchable(), "token", "create")
+    code, _, err = run_cli(monkeypatch, capsys, Untouchable(), "token", "create")
     one_error(code, err, "what the token is for")
 
 
@@ -491,11 +428,11 @@ def test_the_cli_reaches_a_brain_published_on_a_chosen_address(tmp_path, monkeyp
     monkeypatch.delenv("AIRIG_BIND_ADDRESS", raising=False)
     env = tmp_path / ".env"
     env.write_text("AIRIG_BIND_ADDRESS=172.17.0.1\nBRAIN_PORT=18080\n")
-    assert brain_url(env) == "http://172.17.0.1:18080"
+    assert brain_url(load_settings(tmp_path)) == "http://172.17.0.1:18080"
     env.write_text("AIRIG_BIND_ADDRESS=0.0.0.0\n")
-    assert brain_url(env) == "http://127.0.0.1:8080"
+    assert brain_url(load_settings(tmp_path)) == "http://127.0.0.1:8080"
     env.write_text("AIRIG_BIND_ADDRESS=fd00::5\n")
-    assert brain_url(env) == "http://[fd00::5]:8080"
+    assert brain_url(load_settings(tmp_path)) == "http://[fd00::5]:8080"
 
 
 def test_set_values_replaces_every_occurrence_and_keeps_the_file_private(tmp_path):

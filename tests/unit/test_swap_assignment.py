@@ -14,7 +14,7 @@ from airig.brain.residency import Decision, ReadyTask, swap_fields
 from airig.common.protocol import Assignment
 from airig.executors.context import ExecResult, TaskError
 from airig.worker.settings import WorkerSettings
-from airig.worker.swapping import Swapper
+from airig.worker.swap import Swapper
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}

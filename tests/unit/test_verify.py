@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import unprivileged
 
 from airig.provision.cache import VerifyCache
 from airig.provision.verify import (
@@ -100,12 +101,18 @@ def test_symlink_into_store_is_fine_outside_is_not(tmp_path: Path, blob: Path) -
         check_regular(link, store=tmp_path / "snapshot")
 
 
-def test_unreadable_file_fails(blob: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads any file; permission checks cannot fail")
+def test_unreadable_file_fails(reachable_tmp: Path) -> None:
+    # As an unprivileged user (nobody when pytest runs as root, as on CI): root reads any
+    # file, so the check could never fail there.
+    blob = reachable_tmp / f"sha256-{DIGEST}"
+    blob.write_bytes(DATA)
     blob.chmod(0)
-    with pytest.raises(FileCheckError, match="not readable"):
-        check_regular(blob)
+    assert unprivileged(lambda: check_regular(blob)) == [
+        "FileCheckError",
+        f"{blob} is not readable",
+    ]
+    blob.chmod(0o644)
+    assert unprivileged(lambda: check_regular(blob)) is None  # the same file, readable
 
 
 def test_file_still_growing_fails(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import sqlite3
 import uuid
+from typing import cast
 
 from airig.brain.events import Outbox, record
 from airig.brain.plans.models import PlanSpec
@@ -53,7 +54,9 @@ def insert_plan(
                 now if state == S.READY else None,
             ),
         )  # fmt: skip
-        ids[spec.id] = cursor.lastrowid
+        # The INSERT just succeeded, which sets lastrowid (typeshed: ``int | None``, for
+        # a cursor that has run none).
+        ids[spec.id] = cast(int, cursor.lastrowid)
     for spec in plan.tasks:
         conn.executemany(
             "INSERT INTO deps (task_id, depends_on) VALUES (?, ?)",

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from airig.brain.auth import AdminDep
-from airig.brain.routes.workers import brain_of
+from airig.brain.deps import AdminDep, BrainDep
 from airig.common.protocol import TaskState as S
 
 STATIC = Path(__file__).resolve().parents[1] / "dashboard" / "static"
@@ -140,9 +139,8 @@ def _grouped(rows: list[sqlite3.Row], column: str, now: float) -> list[QueueGrou
 
 
 @router.get("/v1/queue", response_model=QueueView)
-def queue(request: Request, _: AdminDep) -> QueueView:
+def queue(brain: BrainDep, _: AdminDep) -> QueueView:
     """What waits and what runs: live task counts, the oldest READY wait, the leases."""
-    brain = brain_of(request)
     with brain.db.read() as conn:
         rows = conn.execute(_GROUPS).fetchall()
         oldest = conn.execute(
@@ -208,7 +206,7 @@ _Filter = Annotated[str | None, Query(max_length=200)]
 # Its 422 (a query parameter out of bounds) is FastAPI's own HTTPValidationError entry.
 @router.get("/v1/events", response_model=EventsView)
 def recent_events(
-    request: Request,
+    brain: BrainDep,
     _: AdminDep,
     plan: _Filter = None,
     event_type: Annotated[str | None, Query(alias="type", max_length=64)] = None,
@@ -219,7 +217,7 @@ def recent_events(
 ) -> EventsView:
     """Recent events, newest first. Without ``plan`` only the newest 100 000 events are
     searched; ``after_id`` returns only events newer than one already seen."""
-    with brain_of(request).db.read() as conn:
+    with brain.db.read() as conn:
         newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
         sql, params = events_query(newest, plan, event_type, task, worker, after_id, limit)
         rows = conn.execute(sql, params).fetchall()
@@ -295,7 +293,8 @@ def inventory_view(url: str, raw: Any) -> ModelsView:
     for path, cache in sorted(raw.items()):
         service = Path(path).parent.name or path
         cache = cache if isinstance(cache, dict) else {"error": "not an object"}
-        found = cache.get("models") if isinstance(cache.get("models"), dict) else {}
+        listed = cache.get("models")
+        found: dict[str, Any] = listed if isinstance(listed, dict) else {}
         for name, info in sorted(found.items()):
             info = info if isinstance(info, dict) else {}
             stamp = info.get("verified_at")
@@ -313,9 +312,9 @@ def inventory_view(url: str, raw: Any) -> ModelsView:
 
 
 @router.get("/v1/models", response_model=ModelsView)
-def verified_models(request: Request, _: AdminDep) -> ModelsView:
+def verified_models(brain: BrainDep, _: AdminDep) -> ModelsView:
     """The verified-model inventory from 02-compute's models-ready gate, or why not."""
-    url = brain_of(request).settings.models_url
+    url = brain.settings.models_url
     try:
         return inventory_view(url, fetch_inventory(url))
     except GateUnavailable as exc:

@@ -11,17 +11,18 @@ from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse
 
 from airig.brain import results, states
-from airig.brain.auth import SubmitterDep
+from airig.brain.deps import BrainDep, SubmitterDep
 from airig.brain.events import Outbox
 from airig.brain.plans import submit
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError
 from airig.brain.plans.validate import Limits, PlanInvalid
-from airig.brain.routes.workers import brain_of
 from airig.common.protocol import ErrorBody, PlanErrorBody
 from airig.common.protocol import TaskState as S
 
 router = APIRouter(prefix="/v1", tags=["plans"])
+# What a route may answer besides its success, for the OpenAPI schema.
+Responses = dict[int | str, dict[str, Any]]
 
 
 def plan_status(counts: dict[str, int], cancelled: bool) -> str:
@@ -44,7 +45,7 @@ def _task_view(row: sqlite3.Row, deps: list[str]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> dict:
+def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> dict[str, Any]:
     if with_tasks:
         rows = conn.execute(
             "SELECT * FROM tasks WHERE plan_id = ? ORDER BY id", (plan["id"],)
@@ -79,7 +80,9 @@ def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> 
 
 
 def _load_plan(conn: sqlite3.Connection, plan_id: str) -> sqlite3.Row:
-    plan = conn.execute("SELECT * FROM plans WHERE id = ?", (plan_id,)).fetchone()
+    plan: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM plans WHERE id = ?", (plan_id,)
+    ).fetchone()
     if plan is None:
         raise HTTPException(404, f"no plan {plan_id}")
     return plan
@@ -98,8 +101,8 @@ _PLAN_BODY = {
 _ERROR_OR_PLAN_ERROR = {"application/json": {"schema": {"anyOf": [
     {"$ref": "#/components/schemas/ErrorBody"}, {"$ref": "#/components/schemas/PlanErrorBody"},
 ]}}}  # fmt: skip
-NOT_FOUND = {404: {"model": ErrorBody, "description": "no such plan or task"}}
-_PLAN_RESPONSES: dict = {
+NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "no such plan or task"}}
+_PLAN_RESPONSES: Responses = {
     200: {"description": "the plan already submitted with this Idempotency-Key"},
     201: {"description": "the stored plan, with its tasks"},
     409: {"model": ErrorBody, "description": "Idempotency-Key used for another plan"},
@@ -109,8 +112,8 @@ _PLAN_RESPONSES: dict = {
 }  # fmt: skip
 
 
-def _plan_error(status: int, message: str, errors: list | None = None,
-                fixes: list | None = None) -> HTTPException:  # fmt: skip
+def _plan_error(status: int, message: str, errors: list[dict[str, Any]] | None = None,
+                fixes: list[dict[str, str]] | None = None) -> HTTPException:  # fmt: skip
     return HTTPException(status, {"message": message, "errors": errors or [],
                                   "fixes": fixes or []})  # fmt: skip
 
@@ -121,11 +124,11 @@ def _plan_error(status: int, message: str, errors: list | None = None,
 )  # fmt: skip
 async def submit_plan(
     request: Request,
+    brain: BrainDep,
     who: SubmitterDep,
     idempotency_key: Annotated[str | None, Header()] = None,
 ) -> Any:
     """Submit a plan; the same Idempotency-Key and body answer the stored plan again."""
-    brain = brain_of(request)
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
         raise _plan_error(422, "Idempotency-Key must be 1 to 200 characters")
     # The request guard has already bounded the body to BRAIN_MAX_PLAN_BYTES.
@@ -150,7 +153,7 @@ async def submit_plan(
                     raise HTTPException(409, "Idempotency-Key was used for a different plan")
                 return JSONResponse(plan_view(conn, known, with_tasks=True), status_code=200)
 
-    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict:
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, Any]:
         if idempotency_key and (known := submit.find_by_idempotency_key(conn, idempotency_key)):
             return plan_view(conn, known, with_tasks=True)  # a concurrent twin won the race
         plan_id = submit.insert_plan(
@@ -163,8 +166,7 @@ async def submit_plan(
 
 
 @router.get("/plans")
-def list_plans(request: Request, _: SubmitterDep, limit: int = 50) -> dict:
-    brain = brain_of(request)
+def list_plans(brain: BrainDep, _: SubmitterDep, limit: int = 50) -> dict[str, Any]:
     with brain.db.read() as conn:
         rows = conn.execute(
             "SELECT * FROM plans ORDER BY created_at DESC LIMIT ?", (max(1, min(limit, 500)),)
@@ -173,22 +175,22 @@ def list_plans(request: Request, _: SubmitterDep, limit: int = 50) -> dict:
 
 
 @router.get("/plans/{plan_id}", responses=NOT_FOUND)
-def get_plan(plan_id: str, request: Request, _: SubmitterDep) -> dict:
-    with brain_of(request).db.read() as conn:
+def get_plan(plan_id: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+    with brain.db.read() as conn:
         return plan_view(conn, _load_plan(conn, plan_id), with_tasks=True)
 
 
 @router.post("/plans/{plan_id}/cancel", responses=NOT_FOUND)
-def cancel_plan(plan_id: str, request: Request, _: SubmitterDep) -> dict:
-    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict:
+def cancel_plan(plan_id: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, int]:
         _load_plan(conn, plan_id)
         return {"cancelled": states.cancel_plan(conn, outbox, plan_id, now)}
 
-    return brain_of(request).write(change)
+    return brain.write(change)
 
 
 def _task_row(conn: sqlite3.Connection, plan_id: str, key: str) -> sqlite3.Row:
-    row = conn.execute(
+    row: sqlite3.Row | None = conn.execute(
         "SELECT * FROM tasks WHERE plan_id = ? AND key = ?", (plan_id, key)
     ).fetchone()
     if row is None:
@@ -197,20 +199,19 @@ def _task_row(conn: sqlite3.Connection, plan_id: str, key: str) -> sqlite3.Row:
 
 
 @router.post("/plans/{plan_id}/tasks/{key}/cancel", responses=NOT_FOUND)
-def cancel_task(plan_id: str, key: str, request: Request, _: SubmitterDep) -> dict:
-    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict:
+def cancel_task(plan_id: str, key: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, bool]:
         task = _task_row(conn, plan_id, key)
         return {"cancelled": states.cancel_task(conn, outbox, task, now, "cancelled by user")}
 
-    return brain_of(request).write(change)
+    return brain.write(change)
 
 
 @router.get(
     "/plans/{plan_id}/tasks/{key}/result",
     responses={**NOT_FOUND, 409: {"model": ErrorBody, "description": "not SUCCEEDED"}},
 )
-def task_result(plan_id: str, key: str, request: Request, _: SubmitterDep) -> dict:
-    brain = brain_of(request)
+def task_result(plan_id: str, key: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
     with brain.db.read() as conn:
         row = _task_row(conn, plan_id, key)
     if row["state"] != S.SUCCEEDED:
@@ -224,10 +225,9 @@ def task_result(plan_id: str, key: str, request: Request, _: SubmitterDep) -> di
     response_class=FileResponse,
     responses={200: {"content": {"application/octet-stream": {}}}, **NOT_FOUND},
 )
-def task_file(plan_id: str, key: str, name: str, request: Request, _: SubmitterDep) -> FileResponse:
+def task_file(plan_id: str, key: str, name: str, brain: BrainDep, _: SubmitterDep) -> FileResponse:
     """A file the task stored. Only a known task of a known plan, by its recorded
     plan id and key: the request's own text never becomes a path."""
-    brain = brain_of(request)
     with brain.db.read() as conn:
         row = _task_row(conn, plan_id, key)
     path = results.task_file(brain.settings.results_dir, row["plan_id"], row["key"], name)
@@ -237,8 +237,8 @@ def task_file(plan_id: str, key: str, name: str, request: Request, _: SubmitterD
 
 
 @router.get("/plans/{plan_id}/events", responses=NOT_FOUND)
-def plan_events(plan_id: str, request: Request, _: SubmitterDep) -> dict:
-    with brain_of(request).db.read() as conn:
+def plan_events(plan_id: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+    with brain.db.read() as conn:
         _load_plan(conn, plan_id)
         rows = conn.execute(
             "SELECT body_json FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)

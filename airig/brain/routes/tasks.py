@@ -7,15 +7,15 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from airig.brain import exchange, leases, results
-from airig.brain.auth import WorkerDep
+from airig.brain import exchange, leases, results, states
+from airig.brain.deps import BrainDep, WorkerDep
 from airig.brain.events import Outbox
+from airig.brain.exchange import Leased
 from airig.brain.residency import Decision, swap_fields
-from airig.brain.routes.workers import brain_of
 from airig.brain.scheduling import WorkerView
 from airig.brain.service import Brain
 from airig.common.protocol import (
@@ -29,12 +29,14 @@ from airig.common.protocol import (
     LeaseRef,
     LeaseStatus,
     ReleaseRequest,
+    ReportResult,
 )
 from airig.common.protocol import TaskState as S
 
 router = APIRouter(prefix="/v1", tags=["worker tasks"])
+T = TypeVar("T")
 # A fenced write: no such task, or not this worker's live lease (abort the attempt).
-FENCED = {
+FENCED: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "no such task"},
     409: {"model": ErrorBody, "description": "the lease is not this attempt's (lost, stale)"},
 }
@@ -63,13 +65,17 @@ def _assignment(
 
 
 def _poll(
-    brain: Brain, worker_id: str, view: WorkerView, body: ClaimRequest, first: list | None = None
+    brain: Brain,
+    worker_id: str,
+    view: WorkerView,
+    body: ClaimRequest,
+    first: list[Leased] | None = None,
 ) -> list[Assignment]:
     """Long-poll: lease for this worker, waiting up to ``wait_s`` for work to appear.
 
     ``first``: what an exchange's own transaction already leased (its first try)."""
 
-    def lease(conn: sqlite3.Connection, outbox: Outbox, now: float) -> list:
+    def lease(conn: sqlite3.Connection, outbox: Outbox, now: float) -> list[Leased]:
         return exchange.claim(conn, outbox, now, brain, worker_id, view, body)
 
     deadline = time.monotonic() + min(body.wait_s, brain.settings.max_claim_wait_s)
@@ -86,50 +92,53 @@ def _poll(
 
 
 @router.post("/claims", response_model=Assignment, responses={204: {"description": "no work"}})
-def claim(body: ClaimRequest, request: Request, worker: WorkerDep):
+def claim(body: ClaimRequest, brain: BrainDep, worker: WorkerDep) -> Assignment | Response:
     """Long-poll for one task (``max_tasks`` is for ``/v1/exchange``)."""
-    brain = brain_of(request)
     body = body.model_copy(update={"max_tasks": 1})
     found = _poll(brain, worker.name, _view(brain, worker.name, body), body)
     return found[0] if found else Response(status_code=204)
 
 
 @router.post("/exchange", response_model=ExchangeResponse)
-def exchange_reports(body: ExchangeRequest, request: Request, worker: WorkerDep):
+def exchange_reports(body: ExchangeRequest, brain: BrainDep, worker: WorkerDep) -> Response:
     """Apply a worker's reports in order, then claim (long-poll) in the same transaction.
 
     Served by ``airig.brain.fastpath`` in the running brain; this route documents it
     in the OpenAPI schema and serves apps built without the fast path (tests)."""
-    answer = run_exchange(brain_of(request), worker.name, body)
+    answer = run_exchange(brain, worker.name, body)
     return Response(answer.model_dump_json(), media_type="application/json")
 
 
 def run_exchange(brain: Brain, worker_id: str, body: ExchangeRequest) -> ExchangeResponse:
     """One exchange: the reports, then the claim, in one transaction; long-poll if empty."""
-    view = _view(brain, worker_id, body.claim) if body.claim else None
+    wanted = body.claim
+    view = _view(brain, worker_id, wanted) if wanted else None
 
-    def change(conn: sqlite3.Connection, outbox: Outbox, now: float):
+    def change(
+        conn: sqlite3.Connection, outbox: Outbox, now: float
+    ) -> tuple[list[ReportResult], list[Leased]]:
         done = [exchange.apply(conn, outbox, now, brain, worker_id, r) for r in body.reports]
-        if body.claim is None:
+        if wanted is None or view is None:
             return done, []
-        return done, exchange.claim(conn, outbox, now, brain, worker_id, view, body.claim)
+        return done, exchange.claim(conn, outbox, now, brain, worker_id, view, wanted)
 
-    results, leased = brain.write(change)
-    stale = sum(result.status == 409 for result in results)
+    reported, leased = brain.write(change)
+    stale = sum(result.status == 409 for result in reported)
     if stale:
         brain.metrics.stale_reports.inc(stale)
-    found = _poll(brain, worker_id, view, body.claim, leased) if body.claim else []
-    return ExchangeResponse(results=results, assignments=found)
+    found = _poll(brain, worker_id, view, wanted, leased) if wanted and view else []
+    return ExchangeResponse(results=reported, assignments=found)
 
 
 def _fenced(
-    request: Request, task_id: int, change: Callable[[sqlite3.Connection, Outbox, float, Any], Any]
-) -> Any:
+    brain: Brain,
+    task_id: int,
+    change: Callable[[sqlite3.Connection, Outbox, float, sqlite3.Row], T],
+) -> T:
     """Run a fenced write on one task: 404 when unknown, 409 when the lease is stale."""
-    brain = brain_of(request)
 
-    def guarded(conn: sqlite3.Connection, outbox: Outbox, now: float) -> Any:
-        task = leases.states.get_task(conn, task_id)
+    def guarded(conn: sqlite3.Connection, outbox: Outbox, now: float) -> T:
+        task = states.get_task(conn, task_id)
         if task is None:
             raise HTTPException(404, f"no task {task_id}")
         return change(conn, outbox, now, task)
@@ -142,24 +151,26 @@ def _fenced(
 
 
 @router.post("/tasks/{task_id}/start", response_model=LeaseStatus, responses=FENCED)
-def start(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
-    settings = brain_of(request).settings
+def start(task_id: int, body: LeaseRef, brain: BrainDep, w: WorkerDep) -> LeaseStatus:
+    settings = brain.settings
     task = _fenced(
-        request, task_id, lambda c, o, now, t: leases.start(c, o, t, w.name, body, now, settings)
+        brain, task_id, lambda c, o, now, t: leases.start(c, o, t, w.name, body, now, settings)
     )
     return LeaseStatus(lease_expires_at=task["lease_expires_at"], state=task["state"])
 
 
 @router.post("/tasks/{task_id}/heartbeat", response_model=LeaseStatus, responses=FENCED)
-def renew(task_id: int, body: LeaseRef, request: Request, w: WorkerDep):
+def renew(task_id: int, body: LeaseRef, brain: BrainDep, w: WorkerDep) -> LeaseStatus:
     """Renew this attempt's lease; 409 tells the worker to abort (lost, cancelled, timed out)."""
-    lease_s = brain_of(request).settings.lease_s
+    lease_s = brain.settings.lease_s
 
-    def change(conn: sqlite3.Connection, outbox: Outbox, now: float, task: Any) -> LeaseStatus:
+    def change(
+        conn: sqlite3.Connection, outbox: Outbox, now: float, task: sqlite3.Row
+    ) -> LeaseStatus:
         expires = leases.renew(conn, task, w.name, body, now, lease_s)
         return LeaseStatus(lease_expires_at=expires, state=task["state"])
 
-    return _fenced(request, task_id, change)
+    return _fenced(brain, task_id, change)
 
 
 @router.put(
@@ -172,20 +183,20 @@ async def upload_file(
     task_id: int,
     name: str,
     request: Request,
+    brain: BrainDep,
     w: WorkerDep,
     attempt: Annotated[int, Query(ge=1)],
     lease_id: Annotated[str, Query(min_length=1, max_length=64)],
-) -> dict:
+) -> dict[str, Any]:
     """Store one output file of the live attempt under the results volume.
 
     The fence is checked before the body is read, and the body is streamed to a file
     aside (counted against BRAIN_MAX_FILE_BYTES), then renamed: never held in memory."""
-    brain = brain_of(request)
     if not results.SAFE_NAME.match(name):
         raise HTTPException(422, "file name must be a plain name ([A-Za-z0-9._-])")
     ref = LeaseRef(attempt=attempt, lease_id=lease_id)
     with brain.db.read() as conn:
-        task = leases.states.get_task(conn, task_id)
+        task = states.get_task(conn, task_id)
     if task is None:
         raise HTTPException(404, f"no task {task_id}")
     try:
@@ -212,25 +223,24 @@ async def upload_file(
 
 
 @router.post("/tasks/{task_id}/complete", responses=FENCED)
-def complete(task_id: int, body: CompleteRequest, request: Request, w: WorkerDep) -> dict:
-    brain = brain_of(request)
-
-    def change(conn: sqlite3.Connection, outbox: Outbox, now: float, task: Any) -> Any:
+def complete(task_id: int, body: CompleteRequest, brain: BrainDep, w: WorkerDep) -> dict[str, Any]:
+    def change(
+        conn: sqlite3.Connection, outbox: Outbox, now: float, task: sqlite3.Row
+    ) -> sqlite3.Row:
         fresh = task["state"] in S.LIVE_LEASE  # not a replay of an accepted report
         done = leases.complete(conn, outbox, task, w.name, body, now, brain.settings)
         if fresh:
             brain.scheduling.observe_completion(conn, outbox, done, body.metrics, w.name, now)
         return done
 
-    task = _fenced(request, task_id, change)
+    task = _fenced(brain, task_id, change)
     return {"state": task["state"]}
 
 
 @router.post("/tasks/{task_id}/fail", responses=FENCED)
-def fail(task_id: int, body: FailRequest, request: Request, w: WorkerDep) -> dict:
-    brain = brain_of(request)
+def fail(task_id: int, body: FailRequest, brain: BrainDep, w: WorkerDep) -> dict[str, Any]:
     task = _fenced(
-        request,
+        brain,
         task_id,
         lambda c, o, now, t: leases.fail(c, o, t, w.name, body, now, brain.retry, brain.settings),
     )
@@ -238,9 +248,9 @@ def fail(task_id: int, body: FailRequest, request: Request, w: WorkerDep) -> dic
 
 
 @router.post("/tasks/{task_id}/release", responses=FENCED)
-def release(task_id: int, body: ReleaseRequest, request: Request, w: WorkerDep) -> dict:
+def release(task_id: int, body: ReleaseRequest, brain: BrainDep, w: WorkerDep) -> dict[str, Any]:
     task = _fenced(
-        request,
+        brain,
         task_id,
         lambda c, o, now, t: leases.release(c, o, t, w.name, body, body.reason, now),
     )

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import sqlite3
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException
 
-from airig.brain.auth import AdminDep, AnyTokenDep, hash_token, new_token, store_token
+from airig.brain.auth import hash_token, new_token, store_token
+from airig.brain.deps import AdminDep, AnyTokenDep, BrainDep
 from airig.brain.events import Outbox
-from airig.brain.routes.workers import brain_of, drop_leases
+from airig.brain.leases import drop_leases
+from airig.brain.retry import RetryPolicy
 from airig.common.protocol import (
     ErrorBody,
     TokenCreated,
@@ -29,17 +31,17 @@ router = APIRouter(prefix="/v1", tags=["tokens"])
 
 
 @router.post("/tokens", status_code=201, response_model=TokenCreated)
-def create_token(body: TokenRequest, request: Request, _: AdminDep) -> TokenCreated:
+def create_token(body: TokenRequest, brain: BrainDep, _: AdminDep) -> TokenCreated:
     """A new scoped token, shown once; only its hash is stored."""
     name = body.name or body.scope
-    token_id, token = store_token(brain_of(request).db, body.scope, name)
+    token_id, token = store_token(brain.db, body.scope, name)
     return TokenCreated(id=token_id, token=token, scope=body.scope, name=name)
 
 
 @router.get("/tokens", response_model=TokenList)
-def list_tokens(request: Request, _: AdminDep) -> TokenList:
+def list_tokens(brain: BrainDep, _: AdminDep) -> TokenList:
     """Every stored token, newest first: id, scope, name, dates. Never a token or a hash."""
-    with brain_of(request).db.read() as conn:
+    with brain.db.read() as conn:
         rows = conn.execute(
             """SELECT id, scope, name, created_at, revoked_at FROM tokens
                ORDER BY created_at DESC, id"""
@@ -59,10 +61,9 @@ def _info(row: sqlite3.Row) -> TokenInfo:
     response_model=TokenRevoked,
     responses={404: {"model": ErrorBody, "description": "no stored token has this id"}},
 )
-def revoke_token(token_id: str, request: Request, _: AdminDep) -> TokenRevoked:
+def revoke_token(token_id: str, brain: BrainDep, _: AdminDep) -> TokenRevoked:
     """Revoke a stored token (idempotent). For a join token, the workers that registered
     with it lose their tokens too (401 from then on) and their attempts are retried."""
-    brain = brain_of(request)
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> TokenRevoked:
         row = conn.execute("SELECT * FROM tokens WHERE id = ?", (token_id,)).fetchone()
@@ -78,7 +79,7 @@ def revoke_token(token_id: str, request: Request, _: AdminDep) -> TokenRevoked:
             )
         ]
         for worker in workers:
-            _retire(conn, outbox, brain, worker, now)
+            _retire(conn, outbox, brain.retry, worker, now)
         return TokenRevoked(
             id=token_id, scope=row["scope"], revoked_now=revoked_now, workers_revoked=workers
         )
@@ -86,10 +87,12 @@ def revoke_token(token_id: str, request: Request, _: AdminDep) -> TokenRevoked:
     return brain.write(change)
 
 
-def _retire(conn: sqlite3.Connection, outbox: Outbox, brain, worker: str, now: float) -> None:
+def _retire(
+    conn: sqlite3.Connection, outbox: Outbox, policy: RetryPolicy, worker: str, now: float
+) -> None:
     """A cut-off worker: its attempts are retried elsewhere, its token and name are gone
     (a random token nobody holds; no heartbeat, so the name is free at once)."""
-    drop_leases(conn, outbox, brain, worker, now, "was cut off (its join token was revoked)")
+    drop_leases(conn, outbox, policy, worker, now, "was cut off (its join token was revoked)")
     conn.execute(
         "UPDATE workers SET token_hash = ?, last_heartbeat = 0 WHERE id = ?",
         (hash_token(new_token()), worker),

@@ -6,41 +6,17 @@ import hmac
 import json
 import sqlite3
 import time
+from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException
 
-from airig.brain import states
-from airig.brain.auth import AdminDep, RegistrarDep, WorkerDep, hash_token, new_token
+from airig.brain.auth import hash_token, new_token
+from airig.brain.deps import AdminDep, BrainDep, RegistrarDep, WorkerDep
 from airig.brain.events import Outbox
-from airig.brain.retry import INFRA
-from airig.brain.service import Brain
+from airig.brain.leases import drop_leases
 from airig.common.protocol import ErrorBody, HeartbeatRequest, RegisterRequest, RegisterResponse
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
-
-
-def brain_of(request: Request) -> Brain:
-    return request.app.state.brain
-
-
-def drop_leases(
-    conn: sqlite3.Connection,
-    outbox: Outbox,
-    brain: Brain,
-    worker_id: str,
-    now: float,
-    why: str = "registered again",
-) -> None:
-    """A worker that registers again has restarted (or has stopped): its attempts are dead."""
-    rows = conn.execute(
-        "SELECT * FROM tasks WHERE worker_id = ? AND state IN ('LEASED', 'RUNNING')",
-        (worker_id,),
-    ).fetchall()
-    for task in rows:
-        states.retry_or_fail(
-            conn, outbox, task, now, brain.retry, INFRA, "worker_restarted",
-            f"worker {worker_id} {why} during attempt {task['attempt']}",
-        )  # fmt: skip
 
 
 def _refuse_takeover(
@@ -76,19 +52,18 @@ def _refuse_takeover(
 )
 def register(
     body: RegisterRequest,
-    request: Request,
+    brain: BrainDep,
     registrar: RegistrarDep,
 ) -> RegisterResponse:
     """Trade the bootstrap token, or a join token of another rig, for a worker token (a
     restart registers again). A join token is recorded with the worker: revoking it
     retires the worker's token too."""
-    brain = brain_of(request)
     token = new_token()
     joined_with = registrar.token_id if registrar.scope == "join" else None
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
         _refuse_takeover(conn, body, brain.settings.lease_s, now)
-        drop_leases(conn, outbox, brain, body.name, now)
+        drop_leases(conn, outbox, brain.retry, body.name, now)
         conn.execute(
             """INSERT INTO workers (id, token_hash, classes_json, gpu_index, gpus_json,
                    models_json, registered_at, last_heartbeat, host, registered_by)
@@ -118,9 +93,8 @@ def register(
 
 
 @router.post("/heartbeat")
-def heartbeat(body: HeartbeatRequest, request: Request, worker: WorkerDep) -> dict:
+def heartbeat(body: HeartbeatRequest, brain: BrainDep, worker: WorkerDep) -> dict[str, Any]:
     """Liveness, GPU telemetry and resident models; task leases renew separately."""
-    brain = brain_of(request)
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
         conn.execute(
@@ -139,12 +113,11 @@ def heartbeat(body: HeartbeatRequest, request: Request, worker: WorkerDep) -> di
 
 
 @router.post("/deregister")
-def deregister(request: Request, worker: WorkerDep) -> dict:
+def deregister(brain: BrainDep, worker: WorkerDep) -> dict[str, Any]:
     """A worker stopping cleanly: its name is free at once, its token stops working."""
-    brain = brain_of(request)
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
-        drop_leases(conn, outbox, brain, worker.name, now, "stopped")
+        drop_leases(conn, outbox, brain.retry, worker.name, now, "stopped")
         conn.execute(
             "UPDATE workers SET last_heartbeat = 0, token_hash = ? WHERE id = ?",
             (hash_token(new_token()), worker.name),
@@ -155,8 +128,7 @@ def deregister(request: Request, worker: WorkerDep) -> dict:
 
 
 @router.get("")
-def list_workers(request: Request, _: AdminDep) -> dict:
-    brain = brain_of(request)
+def list_workers(brain: BrainDep, _: AdminDep) -> dict[str, Any]:
     settings = brain.settings
     with brain.db.read() as conn:
         rows = conn.execute("SELECT * FROM workers ORDER BY id").fetchall()

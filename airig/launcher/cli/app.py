@@ -7,10 +7,9 @@ and printed as one red line plus a hint (exit 1). No tracebacks, no locals.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Protocol, cast
 
 import typer
 from rich.markup import escape
@@ -20,10 +19,10 @@ from airig.common.errors import AirigError, ConfigError
 from airig.launcher.console import console, fail
 from airig.launcher.docker import ENGINE_HINT, Docker
 from airig.launcher.envfile import ensure_env
-from airig.launcher.plan import build_plan, worker_layout
-from airig.launcher.settings import Settings, load_settings
+from airig.launcher.plan import plan_for_running, worker_layout
+from airig.launcher.settings import Settings, checkout_settings, repo_root
 from airig.launcher.status import checks_table, layout_table, service_rows, services_table
-from airig.launcher.up import Launcher
+from airig.launcher.up import Launcher, UpResult
 
 app = typer.Typer(
     add_completion=False,
@@ -42,22 +41,9 @@ DryRunOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
-def repo_root() -> Path:
-    """The kit checkout: $AIRIG_HOME, else the working directory if it is one, else ours."""
-    for candidate in (
-        os.environ.get("AIRIG_HOME"),
-        os.getcwd(),
-        Path(__file__).resolve().parents[3],
-    ):
-        if candidate and (Path(candidate) / "01-infra" / "compose.yaml").is_file():
-            return Path(candidate).resolve()
-    raise ConfigError(
-        "cannot find the airig checkout", "run from the cloned folder or set AIRIG_HOME"
-    )
-
-
 def _settings(profile: str | None = None) -> Settings:
-    return load_settings(repo_root(), {"AIRIG_PROFILE": profile})
+    """The checkout's settings (``repo_root``), with the --profile flag when given."""
+    return checkout_settings({"AIRIG_PROFILE": profile})
 
 
 def _version(value: bool) -> None:
@@ -123,15 +109,15 @@ def join(
     _say_joined(settings)
 
 
-def _print_dry_run(result, settings: Settings) -> None:
+def _print_dry_run(result: UpResult, settings: Settings) -> None:
     console.print("[bold]Dry run[/]: these commands would run, in order:")
     for line in result.commands:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    console.print(layout_table(worker_layout(result.plan, settings.get("AIRIG_CPU_WORKERS"))))
+    console.print(layout_table(worker_layout(result.plan, str(settings.cpu_workers))))
 
 
 def _say_joined(settings: Settings) -> None:
-    url = escape(settings.get("AIRIG_JOIN_BRAIN_URL"))
+    url = escape(settings.join_brain_url)
     rig = escape(settings.rig_name)
     console.print(
         f"Joined the brain at [bold]{url}[/] as rig [bold]{rig}[/]: its workers are named "
@@ -180,7 +166,7 @@ def down(
         ):
             keep_models = True
     launcher = Launcher(settings, Docker(), console)
-    plan = build_plan(settings, "cpu", [])
+    plan = plan_for_running(settings)
     for line in launcher.down(plan, volumes=volumes, keep_models=keep_models):
         console.print(f"  {escape(line)}")
 
@@ -191,12 +177,11 @@ def status(as_json: JsonOpt = False) -> None:
     from airig.launcher.status import brain_workers, workers_table
 
     settings = _settings()
-    plan = build_plan(settings, "cpu", [])
-    rows = service_rows(Docker(), plan)
+    rows = service_rows(Docker(), plan_for_running(settings))
     if settings.joined:
         _joined_status(settings, rows, as_json)
         return
-    workers = brain_workers(settings.env_file) if rows else None
+    workers = brain_workers(settings) if rows else None
     if as_json:
         print(json.dumps({"services": rows, "workers": workers}, indent=2))
         return
@@ -210,7 +195,7 @@ def status(as_json: JsonOpt = False) -> None:
         console.print("[dim]The brain does not answer yet: no worker list.[/]")
 
 
-def _joined_status(settings: Settings, rows: list[dict], as_json: bool) -> None:
+def _joined_status(settings: Settings, rows: list[dict[str, Any]], as_json: bool) -> None:
     """A joined rig has no brain: its workers are listed on the brain's machine; here,
     whether that brain still takes this rig's join token."""
     from airig.launcher.join import join_state
@@ -294,18 +279,12 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
         raise typer.Exit(1)  # a pinned image `up` would refuse (its ✘ line is above)
 
 
-def _compute_client():
-    """python-on-whales client of the 02-compute project, for `models`."""
-    settings = _settings()
-    return Docker().client(build_plan(settings, "cpu", []).stack("02-compute"))
-
-
 def _mount_subcommands() -> None:
     from airig.launcher.cli.models import build_models_app
     from airig.launcher.cli.tasks import register
     from airig.launcher.cli.tokens import build_tokens_app
 
-    app.add_typer(build_models_app(_compute_client), name="models")
+    app.add_typer(build_models_app(), name="models")  # the running 02-compute
     app.add_typer(build_tokens_app(_settings), name="token")
     register(app)
 
@@ -333,11 +312,12 @@ def main() -> None:
     except Exception as exc:  # click usage errors and the like
         usage_error, click_error = _click_errors()
         if isinstance(exc, usage_error):
-            _usage(exc)
+            _usage(cast(_ClickError, exc))
             sys.exit(2)  # click's code for a usage error
         if isinstance(exc, click_error):  # not usage: e.g. a file it could not open
-            fail(_one_line(exc.format_message()))
-            sys.exit(exc.exit_code)
+            error = cast(_ClickError, exc)
+            fail(_one_line(error.format_message()))
+            sys.exit(error.exit_code)
         if _engine_failure(exc):
             # A Docker call that slipped past the adapter's conversion: still one line.
             detail = " ".join(str(exc).split())
@@ -369,11 +349,21 @@ def _click_errors() -> tuple[type[Exception], type[Exception]]:
     return usage_error, by_name.get("ClickException", usage_error)
 
 
-def _usage(exc: Exception) -> None:
+class _ClickError(Protocol):
+    """What the edge uses of a click (or typer's own click) error."""
+
+    exit_code: int
+
+    def format_message(self) -> str: ...
+
+    def show(self) -> None: ...
+
+
+def _usage(exc: _ClickError) -> None:
     """A command-line mistake: one line naming it, one hint pointing at the right help."""
     ctx = getattr(exc, "ctx", None)
     if type(exc).__name__ == "NoArgsIsHelpError":  # a group with no_args_is_help, run bare
-        exc.show()  # type: ignore[attr-defined]  (its message is that group's help)
+        exc.show()  # its message is that group's help
         return
     if ctx is not None:
         command, help_opt = ctx.command_path, (ctx.help_option_names or ["--help"])[0]
@@ -382,7 +372,7 @@ def _usage(exc: Exception) -> None:
     else:  # the parser's own errors ("requires an argument") carry no context
         command = " ".join([_program(), *_typed_commands(sys.argv[1:])])
         help_opt = "--help"
-    fail(_one_line(exc.format_message()), f"try: {command} {help_opt}")  # type: ignore[attr-defined]
+    fail(_one_line(exc.format_message()), f"try: {command} {help_opt}")
 
 
 def _program() -> str:

@@ -3,17 +3,16 @@
 The host cannot read Docker volumes, so each command runs the init container's own entry
 point (``python -m airig.provision <service> --verify-only`` …) in a one-off container of
 the service's init definition, with the same volumes, and renders its event lines.
-The lead mounts this on the main CLI: ``app.add_typer(build_models_app(factory),
-name="models")``, where ``factory`` returns a python-on-whales client for 02-compute.
+The main CLI mounts it with ``app.add_typer(build_models_app(), name="models")``; the
+factory returns a python-on-whales client for 02-compute (tests pass their own).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
-from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from python_on_whales import DockerClient
@@ -24,7 +23,6 @@ from rich.console import Console
 from airig.common.errors import AirigError, ConfigError, DockerError, ProvisionError
 from airig.provision.progress import Summary, render
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 # The init service that owns each service's volumes and provisioning environment.
 INIT_SERVICES = {"ollama": "ollama-init", "whisper": "whisper-init", "comfyui": "comfyui-init"}
 
@@ -44,27 +42,32 @@ ServiceOption = Annotated[
 ]
 
 
-def default_client(repo_root: Path = REPO_ROOT) -> DockerClient:
-    """The 02-compute project as Compose sees it from the repository root."""
-    env_file = repo_root / ".env"
-    return DockerClient(
-        compose_files=[repo_root / "02-compute" / "compose.yaml"],
-        compose_env_files=[env_file] if env_file.is_file() else [],
-    )
+def default_client() -> DockerClient:
+    """This checkout's running 02-compute project, as `up` started it."""
+    from airig.launcher.docker import Docker
+    from airig.launcher.plan import plan_for_running
+    from airig.launcher.settings import checkout_settings
+
+    return Docker().client(plan_for_running(checkout_settings()).stack("02-compute"))
 
 
 def container_lines(client: DockerClient, service: Service, args: list[str]) -> Iterator[bytes]:
     """stdout lines of ``python -m airig.provision <service> <args>`` in a one-off container."""
-    stream = client.compose.run(
-        INIT_SERVICES[service.value],
-        command=["-m", "airig.provision", service.value, *args],
-        entrypoint="python",
-        # The stack is meant to be up already: fail fast instead of the init's long wait.
-        envs={"AIRIG_SERVER_WAIT_SECONDS": str(SERVER_WAIT_SECONDS)},
-        remove=True,
-        tty=False,
-        stream=True,
-        dependencies=False,  # the stack is already running; start nothing else
+    # with stream=True python-on-whales yields (source, line) pairs; its return type is
+    # the union of every mode's
+    stream = cast(
+        Iterable[tuple[str, bytes]],
+        client.compose.run(
+            INIT_SERVICES[service.value],
+            command=["-m", "airig.provision", service.value, *args],
+            entrypoint="python",
+            # The stack is meant to be up already: fail fast instead of the init's long wait.
+            envs={"AIRIG_SERVER_WAIT_SECONDS": str(SERVER_WAIT_SECONDS)},
+            remove=True,
+            tty=False,
+            stream=True,
+            dependencies=False,  # the stack is already running; start nothing else
+        ),
     )
     for source, line in stream:
         if source == "stdout":
@@ -118,7 +121,7 @@ def _fail_if_bad(summary: Summary) -> None:
         raise ProvisionError(f"models not verified: {names}", "run `models pull` to repair")
 
 
-def _edge(action: Callable[[], None], console: Console) -> None:
+def _edge(action: Callable[[], object], console: Console) -> None:
     """The command boundary: one red line and exit 1, never a traceback."""
     try:
         action()

@@ -20,6 +20,7 @@ from rich.table import Table
 from airig.common.protocol import TaskState as S
 from airig.launcher.brain_client import BrainClient, PlanRefused
 from airig.launcher.console import console
+from airig.launcher.settings import checkout_settings
 
 STATE_STYLE = {
     S.SUCCEEDED: "green",
@@ -75,6 +76,11 @@ def errors_table(errors: list[dict[str, Any]]) -> Table:
     return table
 
 
+def brain() -> BrainClient:
+    """The brain of this checkout (its settings: flag > environment > .env > default)."""
+    return BrainClient.from_settings(checkout_settings())
+
+
 def watch(client: BrainClient, plan_id: str, interval_s: float = 1.0) -> dict[str, Any]:
     """Redraw the task table until the plan is finished; the final plan."""
     plan = client.plan(plan_id)
@@ -94,7 +100,7 @@ def submit(
     ] = None,
 ) -> None:
     """Submit a plan to the brain."""
-    client = BrainClient.from_env()
+    client = brain()
     try:
         plan = client.submit(plan_file, idempotency_key)
     except PlanRefused as exc:
@@ -113,17 +119,17 @@ def submit(
 
 def plans() -> None:
     """List recent plans."""
-    console.print(plans_table(BrainClient.from_env().plans()))
+    console.print(plans_table(brain().plans()))
 
 
 def plan(plan_id: Annotated[str, typer.Argument(help="Plan id")]) -> None:
     """Show one plan and its tasks."""
-    console.print(tasks_table(BrainClient.from_env().plan(plan_id)))
+    console.print(tasks_table(brain().plan(plan_id)))
 
 
 def cancel(target: Annotated[str, typer.Argument(help="PLAN_ID, or PLAN_ID/TASK_ID")]) -> None:
     """Cancel a plan, or one task (its dependents fail as upstream-failed)."""
-    cancelled = BrainClient.from_env().cancel(target)["cancelled"]
+    cancelled = brain().cancel(target)["cancelled"]
     if isinstance(cancelled, bool):  # one task: True, or False when it had already finished
         console.print("task cancelled" if cancelled else "task had already finished")
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -82,14 +82,13 @@ def _scope(join: bool, scope: str | None) -> str:
 def _client(settings: Settings) -> BrainClient:
     if settings.joined:
         raise ConfigError(
-            f"this rig joined the brain at {settings.get('AIRIG_JOIN_BRAIN_URL')}: "
-            "its tokens are kept there",
+            f"this rig joined the brain at {settings.join_brain_url}: its tokens are kept there",
             "run the token commands on the brain's machine",
         )
-    return BrainClient.from_env(settings.env_file)
+    return BrainClient.from_settings(settings)
 
 
-def _print_join(settings: Settings, made: dict) -> None:
+def _print_join(settings: Settings, made: dict[str, Any]) -> None:
     from airig.launcher.join import join_command
 
     command, warnings = join_command(settings, made["token"])
@@ -100,7 +99,7 @@ def _print_join(settings: Settings, made: dict) -> None:
     console.print(f"Revoke it with: python start_services.py token revoke {escape(made['id'])}")
 
 
-def tokens_table(tokens: list[dict]) -> Table:
+def tokens_table(tokens: list[dict[str, Any]]) -> Table:
     table = Table(title="tokens")
     for column in ("id", "scope", "name", "created", "revoked"):
         table.add_column(column)

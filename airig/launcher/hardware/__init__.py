@@ -7,7 +7,7 @@ prints both. Every OS touch point is a parameter so tests run on fixture hosts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +148,10 @@ def run_probes(
         "nvidia": nvml_result.available and bool(nvml_result.gpus),
         "amd": amd_host.kfd_present and bool(amd_host.render_nodes),
     }
-    options = {"nvidia": nvidia_run_options, "amd": lambda: amd_run_options(amd_host.gids)}
+    options: dict[str, Callable[[], dict[str, Any]]] = {
+        "nvidia": nvidia_run_options,
+        "amd": lambda: amd_run_options(amd_host.gids),
+    }
     probes = {}
     for vendor, is_ready in ready.items():
         if not is_ready:

@@ -7,20 +7,19 @@ supplies the flag and .env values, the Docker client and the images to probe wit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from airig.common.errors import ConfigError, DockerError, HardwareError
+from airig.common.errors import DockerError, HardwareError
 from airig.launcher.docker import Docker
 from airig.launcher.hardware import HardwareReport, detect, kfd_visible, nvml_visible
 from airig.launcher.hardware.decide import decide_profile
 from airig.launcher.hardware.report import GpuInfo
 from airig.launcher.images import ImageSelection, choose_images, load_catalog, pins_from
 from airig.launcher.plan import GpuSlot, amd_host_env
+from airig.launcher.settings import Settings
 
 VENDOR_OF = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
 SOURCE_LABEL = {"flag": "--profile flag", "env": "AIRIG_PROFILE", "detected": "detection"}
-# Seconds the GPU probe container may take to start: nvidia-container-cli initialises every
-# card, which takes several seconds per card when persistence mode is off.
-PROBE_TIMEOUT_KEY, PROBE_TIMEOUT_DEFAULT = "AIRIG_GPU_PROBE_TIMEOUT", 120
 
 
 @dataclass
@@ -38,27 +37,15 @@ class Choice:
     images: ImageSelection | None = None
 
 
-def probe_images(settings) -> list[str]:
+def probe_images(settings: Settings) -> list[str]:
     """Local images a GPU probe may start (nothing is pulled)."""
-    return [settings.get("AIRIG_IMAGE"), settings.get("AIRIG_BASE_IMAGE") or "python:3.12-slim"]
+    return [settings.image, settings.base_image]
 
 
-def probe_timeout(settings) -> float:
-    raw = settings.get(PROBE_TIMEOUT_KEY) or str(PROBE_TIMEOUT_DEFAULT)
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0
-    if not 0 < seconds <= 86400:  # also refuses nan and inf
-        raise ConfigError(
-            f"{PROBE_TIMEOUT_KEY}={raw!r} is not a positive number of seconds",
-            f"set {PROBE_TIMEOUT_KEY} in .env (default {PROBE_TIMEOUT_DEFAULT})",
-        )
-    return seconds
-
-
-def detect_report(settings, docker: Docker, client=None) -> HardwareReport:
-    timeout = probe_timeout(settings)
+def detect_report(settings: Settings, docker: Docker, client: Any = None) -> HardwareReport:
+    # nvidia-container-cli initialises every card when the probe starts: several seconds
+    # per card when persistence mode is off (AIRIG_GPU_PROBE_TIMEOUT)
+    timeout = settings.gpu_probe_timeout
     probe_client = None
     if client is None:
         try:
@@ -71,13 +58,15 @@ def detect_report(settings, docker: Docker, client=None) -> HardwareReport:
     )
 
 
-def choose_profile(settings, docker: Docker, strict: bool = True, client=None) -> Choice:
+def choose_profile(
+    settings: Settings, docker: Docker, strict: bool = True, client: Any = None
+) -> Choice:
     """flag > environment/.env > detected. ``strict``: a forced, unusable GPU profile
     raises HardwareError; otherwise (dry-run, detect) it is kept with the reason and the
     fix, and ``refusal`` holds the error `up` would raise."""
     report = detect_report(settings, docker, client)
     source = settings.source_of("AIRIG_PROFILE")
-    value = settings.get("AIRIG_PROFILE") or None
+    value = settings.profile
     flag = value if source == "flag" else None
     env_value = value if source in (".env", "environment") else None
     refusal: HardwareError | None = None
@@ -86,7 +75,7 @@ def choose_profile(settings, docker: Docker, strict: bool = True, client=None) -
         profile, reasons, fix = decision.profile, list(decision.reasons), decision.fix
         label = SOURCE_LABEL[decision.source]
     except HardwareError as exc:
-        if strict:
+        if strict or value is None:  # detection never refuses, a forced profile may
             raise
         refusal = exc
         profile, reasons, fix = value, [exc.message], exc.hint
@@ -99,15 +88,15 @@ def choose_profile(settings, docker: Docker, strict: bool = True, client=None) -
     return Choice(profile, label, reasons, fix, gpus, report, host_env, refusal, images)
 
 
-def select_images(settings, report: HardwareReport, profile: str) -> ImageSelection:
+def select_images(settings: Settings, report: HardwareReport, profile: str) -> ImageSelection:
     """Per compute service, the newest image variant that fits every GPU it will use;
     a pin in .env wins (refused when it cannot run on a detected GPU)."""
     return choose_images(
         load_catalog(settings.root),
         profile,
         profile_gpus(report, profile),
-        pins_from(settings.get),
-        settings.get("HSA_OVERRIDE_GFX_VERSION").strip(),
+        pins_from(settings.value_of),
+        settings.hsa_override_gfx_version.strip(),
     )
 
 

@@ -69,6 +69,8 @@ class PciIds:
         entry = self.device(vendor_id, device_id)
         if entry is None:
             return None
+        if subsystem_vendor_id is None or subsystem_device_id is None:
+            return entry.name
         return entry.subsystems.get((subsystem_vendor_id, subsystem_device_id)) or entry.name
 
     def device(self, vendor_id: int, device_id: int) -> DeviceEntry | None:

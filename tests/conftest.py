@@ -1,0 +1,182 @@
+"""Fixtures every test folder shares, and the skip rule CI enforces.
+
+Plain helpers live in tests/support.py. The fixtures are all here, not in a
+tests/unit/conftest.py: the e2e tests import their own conftest by name (`from conftest
+import ...`), which only works while tests/e2e/conftest.py is the last conftest imported.
+
+Skips: pytest prints every skip with its reason (`-ra` in pyproject.toml). With
+AIRIG_STRICT_SKIPS=1 (.ci/run sets it) a skip whose reason no rule in ALLOWED_SKIPS allows
+turns the run red: on CI a skipped test is a check that silently did not happen.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from support import copy_kit, exec_context
+
+
+# ------------------------------------------------------------------ skip rules
+@dataclass(frozen=True)
+class AllowedSkip:
+    reason: str  # a regular expression the whole skip reason must match
+    when: Callable[[], bool] = lambda: True  # the rule holds only while this is true
+
+
+def _unprivileged() -> bool:
+    return os.geteuid() != 0
+
+
+ALLOWED_SKIPS = (
+    # tests/unit/test_hardware_real_host.py: a runner with a GPU cannot show that a host
+    # without one decides `cpu`; the fixture hosts of the hardware tests cover both cases.
+    AllowedSkip(r"this host has an NVIDIA/AMD GPU: cpu is not expected"),
+    # tests/unit/test_hardware_parts.py, tests/integration/test_compose_config.py: fixture
+    # device nodes owned by two groups need chown, which only root may do. CI runs as root
+    # and runs them; the rule covers a developer (or .ci/run with sudo) running unprivileged.
+    AllowedSkip(r"two owning groups need chown \(root\)", when=_unprivileged),
+    # tests/unit/test_hardware_hosts.py: the same for the fake /dev nodes' groups.
+    AllowedSkip(r"the fake device nodes' groups need chown \(root\)", when=_unprivileged),
+)
+_skips: list[tuple[str, str]] = []  # (test id, reason) of every skip this run
+
+
+def skip_allowed(reason: str) -> bool:
+    return any(re.fullmatch(rule.reason, reason) and rule.when() for rule in ALLOWED_SKIPS)
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skips.append((report.nodeid, _skip_reason(report)))
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:  # a module that skips itself as a whole
+        _skips.append((report.nodeid, _skip_reason(report)))
+
+
+def _disallowed() -> list[tuple[str, str]]:
+    if os.environ.get("AIRIG_STRICT_SKIPS") != "1":
+        return []
+    return [(test, reason) for test, reason in _skips if not skip_allowed(reason)]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _disallowed() and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    disallowed = _disallowed()
+    if disallowed:
+        terminalreporter.section("skips no rule allows (AIRIG_STRICT_SKIPS=1)", red=True)
+        for test, reason in disallowed:
+            terminalreporter.line(f"{test}: {reason}", red=True)
+        terminalreporter.line("fix the cause, or add a rule to ALLOWED_SKIPS (tests/conftest.py)")
+
+
+# ------------------------------------------------------------------ the kit
+@pytest.fixture
+def kit(tmp_path: Path) -> Path:
+    """A copy of the kit's stack folders and .env.example (support.copy_kit), no .env."""
+    return copy_kit(tmp_path / "kit")
+
+
+@pytest.fixture
+def launcher_kit(kit: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The kit copy as the in-process launcher sees it: AIRIG_HOME points at it, no AIRIG_*
+    or BRAIN_URL comes from the caller's shell, no real engine is reachable, and the
+    consoles are wide enough that a message stays on one line."""
+    import airig.launcher.console
+
+    for key in [k for k in os.environ if k.startswith("AIRIG_") or k == "BRAIN_URL"]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AIRIG_HOME", str(kit))
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    monkeypatch.setattr(airig.launcher.console.console, "_width", 400)
+    monkeypatch.setattr(airig.launcher.console.err_console, "_width", 400)
+    return kit
+
+
+# ------------------------------------------------------------------ executors
+@pytest.fixture
+def make_ctx(tmp_path: Path) -> Callable:
+    """``make_ctx(**overrides)``: an ExecContext over this test's tmp_path
+    (support.exec_context: trusted, nothing reachable, 20 s, data/ and out/). The folders
+    exist from the start, so a test can fill data/ before it builds a context."""
+    for folder in ("data", "out"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+    return functools.partial(exec_context, tmp_path)
+
+
+# ------------------------------------------------------------------ the brain
+# Hosts the in-process brain answers for; any other host is unreachable.
+BRAIN_HOSTS = ("brain.example.lan", "10.1.2.3", "127.0.0.1")
+
+
+@pytest.fixture
+def brain_calls() -> list[tuple[str, str]]:
+    """(method, URL) of every request the launcher sent to the `brain` fixture."""
+    return []
+
+
+@pytest.fixture
+def brain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brain_calls) -> Iterator:
+    """A real brain app (unit.brain_helpers settings, admin token "admin-secret-token");
+    the launcher's HTTP calls (`join`'s checks and the CLI's brain client) to BRAIN_HOSTS
+    reach it in this process. Yields its TestClient."""
+    import requests
+    from fastapi.testclient import TestClient
+    from unit.brain_helpers import make_settings
+
+    from airig.brain.app import create_app
+
+    settings = make_settings(tmp_path / "brain", BRAIN_CLAIM_WAIT_S=0)
+    with TestClient(create_app(settings)) as client:
+        lock = threading.Lock()
+
+        def send(method, url, headers=None, **kwargs):
+            parts = urlsplit(url)
+            if parts.hostname not in BRAIN_HOSTS:
+                raise requests.ConnectionError(f"no route to {parts.hostname}")
+            brain_calls.append((method, url))
+            kwargs.pop("timeout", None)
+            if isinstance(kwargs.get("data"), bytes):  # requests' raw body is httpx's content
+                kwargs["content"] = kwargs.pop("data")
+            path = f"{parts.path}?{parts.query}" if parts.query else parts.path
+            with lock:
+                return client.request(method, path, headers=headers, **kwargs)
+
+        monkeypatch.setattr(
+            "airig.launcher.join.requests.get", lambda url, **kw: send("GET", url, **kw)
+        )
+        monkeypatch.setattr("airig.launcher.brain_client.requests.request", send)
+        yield client
+
+
+# ------------------------------------------------------------------ privileges
+@pytest.fixture
+def reachable_tmp() -> Iterator[Path]:
+    """An empty folder the unprivileged user (support.unprivileged) can reach: pytest's
+    tmp_path lies under a folder only the user running pytest may enter."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="airig-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
