@@ -1,0 +1,188 @@
+"""02-compute/images.yaml: which image variants exist and what each needs, and the rules
+that say whether a variant can run on a GPU (driver floor, SASS/PTX targets, gfx targets).
+
+The facts live in the YAML file, each with its upstream source; this module only reads
+them and applies the CUDA/ROCm compatibility rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from airig.common.errors import ConfigError
+from airig.launcher.hardware.report import GpuInfo
+
+CATALOG_FILE = Path("02-compute") / "images.yaml"
+SERVICES = ("ollama", "comfyui", "whisper")
+LABEL = {"ollama": "Ollama", "comfyui": "ComfyUI", "whisper": "Whisper"}
+# The .env variable compose reads for each (service, variant). Ollama's CPU and NVIDIA
+# services run the same image; speaches has no ROCm build, so gpu-amd runs the CPU image.
+VARIABLE = {
+    ("ollama", "cpu"): "OLLAMA_IMAGE",
+    ("ollama", "nvidia"): "OLLAMA_IMAGE",
+    ("ollama", "amd"): "OLLAMA_IMAGE_ROCM",
+    ("comfyui", "cpu"): "COMFYUI_IMAGE_CPU",
+    ("comfyui", "nvidia"): "COMFYUI_IMAGE_NVIDIA",
+    ("comfyui", "amd"): "COMFYUI_IMAGE_AMD",
+    ("whisper", "cpu"): "WHISPER_IMAGE_CPU",
+    ("whisper", "nvidia"): "WHISPER_IMAGE_CUDA",
+}
+VENDOR_OF_PROFILE = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    image: str
+    min_driver: str | None = None
+    archs: tuple[str, ...] = ()  # compute capabilities with SASS kernels ("6.0", "12.0")
+    ptx: str | None = None  # a PTX target the driver can JIT to any newer capability
+    gfx: tuple[str, ...] = ()  # AMD targets the ROCm build carries
+    args: str = ""  # flags the variant needs (the CPU ComfyUI needs --cpu)
+    source: str = ""
+
+    def needs(self) -> str:
+        """What this variant needs, in words, for a refusal or a warning."""
+        parts = []
+        if self.min_driver:
+            parts.append(f"driver ≥ {self.min_driver}")
+        if self.archs:
+            ptx = f" (PTX {self.ptx}+)" if self.ptx else ""
+            parts.append(f"compute capability {', '.join(self.archs)}{ptx}")
+        if self.gfx:
+            parts.append(f"gfx {', '.join(self.gfx)}")
+        return " and ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """``02-compute/images.yaml``: per service, GPU variants per vendor (newest first) and
+    one CPU variant."""
+
+    gpu: dict[tuple[str, str], tuple[Variant, ...]]
+    cpu: dict[str, Variant]
+
+    def known(self, service: str, image: str) -> Variant | None:
+        """The catalogue's entry for a pinned image (a digest pin matches its tag)."""
+        bare = image.split("@", 1)[0]
+        for (name, _vendor), variants in self.gpu.items():
+            for variant in variants if name == service else ():
+                if variant.image == bare:
+                    return variant
+        cpu = self.cpu.get(service)
+        return cpu if cpu is not None and cpu.image == bare else None
+
+
+def load_catalog(root: Path) -> Catalog:
+    path = Path(root) / CATALOG_FILE
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        return parse_catalog(data)
+    except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError) as exc:
+        raise ConfigError(
+            f"{CATALOG_FILE} cannot be read: {type(exc).__name__}: {exc}",
+            "restore it with `git checkout -- 02-compute/images.yaml`",
+        ) from None
+
+
+def parse_catalog(data: dict[str, Any]) -> Catalog:
+    gpu: dict[tuple[str, str], tuple[Variant, ...]] = {}
+    cpu: dict[str, Variant] = {}
+    for service in SERVICES:
+        entry = data[service]
+        for vendor in ("nvidia", "amd"):
+            gpu[(service, vendor)] = tuple(_variant(v) for v in entry.get(vendor) or ())
+        cpu[service] = _variant(entry["cpu"])
+    return Catalog(gpu, cpu)
+
+
+def _variant(raw: dict[str, Any]) -> Variant:
+    image = raw["image"]
+    if not isinstance(image, str) or not image:
+        raise ValueError(f"an entry has no image: {raw!r}")
+    return Variant(
+        image=image,
+        min_driver=str(raw["min_driver"]) if raw.get("min_driver") else None,
+        archs=tuple(str(a) for a in raw.get("archs") or ()),
+        ptx=str(raw["ptx"]) if raw.get("ptx") else None,
+        gfx=tuple(str(g) for g in raw.get("gfx") or ()),
+        args=str(raw.get("args") or ""),
+        source=str(raw.get("source") or ""),
+    )
+
+
+# ------------------------------------------------------------------ fit rules
+def version_tuple(text: str) -> tuple[int, ...]:
+    """ "535.183.01" → (535, 183, 1); non-digits end a part ("580.65.06-beta")."""
+    parts = []
+    for piece in text.strip().split("."):
+        digits = ""
+        for char in piece:
+            if not char.isdigit():
+                break
+            digits += char
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def capability_fits(capability: str, archs: tuple[str, ...], ptx: str | None) -> bool:
+    """A cubin built for X.Y runs on X.Z with Z ≥ Y (same major); PTX for X.Y is compiled
+    by the driver for any capability ≥ X.Y (CUDA C Programming Guide, "Binary
+    Compatibility" and "PTX Compatibility")."""
+    have = version_tuple(capability)
+    for arch in archs:
+        built = version_tuple(arch)
+        if built and have and built[0] == have[0] and built[1:] <= have[1:]:
+            return True
+    return bool(ptx) and have >= version_tuple(ptx or "")
+
+
+def gfx_of_override(override: str) -> str | None:
+    """HSA_OVERRIDE_GFX_VERSION "10.3.0" → "gfx1030": the target ROCm then runs as."""
+    parts = version_tuple(override)
+    if len(parts) != 3:
+        return None
+    major, minor, stepping = parts
+    return f"gfx{major}{minor:x}{stepping:x}"
+
+
+def misfit(variant: Variant, gpu: GpuInfo, hsa_override: str = "") -> str | None:
+    """Why ``variant`` cannot run on ``gpu``, or None when it can (or airig cannot tell:
+    a fact detection did not get is not held against the image)."""
+    if gpu.vendor == "nvidia":
+        reasons = []
+        driver, capability = gpu.driver_version, gpu.compute_capability
+        old_driver = driver and version_tuple(driver) < version_tuple(variant.min_driver or "")
+        if variant.min_driver and old_driver:
+            reasons.append(f"needs driver ≥ {variant.min_driver}")
+        if (
+            capability
+            and (variant.archs or variant.ptx)
+            and not capability_fits(capability, variant.archs, variant.ptx)
+        ):
+            reasons.append(f"has no kernels for compute capability {capability}")
+        return "; ".join(reasons) or None
+    if gpu.vendor == "amd" and variant.gfx:
+        target = gfx_of_override(hsa_override) if hsa_override else gpu.gfx_target
+        if target and target not in variant.gfx:
+            return f"has no kernels for {target}"
+    return None
+
+
+def describe(gpu: GpuInfo) -> str:
+    where = f"GPU {gpu.index}" if gpu.index is not None else f"GPU {gpu.pci_address or '?'}"
+    if gpu.vendor == "amd":
+        return f"{where} {gpu.name} ({gpu.gfx_target or 'gfx target unknown'})"
+    facts = [
+        f"compute capability {gpu.compute_capability or '?'}",
+        f"driver {gpu.driver_version or '?'}",
+    ]
+    return f"{where} {gpu.name} ({', '.join(facts)})"
+
+
+# ------------------------------------------------------------------ the decision
