@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -124,11 +125,24 @@ def remove_corrupt(verifier: Verifier, files: Sequence[ExpectedFile]) -> list[Pa
             verifier.verify_content(expected)
         except FileCheckError as exc:
             if exc.corrupt and os.path.lexists(exc.path):
-                target = exc.path.resolve() if exc.path.is_symlink() else exc.path
-                target.unlink(missing_ok=True)
-                exc.path.unlink(missing_ok=True)
+                _remove(exc.path, verifier.store)
                 removed.append(exc.path)
     return removed
+
+
+def _remove(path: Path, store: Path | None) -> None:
+    """Delete a corrupt entry: a link, and its target only when that lies inside the model
+    store (a link pointing elsewhere must never make repair delete a file it does not own);
+    a directory in a file's place as a whole."""
+    if path.is_symlink():
+        target = path.resolve()
+        if store is not None and target.is_relative_to(store.resolve()) and target.is_file():
+            target.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def tree_size(root: Path) -> int:
