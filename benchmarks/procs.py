@@ -33,16 +33,17 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def _env(extra: dict[str, str]) -> dict[str, str]:
+def _env(extra: dict[str, str], code: Path = REPO) -> dict[str, str]:
     drop = ("BRAIN_", "WORKER_", "OLLAMA_", "COMFYUI_", "WHISPER_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    return {**env, "PYTHONPATH": str(REPO), **extra}
+    return {**env, "PYTHONPATH": str(code), **extra}
 
 
-def spawn(module: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+def spawn(module: str, env: dict[str, str], log: Path, code: Path = REPO) -> subprocess.Popen:
+    """``python -m module`` from the tree at ``code`` (this checkout, or an older one)."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", module], env=_env(env), cwd=REPO,
+            [sys.executable, "-m", module], env=_env(env, code), cwd=code,
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -58,8 +59,8 @@ def stop(process: subprocess.Popen, timeout: float = 10.0) -> None:
 
 
 class Brain:
-    def __init__(self, root: Path, extra: dict[str, str] | None = None) -> None:
-        self.root, self.port = root, free_port()
+    def __init__(self, root: Path, extra: dict[str, str] | None = None, code: Path = REPO) -> None:
+        self.root, self.port, self.code = root, free_port(), code
         self.env = {
             "BRAIN_DB": str(root / "state" / "brain.db"),
             "BRAIN_RESULTS_DIR": str(root / "results"),
@@ -80,7 +81,7 @@ class Brain:
         return self.process.pid
 
     def start(self, timeout: float = 30.0) -> None:
-        self.process = spawn("airig.brain", self.env, self.root / "brain.log")
+        self.process = spawn("airig.brain", self.env, self.root / "brain.log", self.code)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -16,12 +16,14 @@ from pathlib import Path
 from dispatch import markdown as dispatch_table
 from scale import markdown as scale_table
 from sim import markdown as makespan_table
+from templates import markdown as templates_table
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 SECTIONS = (
     ("makespan.json", "Makespan (simulated)", makespan_table),
     ("dispatch.json", "Dispatch (real processes, loopback)", dispatch_table),
     ("scale.json", "Scale (real brain, claim over HTTP)", scale_table),
+    ("templates.json", "Template amplification (real brain, hostile claims)", templates_table),
 )
 
 

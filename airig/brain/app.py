@@ -39,16 +39,16 @@ def _openapi(app: FastAPI) -> dict:
     if app.openapi_schema is None:
         from fastapi.openapi.utils import get_openapi
 
-        from airig.brain.plans.models import PlanSpec
+        from airig.brain.plans.models import PlanRequest
 
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description,
             routes=app.routes,
         )  # fmt: skip
-        plan = PlanSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+        plan = PlanRequest.model_json_schema(ref_template="#/components/schemas/{model}")
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(plan.pop("$defs", {}))
-        components["PlanSpec"] = plan
+        components["PlanRequest"] = plan
         app.openapi_schema = schema
     return app.openapi_schema
 

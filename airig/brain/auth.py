@@ -4,8 +4,10 @@
 - submit: stored tokens created by an admin (``POST /v1/tokens``); submit and read plans.
 - worker: traded for the bootstrap token at registration; acts only on its own leases.
 - join: stored, created by an admin for another rig (`token create --join`); registers
-  workers like the bootstrap token and does nothing else. Revoking it (``revoked_at``)
-  also retires the worker tokens of every worker that registered with it.
+  workers like the bootstrap token and does nothing else. Its trust level (``untrusted``
+  unless created with ``full``) says what its workers may receive (``trust.py``).
+  Revoking it (``revoked_at``) also retires the worker tokens of every worker that
+  registered with it.
 Stored tokens are kept as SHA-256 hashes (they are 256-bit random, so no slow hash is
 needed); comparisons with the environment secrets are constant-time.
 
@@ -59,14 +61,15 @@ def bearer_from_scope(scope: Scope) -> str:
     return ""
 
 
-def store_token(db: Database, scope: str, name: str) -> tuple[str, str]:
-    """A new stored token: (its id, the token). Only the hash is kept."""
+def store_token(db: Database, scope: str, name: str, trust: str | None = None) -> tuple[str, str]:
+    """A new stored token: (its id, the token). Only the hash is kept. ``trust``: a join
+    token's rig's trust level (``trust.JOIN_TRUST``)."""
     token, token_id = new_token(), new_token_id()
     with db.tx() as conn:
         conn.execute(
-            """INSERT INTO tokens (token_hash, id, scope, name, created_at)
-               VALUES (?, ?, ?, ?, ?)""",
-            (hash_token(token), token_id, scope, name, time.time()),
+            """INSERT INTO tokens (token_hash, id, scope, name, created_at, trust)
+               VALUES (?, ?, ?, ?, ?, ?)""",
+            (hash_token(token), token_id, scope, name, time.time(), trust),
         )
     return token_id, token
 

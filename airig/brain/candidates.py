@@ -25,10 +25,19 @@ COUNT_CAP = 64
 _NEXT_MODEL = """SELECT model FROM tasks WHERE state = 'READY' AND task_class = ?
                  AND model > ? ORDER BY model LIMIT 1"""
 _NEXT_HEAD = """SELECT id, priority, ready_at FROM tasks WHERE state = 'READY'
-                AND task_class = ? AND model IS ? AND priority > ?
+                AND task_class = ? AND model IS ? AND priority > ? {only}
                 ORDER BY priority, ready_at, id LIMIT 1"""
 _GROUP_SIZE = """SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE state = 'READY'
-                 AND task_class = ? AND model IS ? AND priority = ? LIMIT ?)"""
+                 AND task_class = ? AND model IS ? AND priority = ? {only} LIMIT ?)"""
+# (next head, group size) for a trusted worker (covered by the index: no row is read)
+# and for one that may not see sensitive tasks (each probed row is read for the flag).
+_QUERIES = {
+    True: (_NEXT_HEAD.format(only=""), _GROUP_SIZE.format(only="")),
+    False: (
+        _NEXT_HEAD.format(only="AND NOT sensitive"),
+        _GROUP_SIZE.format(only="AND NOT sensitive"),
+    ),
+}
 
 
 def ensure_index(conn: sqlite3.Connection) -> None:
@@ -43,16 +52,23 @@ def _models(conn: sqlite3.Connection, task_class: str) -> Iterator[str | None]:
         yield last
 
 
-def group_heads(conn: sqlite3.Connection, classes: Iterable[str]) -> list[ReadyTask]:
-    """The oldest READY task of every (class, model, priority) group, with its group size."""
+def group_heads(
+    conn: sqlite3.Connection, classes: Iterable[str], sensitive: bool = True
+) -> list[ReadyTask]:
+    """The oldest READY task of every (class, model, priority) group, with its group size.
+
+    ``sensitive=False`` (a worker of an untrusted rig) leaves sensitive tasks out; the
+    index has no ``sensitive`` column, so a probe then steps over the sensitive rows ahead
+    of a group's first other one."""
     heads = []
+    next_head, group_size = _QUERIES[sensitive]
     for task_class in sorted(classes):
         for model in _models(conn, task_class):
             priority = 0
-            while row := conn.execute(_NEXT_HEAD, (task_class, model, priority)).fetchone():
+            while row := conn.execute(next_head, (task_class, model, priority)).fetchone():
                 task_id, priority, ready_at = row
                 size = conn.execute(
-                    _GROUP_SIZE, (task_class, model, priority, COUNT_CAP)
+                    group_size, (task_class, model, priority, COUNT_CAP)
                 ).fetchone()[0]
                 heads.append(
                     ReadyTask(task_id, task_class, priority, ready_at or 0.0, model, count=size)

@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     error_type TEXT,
     error TEXT,
     reason TEXT,
+    tainted_output INTEGER NOT NULL DEFAULT 0,
     UNIQUE (plan_id, key)
 );
 CREATE TABLE IF NOT EXISTS deps (
@@ -86,7 +87,8 @@ CREATE TABLE IF NOT EXISTS tokens (
     name TEXT NOT NULL,
     created_at REAL NOT NULL,
     id TEXT,
-    revoked_at REAL
+    revoked_at REAL,
+    trust TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -114,6 +116,10 @@ ADDED_COLUMNS = (
     ("workers", "registered_by", "TEXT"),
     ("tokens", "id", "TEXT"),
     ("tokens", "revoked_at", "REAL"),
+    # a join token's trust level (airig/brain/trust.py); NULL for other scopes
+    ("tokens", "trust", "TEXT"),
+    # the output may not be trusted: an untrusted rig made it, or the task ran untrusted
+    ("tasks", "tainted_output", "INTEGER NOT NULL DEFAULT 0"),
 )
 # Indexes on added columns: created after the columns exist.
 ADDED_INDEXES = (
@@ -136,6 +142,8 @@ def migrate(conn: sqlite3.Connection) -> None:
     # Tokens stored before ids existed get one, so they can be listed and revoked.
     for (rowid,) in conn.execute("SELECT rowid FROM tokens WHERE id IS NULL").fetchall():
         conn.execute("UPDATE tokens SET id = ? WHERE rowid = ?", (new_token_id(), rowid))
+    # Join tokens made before trust levels existed get the default, untrusted.
+    conn.execute("UPDATE tokens SET trust = 'untrusted' WHERE scope = 'join' AND trust IS NULL")
     for statement in ADDED_INDEXES:  # one by one: executescript would commit the transaction
         conn.execute(statement)
     # tasks_queue (state, task_class, model, ready_at) serves every query this one did.

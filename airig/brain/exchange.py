@@ -9,6 +9,7 @@ in its result and changes nothing, the others still apply.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -103,16 +104,19 @@ def claim(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, wo
     if body.claim_id and (again := replayed(conn, worker_id, body.claim_id, brain.settings)):
         return again
     got: list[Leased] = []
+    # What one answer carries is bounded: prefetched tasks stop at BRAIN_MAX_CLAIM_BYTES.
+    budget = leases.ClaimBudget(brain.settings.max_claim_bytes)
     for n in range(body.max_tasks):
         if n:  # prefetch: only classes that never need a GPU model
             classes = tuple(c for c in view.classes if c in PREFETCHABLE)
             if not classes:
                 break
-            view = WorkerView(classes=classes, resident_models=view.resident_models)
+            view = dataclasses.replace(view, classes=classes)  # keeps its trust
         lease_id = f"{body.claim_id}-{n}" if body.claim_id else None
         found = leases.claim(
-            conn, outbox, worker_id, view, now, brain.settings, brain.scheduling, lease_id
-        )
+            conn, outbox, worker_id, view, now, brain.settings, brain.scheduling, lease_id,
+            budget,
+        )  # fmt: skip
         if found is None:
             break
         task, payload, decision = found

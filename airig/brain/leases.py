@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from airig.brain import results, states
+from airig.brain import results, shell_inputs, states, trust
 from airig.brain.events import Outbox
 from airig.brain.placement import Placement
 from airig.brain.residency import Decision
@@ -52,11 +54,28 @@ def is_replay(task: sqlite3.Row, worker_id: str, ref: LeaseRef, report_hash: str
     )
 
 
-def rendered_payload(conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings):
-    """The task's payload with upstream results templated in. KeyError (no such field),
-    OSError (result file gone) or ValueError (``results.RenderTooLarge``) when it cannot
-    be: ``claim`` fails the task for good, since no retry renders it differently."""
+class OverClaimBudget(Exception):
+    """The task's payload would not fit in what this claim may still carry."""
 
+
+@dataclass
+class ClaimBudget:
+    """Payload bytes one claim may still carry (``BRAIN_MAX_CLAIM_BYTES``). A task that
+    would pass it stays READY for the next claim, unless it is the claim's first."""
+
+    left: int
+    taken: int = 0
+
+    def take(self, size: int) -> None:
+        if self.taken and size > self.left:
+            raise OverClaimBudget(f"{size} bytes; {self.left} left in this claim")
+        self.left -= size
+        self.taken += 1
+
+
+def _output_of(
+    conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings
+) -> Callable[[str], dict]:
     def output_of(key: str) -> dict:
         row = conn.execute(
             "SELECT output_json, output_file FROM tasks WHERE plan_id = ? AND key = ?",
@@ -64,8 +83,74 @@ def rendered_payload(conn: sqlite3.Connection, task: sqlite3.Row, settings: Brai
         ).fetchone()
         return results.load_output(settings.results_dir, row["output_json"], row["output_file"])
 
+    return output_of
+
+
+def _stored_bytes(
+    conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings
+) -> Callable[[str], int]:
+    def stored_bytes(key: str) -> int:
+        row = conn.execute(
+            """SELECT length(output_json) AS n, output_file FROM tasks
+               WHERE plan_id = ? AND key = ?""",
+            (task["plan_id"], key),
+        ).fetchone()
+        if row["n"] is not None:  # canonical JSON is ASCII: characters are bytes
+            return int(row["n"])
+        if not row["output_file"]:
+            return 0
+        return (settings.results_dir / row["output_file"]).stat().st_size
+
+    return stored_bytes
+
+
+def rendered_payload(
+    conn: sqlite3.Connection,
+    task: sqlite3.Row,
+    settings: BrainSettings,
+    budget: ClaimBudget | None = None,
+) -> dict[str, Any]:
+    """The task's payload with upstream results templated in. KeyError (no such field),
+    OSError (result file gone) or ValueError (``results.RenderTooLarge``) when it cannot
+    be: ``claim`` fails the task for good, since no retry renders it differently. With a
+    ``budget``, the payload's size is charged to it before anything is built
+    (``OverClaimBudget`` when it does not fit)."""
+    payload = json.loads(task["payload_json"])
+    uses = results.template_uses(payload)
     limit = settings.max_rendered_bytes
-    return results.render(json.loads(task["payload_json"]), output_of, limit)
+    texts, added = results.fill_texts(uses, _output_of(conn, task, settings), limit)
+    if budget is not None:
+        budget.take(len(task["payload_json"]) + added)
+    if not texts:
+        return payload
+    if task["type"] == "shell":  # upstream values reach a command only as variables
+        return shell_inputs.substitute(payload, texts)
+    return results.substitute(payload, texts)
+
+
+def refuse_oversized(
+    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, now: float,
+    settings: BrainSettings,
+) -> None:  # fmt: skip
+    """Fail a task that just became READY if its templates would add more than
+    ``BRAIN_MAX_RENDERED_BYTES``: its upstream results exist now, so its size is known,
+    and it fails here with the sizes in its error rather than when a worker claims it.
+    The upstream sizes on record decide most tasks without loading anything; only a task
+    they do not clear has its texts measured. A template that cannot be filled at all (no
+    such field, result file gone) is left to the claim, which fails it with that reason."""
+    uses = results.template_uses(json.loads(task["payload_json"]))
+    if not uses:
+        return
+    limit = settings.max_rendered_bytes
+    try:
+        if results.upper_bound(uses, _stored_bytes(conn, task, settings)) <= limit:
+            return
+        results.fill_texts(uses, _output_of(conn, task, settings), limit)
+    except results.RenderTooLarge as exc:
+        states.fail_terminal(conn, outbox, task, now, "template_error", str(exc),
+                             "payload template")  # fmt: skip
+    except (KeyError, OSError, ValueError):
+        return
 
 
 # Tasks failed for a broken payload template within one claim before giving up on it.
@@ -81,9 +166,11 @@ def claim(
     settings: BrainSettings,
     placement: Placement,
     lease_id: str | None = None,
+    budget: ClaimBudget | None = None,
 ) -> tuple[sqlite3.Row, dict[str, Any], Decision] | None:
     """Lease the task the residency policy picks for this worker: (row, payload, decision,
-    whose load / evict the worker carries out before running it), or None."""
+    whose load / evict the worker carries out before running it), or None. None too when
+    the task's payload would not fit in the claim's ``budget`` (it stays READY)."""
     states.promote_due(conn, outbox, now)
     for _ in range(MAX_TEMPLATE_FAILURES):
         decision = placement.choose(conn, worker_id, view, now)
@@ -91,8 +178,15 @@ def claim(
             return None
         # A READY candidate the placement just read in this transaction.
         task = states.require_task(conn, decision.task.task_id)
+        tainted = trust.tainted_sources(conn, task)  # read untrusted output: run untrusted
+        if tainted and task["type"] == "shell":
+            error = trust.tainted_command(tainted)
+            states.fail_terminal(conn, outbox, task, now, "tainted_command", error, "tainted input")
+            continue
         try:
-            payload = rendered_payload(conn, task, settings)
+            payload = rendered_payload(conn, task, settings, budget)
+        except OverClaimBudget:
+            return None
         except (KeyError, OSError, ValueError) as exc:
             states.fail_terminal(
                 conn, outbox, task, now, "template_error", str(exc), "payload template"
@@ -106,6 +200,7 @@ def claim(
             attempt=task["attempt"] + 1, lease_id=lease_id or uuid.uuid4().hex, worker_id=worker_id,
             lease_expires_at=now + settings.lease_s, result_hash=None,
             attempt_deadline=now + runtime_s + settings.runtime_grace_s,
+            trusted=0 if tainted else task["trusted"],
         )  # fmt: skip
         return leased, payload, decision
     return None
@@ -161,8 +256,10 @@ def complete(
         output_json=output_json, output_file=output_file, result_hash=digest,
         files_json=json.dumps(report.files), metrics_json=json.dumps(report.metrics),
         error=None, error_type=None, reason=None,
+        tainted_output=int(not task["trusted"] or not trust.worker_trusted(conn, worker_id)),
     )  # fmt: skip
-    states.release_dependents(conn, outbox, done, now)
+    for ready in states.release_dependents(conn, outbox, done, now):
+        refuse_oversized(conn, outbox, ready, now, settings)
     if done["type"] == "llm":
         outbox.samples.append(training_sample(conn, done, report, settings, "succeeded"))
     return done
@@ -192,7 +289,7 @@ def fail(
     conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, worker_id: str,
     report: FailRequest, now: float, policy: RetryPolicy, settings: BrainSettings,
 ) -> sqlite3.Row:  # fmt: skip
-    digest = results.result_hash({"error_type": report.error_type, "m": report.message}, [])
+    digest = results.failure_hash(report.error_type, report.message)
     if is_replay(task, worker_id, report, digest):
         return task
     check_fence(task, worker_id, report)

@@ -51,7 +51,7 @@ class Placement:
         if self.thermal.blocked(worker_id):
             return None
         state = self.worker_state(worker_id, view, now)
-        heads = candidates.group_heads(conn, eligible_classes(view.classes))
+        heads = candidates.group_heads(conn, eligible_classes(view.classes), view.trusted)
         holders = self.holders(conn, worker_id, now)
         return choose_task(state, heads, now, self.policy, self.costs, holders)
 

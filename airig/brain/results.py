@@ -10,8 +10,15 @@ Templates in any string of a payload (the only syntax, so no template engine is 
 - ``{{ tasks.<id>.output.<field>[.<field>...] }}``: one field (strings as they are,
   anything else as JSON).
 The referenced task must be one of the task's ``depends_on`` (checked at submission).
-A rendered payload is bounded (``MAX_RENDERED_BYTES``): a small plan naming a big result
-a thousand times would otherwise build hundreds of megabytes for one assignment.
+What templates add to one payload is bounded (``BRAIN_MAX_RENDERED_BYTES``), and counted
+from the upstream sizes times how often each template appears before anything is built: a
+48 KB plan naming a 1 MB result 15 times in each of 32 tasks would otherwise make one claim
+build 480 MB. The bound is checked when a task becomes READY (``leases.complete``: its
+upstream results, hence its size, are known), so an oversized task fails then, with the
+sizes in its error, not when a worker claims it; a claim still checks it, and stops adding
+prefetched tasks once its payloads would pass ``BRAIN_MAX_CLAIM_BYTES``. Large data is
+never passed by reference: a payload holds at most that much text, and a plan moves more
+as a file on the shared data volume.
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ from typing import Any
 TEMPLATE = re.compile(r"\{\{\s*tasks\.([A-Za-z0-9_-]+)\.output((?:\.[A-Za-z0-9_]+)*)\s*\}\}")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # Default bound of the text templates add to one payload (BRAIN_MAX_RENDERED_BYTES).
-MAX_RENDERED_BYTES = 16 * 1024 * 1024
+MAX_RENDERED_BYTES = 4 * 1024 * 1024
+# Default bound of the payload bytes one claim (one exchange answer) carries
+# (BRAIN_MAX_CLAIM_BYTES); its first task always goes, however large.
+MAX_CLAIM_BYTES = 4 * 1024 * 1024
 
 
 class RenderTooLarge(ValueError):
@@ -39,6 +49,13 @@ def canonical_json(value: Any) -> str:
 
 def result_hash(output: dict, files: list[str]) -> str:
     return hashlib.sha256(canonical_json({"output": output, "files": files}).encode()).hexdigest()
+
+
+def failure_hash(error_type: str, message: str) -> str:
+    """A failure's digest, in its own space: no completion output can hash to it, so a
+    completion is never taken for the replay of a failure (or the other way round)."""
+    body = {"failed": {"error_type": error_type, "message": message}}
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
 _PART = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # plan ids are hex, task keys TASK_ID_PATTERN
@@ -117,43 +134,97 @@ def _lookup(output: dict, path: str) -> Any:
     return value
 
 
-class _Renderer:
-    """Fills templates, each upstream output loaded and each field turned into text once,
-    counting the bytes added so rendering stops as soon as they pass the limit: at most
-    one inserted text over it is ever held."""
+# upstream task id -> {field path ("" = the whole output): how many templates name it}
+Uses = dict[str, dict[str, int]]
 
-    def __init__(self, output_of: Callable[[str], dict], limit: int) -> None:
-        self.output_of, self.limit, self.added = output_of, limit, 0
-        self.outputs: dict[str, dict] = {}
-        self.texts: dict[tuple[str, str], tuple[str, int]] = {}
 
-    def text(self, match: re.Match[str]) -> str:
-        key, path = match.group(1), match.group(2)
-        if (key, path) not in self.texts:
-            if key not in self.outputs:
-                self.outputs[key] = self.output_of(key)
-            text = _as_text(_lookup(self.outputs[key], path))
-            self.texts[key, path] = text, len(text.encode("utf-8", "surrogatepass"))
-        text, size = self.texts[key, path]
-        self.added += size
-        if self.added > self.limit:
-            raise RenderTooLarge(
-                f"payload renders to more than {self.limit} bytes; reference a field "
-                "({{ tasks.<id>.output.<field> }}) or a file instead of repeating a large output"
-            )
-        return text
+def template_uses(value: Any) -> Uses:
+    """Every template of a payload, counted: what rendering would insert, and how often."""
+    uses: Uses = {}
 
-    def render(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return TEMPLATE.sub(self.text, value)
-        if isinstance(value, dict):
-            return {k: self.render(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.render(v) for v in value]
-        return value
+    def walk(item: Any) -> None:
+        if isinstance(item, str):
+            for match in TEMPLATE.finditer(item):
+                paths = uses.setdefault(match.group(1), {})
+                paths[match.group(2)] = paths.get(match.group(2), 0) + 1
+        elif isinstance(item, dict):
+            for inner in item.values():
+                walk(inner)
+        elif isinstance(item, list):
+            for inner in item:
+                walk(inner)
+
+    walk(value)
+    return uses
+
+
+def upper_bound(uses: Uses, stored_bytes: Callable[[str], int]) -> int:
+    """The most bytes the templates can add, from the upstream results' stored sizes only
+    (nothing loaded). A stored result is the canonical, ASCII-escaped JSON of the output:
+    a text value taken from it is no longer on the wire than it is there, and JSON taken
+    from it (a field, the whole output) at most twice as long (``"`` and ``\\`` escaped
+    again)."""
+    return sum(2 * stored_bytes(key) * sum(paths.values()) for key, paths in uses.items())
+
+
+# What JSON escaping adds to a character on the wire: \" \\ \n ... or \u00XX.
+_ESCAPE_EXTRA = {chr(c): 5 for c in range(0x20)} | dict.fromkeys('"\\\b\f\n\r\t', 1)
+
+
+def wire_len(text: str) -> int:
+    """The bytes ``text`` takes in a JSON answer (UTF-8, escaped as pydantic and ``json``
+    escape it), counted without building the escaped copy: a text of control characters
+    is six times its length there."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return size + sum(extra * text.count(char) for char, extra in _ESCAPE_EXTRA.items())
+
+
+def too_large(limit: int, key: str, path: str, count: int, size: int) -> RenderTooLarge:
+    times = f"{count} x " if count > 1 else ""
+    return RenderTooLarge(
+        f"payload renders to more than {limit} bytes (BRAIN_MAX_RENDERED_BYTES): "
+        f"{times}{{{{ tasks.{key}.output{path} }}}} of {size} bytes; reference a field "
+        "({{ tasks.<id>.output.<field> }}) or pass large data as a file on the shared data "
+        "volume instead of inlining a large output"
+    )
+
+
+def fill_texts(
+    uses: Uses, output_of: Callable[[str], dict], limit: int
+) -> tuple[dict[tuple[str, str], str], int]:
+    """The text each template inserts, and the bytes all of them add (each text's size
+    times how often it is named), counted before anything is built: RenderTooLarge as
+    soon as the sum passes ``limit``. One upstream output is held at a time, and the
+    texts kept never add up to more than the limit plus the one that passed it."""
+    texts: dict[tuple[str, str], str] = {}
+    added = 0
+    for key, paths in uses.items():
+        output = output_of(key)
+        for path, count in paths.items():
+            text = _as_text(_lookup(output, path))
+            size = wire_len(text)
+            added += count * size
+            if added > limit:
+                raise too_large(limit, key, path, count, size)
+            texts[key, path] = text
+        del output
+    return texts, added
+
+
+def substitute(value: Any, texts: dict[tuple[str, str], str]) -> Any:
+    """The payload with every template replaced by its text from ``fill_texts``."""
+    if isinstance(value, str):
+        return TEMPLATE.sub(lambda match: texts[match.group(1), match.group(2)], value)
+    if isinstance(value, dict):
+        return {k: substitute(v, texts) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute(v, texts) for v in value]
+    return value
 
 
 def render(value: Any, output_of: Callable[[str], dict], limit: int = MAX_RENDERED_BYTES) -> Any:
     """The payload with every template replaced by the upstream result it names;
-    RenderTooLarge when the templates add more than ``limit`` bytes."""
-    return _Renderer(output_of, limit).render(value)
+    RenderTooLarge, before any of it is built, when the templates add more than ``limit``
+    bytes."""
+    texts, _ = fill_texts(template_uses(value), output_of, limit)
+    return substitute(value, texts)

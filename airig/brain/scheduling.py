@@ -32,6 +32,8 @@ class Candidate:
 class WorkerView:
     classes: tuple[str, ...]
     resident_models: frozenset[str] = field(default_factory=frozenset)
+    # False for a worker of a rig joined with an untrusted token: no sensitive task
+    trusted: bool = True
 
     @property
     def preferred_class(self) -> str | None:

@@ -58,8 +58,12 @@ class BrainSettings(BaseSettings):
     max_payload_bytes: int = Field(262_144, alias="BRAIN_MAX_PAYLOAD_BYTES", gt=0)
     result_inline_bytes: int = Field(65_536, alias="BRAIN_RESULT_INLINE_BYTES", ge=0)
     max_file_bytes: int = Field(268_435_456, alias="BRAIN_MAX_FILE_BYTES", gt=0)
-    # Bytes templates may add to one payload when upstream results are filled in.
-    max_rendered_bytes: int = Field(16 * 1024 * 1024, alias="BRAIN_MAX_RENDERED_BYTES", gt=0)
+    # Bytes templates may add to one payload when upstream results are filled in; a task
+    # over it fails when it becomes READY (airig/brain/results.py).
+    max_rendered_bytes: int = Field(4 * 1024 * 1024, alias="BRAIN_MAX_RENDERED_BYTES", gt=0)
+    # Payload bytes one claim may carry: prefetched tasks stop being added before the
+    # total would pass it (the first task always goes).
+    max_claim_bytes: int = Field(4 * 1024 * 1024, alias="BRAIN_MAX_CLAIM_BYTES", gt=0)
     # /metrics needs an admin or metrics-scoped token unless this is set: counters name
     # workers and models. Set it only when the port is reachable from trusted hosts.
     metrics_public: bool = Field(False, alias="BRAIN_METRICS_PUBLIC")

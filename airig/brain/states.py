@@ -83,8 +83,8 @@ def transition(
 
 def release_dependents(
     conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, now: float
-) -> None:
-    """Dependents whose every upstream has succeeded become READY."""
+) -> list[sqlite3.Row]:
+    """Dependents whose every upstream has succeeded become READY; their new rows."""
     rows = conn.execute(
         """SELECT t.* FROM tasks t JOIN deps d ON d.task_id = t.id
            WHERE d.depends_on = ? AND t.state = 'PENDING' AND NOT EXISTS (
@@ -92,8 +92,7 @@ def release_dependents(
                WHERE d2.task_id = t.id AND u.state != 'SUCCEEDED')""",
         (task["id"],),
     ).fetchall()
-    for row in rows:
-        transition(conn, outbox, row, S.READY, now, "task_ready", ready_at=now)
+    return [transition(conn, outbox, row, S.READY, now, "task_ready", ready_at=now) for row in rows]
 
 
 def cascade(conn: sqlite3.Connection, outbox: Outbox, root: sqlite3.Row, now: float) -> int:

@@ -70,15 +70,29 @@ class Inbound(Wire):
         return data
 
 
+# Bounds of what a worker may report about a GPU: beyond any card made (4 TiB of VRAM, a
+# 5 kW board, 4096 cards) or any sensor reading (-40 to 150 °C) is a 422, not a number the
+# scheduler and the dashboard go on to use.
+MAX_GPU_INDEX = 4096
+MAX_VRAM_MB = 4 * 1024 * 1024
+MAX_GPUS = 64  # per worker; a whole machine's cards when it runs on the bare host
+
+
 class GpuInfo(Wire):
     model_config = ConfigDict(allow_inf_nan=False, strict=True)  # nested in requests
 
-    index: int
-    name: str = ""
-    vram_total_mb: int = 0
-    vram_free_mb: int = 0
-    temperature_c: float | None = None
-    power_w: float | None = None
+    index: int = Field(ge=0, le=MAX_GPU_INDEX)
+    name: str = Field(default="", max_length=256)
+    vram_total_mb: int = Field(default=0, ge=0, le=MAX_VRAM_MB)  # 0: not known
+    vram_free_mb: int = Field(default=0, ge=0, le=MAX_VRAM_MB)
+    temperature_c: float | None = Field(default=None, ge=-40, le=150)
+    power_w: float | None = Field(default=None, ge=0, le=5000)
+
+    @model_validator(mode="after")
+    def _free_within_total(self) -> GpuInfo:
+        if self.vram_total_mb and self.vram_free_mb > self.vram_total_mb:
+            raise ValueError("vram_free_mb is more than vram_total_mb")
+        return self
 
 
 # A rig's name (its machine's hostname unless AIRIG_RIG_NAME says otherwise): shown next to
@@ -97,8 +111,8 @@ class RegisterRequest(Inbound):
     # Empty from a worker that predates rigs; the brain shows it as unknown.
     host: str = Field(default="", max_length=63, pattern=f"{HOST_PATTERN}|^$")
     classes: list[str] = Field(default_factory=lambda: ["cpu"])
-    gpu_index: int | None = Field(default=None, ge=0, le=4096)
-    gpus: list[GpuInfo] = Field(default_factory=list)
+    gpu_index: int | None = Field(default=None, ge=0, le=MAX_GPU_INDEX)
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS)
     resident_models: list[str] = Field(default_factory=list)
     # The token this worker held, when it registers again (after a 401): proves it is
     # the same worker, so it may take its name back while its last heartbeat is fresh.
@@ -114,7 +128,7 @@ class RegisterResponse(Wire):
 
 
 class HeartbeatRequest(Inbound):
-    gpus: list[GpuInfo] = Field(default_factory=list)
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS)
     resident_models: list[str] = Field(default_factory=list)
 
 
@@ -255,6 +269,15 @@ class TokenRequest(Inbound):
     # join: registers workers of another rig (what the bootstrap token does), nothing else.
     scope: str = Field(pattern="^(admin|submit|metrics|join)$")
     name: str = Field(default="", max_length=128)
+    # A join token's rig: untrusted (the default: no sensitive task, its output tainted)
+    # or full (as this machine's own workers). Only for scope join.
+    trust: Literal["untrusted", "full"] | None = None
+
+    @model_validator(mode="after")
+    def _trust_is_for_join(self) -> TokenRequest:
+        if self.trust is not None and self.scope != "join":
+            raise ValueError("trust is a join token's (a rig's); leave it out for this scope")
+        return self
 
 
 class TokenCreated(Wire):
@@ -264,6 +287,7 @@ class TokenCreated(Wire):
     token: str
     scope: str
     name: str
+    trust: str | None = None  # a join token's: untrusted | full
 
 
 class TokenInfo(Wire):
@@ -275,6 +299,7 @@ class TokenInfo(Wire):
     created_at: float
     revoked: bool
     revoked_at: float | None = None
+    trust: str | None = None  # a join token's: untrusted | full
 
 
 class TokenList(Wire):

@@ -160,6 +160,9 @@ def _check_workflow(workflow: dict[str, dict[str, Any]]) -> None:
             )
 
 
+SHELL_INPUT_NAME = r"^AIRIG_INPUT_[1-9][0-9]{0,3}$"
+
+
 class ShellPayload(Payload):
     """A command run by the worker. A string goes through /bin/sh; a list is exec'd as is."""
 
@@ -174,6 +177,12 @@ class ShellPayload(Payload):
     env: Annotated[
         dict[str, Annotated[str, StringConstraints(max_length=MAX_SHORT_CHARS)]],
         Field(max_length=64),
+    ] = Field(default_factory=dict)
+    # Filled by the brain, never by a plan: the upstream values the command's templates
+    # named, which it reads as "${AIRIG_INPUT_<n>}" (the executor sets them as environment).
+    inputs: Annotated[
+        dict[Annotated[str, StringConstraints(pattern=SHELL_INPUT_NAME)], str],
+        Field(max_length=1_000),
     ] = Field(default_factory=dict)
 
     @field_validator("env")

@@ -1,6 +1,9 @@
 """The shell executor: one command in its own process group, with a timeout.
 
-A tainted task never gets here: the command must come from a trusted plan author. The
+A tainted task never gets here: the command must come from a trusted plan author. Upstream
+results never become command text: the brain turns each template of the command into a
+variable reference ("${AIRIG_INPUT_1}") and sends the value in ``payload.inputs``, which
+goes to the child as environment only, so the shell expands it but never parses it. The
 child sees a small environment (never the worker's tokens) and runs inside the data
 volume; the whole process group is killed on timeout, cancel, and after the command
 exits (so a stray background child cannot outlive its task or hold the pipes open).
@@ -32,6 +35,8 @@ ERROR_TAIL_CHARS = 200  # how much of stderr goes into the one-line error messag
 TERM_GRACE_S = 2.0
 # Only these survive from the worker's environment; everything else (tokens!) is dropped.
 _INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER")
+# The most one "NAME=value" string may hold in an exec (Linux MAX_ARG_STRLEN, 32 pages).
+MAX_VARIABLE_BYTES = 131_072
 
 
 class TailBuffer:
@@ -66,6 +71,7 @@ def child_env(payload: ShellPayload, ctx: ExecContext) -> dict[str, str]:
         WHISPER_URL=ctx.whisper_url,
     )
     env.update(payload.env)
+    env.update(payload.inputs)  # upstream values, after env: a plan cannot shadow them
     if ctx.gpu_index is not None:
         # Last, so a payload cannot move the command onto another worker's GPU. In a
         # pinned container the runtime shows only this worker's cards, renumbered from
@@ -83,6 +89,7 @@ def execute_shell(payload: ShellPayload, ctx: ExecContext) -> ExecResult:
             retryable=False,
             hint="shell commands must come from a trusted plan, never from task outputs",
         )
+    _check_inputs(payload)
     cwd = resolve_data_path(ctx.data_dir, payload.cwd)
     if not cwd.is_dir():
         raise TaskError(
@@ -115,6 +122,22 @@ def execute_shell(payload: ShellPayload, ctx: ExecContext) -> ExecResult:
             details=output,
         )
     return ExecResult(output=output, metrics={"run_ms": elapsed_ms(start)})
+
+
+def _check_inputs(payload: ShellPayload) -> None:
+    """Refuse, for good, an upstream value no environment variable can carry."""
+    for name, value in payload.inputs.items():
+        size = len(f"{name}={value}".encode("utf-8", "surrogatepass")) + 1
+        if "\0" in value or size > MAX_VARIABLE_BYTES:
+            why = "holds a NUL byte" if "\0" in value else f"is {size} bytes"
+            raise TaskError(
+                f"the upstream value for {name} {why}: an environment variable holds at most "
+                f"{MAX_VARIABLE_BYTES} bytes and no NUL",
+                error_type="bad_input",
+                retryable=False,
+                hint="name one field ({{ tasks.<id>.output.<field> }}), or pass large data "
+                "as a file on the shared data volume",
+            )
 
 
 def _spawn(argv: list[str], cwd, env: dict[str, str]) -> subprocess.Popen:

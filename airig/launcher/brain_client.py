@@ -142,8 +142,10 @@ class BrainClient:
     def workers(self) -> list[Json]:
         return cast(list[Json], self._object("GET", "/v1/workers")["workers"])
 
-    def create_token(self, scope: str, name: str) -> Json:
-        return self._object("POST", "/v1/tokens", json={"scope": scope, "name": name})
+    def create_token(self, scope: str, name: str, trust: str | None = None) -> Json:
+        """A stored token; ``trust`` (untrusted | full) only for a join token."""
+        body = {"scope": scope, "name": name, **({"trust": trust} if trust else {})}
+        return self._object("POST", "/v1/tokens", json=body)
 
     def tokens(self) -> list[Json]:
         return cast(list[Json], self._object("GET", "/v1/tokens")["tokens"])

@@ -7,15 +7,18 @@ cannot reach), the brain answering, and the token being a live join token
 network, 01-infra, 02-compute with its verified models), and 03-agents with
 ``compose.join.yaml``: per-GPU and CPU workers pointed at the remote brain, no brain.
 The two values are kept in .env (AIRIG_JOIN_BRAIN_URL, AIRIG_JOIN_TOKEN), so `status`,
-`down` and a later `up` on this rig know that it joined.
+`down` and a later `up` on this rig know that it joined. The token comes from --token-file,
+the environment (AIRIG_JOIN_TOKEN) or a hidden prompt, and still from --token, where `ps`
+and the shell's history show it (`join` says so).
 """
 
 from __future__ import annotations
 
+import getpass
 import ipaddress
 import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
@@ -40,6 +43,8 @@ NEW_TOKEN_FIX = "on the brain's machine: python start_services.py token create -
 # What join tokens look like (secrets.token_urlsafe): nothing that needs quoting in .env
 # or a header.
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9._~+/=-]{8,256}$")
+TOKEN_WAYS = "AIRIG_JOIN_TOKEN, --token-file PATH, or leave it out to be asked"
+ARGV_NOTE = f"--token shows in `ps` and your shell's history; next time use {TOKEN_WAYS}"
 
 
 def check_brain_url(url: str, insecure: bool = False) -> str:
@@ -86,12 +91,50 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def check_token_text(token: str) -> None:
+def check_token_text(token: str, source: str = "--token") -> None:
     if not TOKEN_PATTERN.match(token):
         raise ConfigError(
-            "--token does not look like a join token",
+            f"{source} does not look like a join token",
             f"copy it whole from `token create --join` ({NEW_TOKEN_FIX})",
         )
+
+
+def join_token(
+    given: str | None, token_file: Path | None, environ: Mapping[str, str], terminal: bool
+) -> tuple[str, str]:
+    """(the join token, where it came from): --token, --token-file, AIRIG_JOIN_TOKEN, else
+    a hidden prompt when stdin is a terminal; a ConfigError when none gives it."""
+    if given is not None and token_file is not None:
+        raise ConfigError(
+            "--token and --token-file both give the join token", "give --token-file only"
+        )
+    if given is not None:
+        return given, "--token"
+    if token_file is not None:
+        return _read_token_file(token_file), f"--token-file {token_file}"
+    if environ.get(JOIN_KEYS[1]):
+        return environ[JOIN_KEYS[1]].strip(), JOIN_KEYS[1]
+    if terminal:
+        typed = getpass.getpass("Join token (from `token create --join`; not shown): ")
+        return typed.strip(), "the token typed"
+    raise ConfigError(
+        "no join token given",
+        f"set {JOIN_KEYS[1]}, give --token-file PATH, or run `join` in a terminal to be asked",
+    )
+
+
+def _read_token_file(path: Path) -> str:
+    """The token in ``path`` (surrounding blanks and the newline dropped); 4 KiB at most
+    is read, a token is far shorter."""
+    try:
+        with path.open("rb") as file:
+            return file.read(4096).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = (exc.strerror or type(exc).__name__) if isinstance(exc, OSError) else "not UTF-8"
+        raise ConfigError(
+            f"cannot read --token-file {path}: {why}",
+            "give the file holding the token `token create --join` printed",
+        ) from None
 
 
 def check_brain(url: str, token: str, timeout_s: float = 10.0) -> str:
@@ -151,11 +194,12 @@ def join_rig(
     console: Console,
     ensure_env: Callable[[Path], None],
     docker: Docker | None = None,
+    token_source: str = "--token",
 ) -> tuple[Settings, UpResult]:
     """Check the two values, then bring this rig up as a joined rig (nothing before the
     checks pass; .env restored when the start fails)."""
     url = check_brain_url(brain, insecure)
-    check_token_text(token)
+    check_token_text(token, token_source)
     check_brain(url, token)
     flags = {"AIRIG_PROFILE": profile, JOIN_KEYS[0]: url, JOIN_KEYS[1]: token}
     docker = docker or Docker()

@@ -326,6 +326,8 @@ def _gpu_worker(profile: str, gpus: list[GpuSlot], ollama: str) -> dict[str, Any
     }
     service: dict[str, Any] = {
         # Paths in an extra -f file resolve against the first file's folder (03-agents/).
+        # Everything else comes with it: the hardening and limits of x-worker (cap_drop,
+        # read_only, tmpfs, mem_limit, pids_limit); never override them here.
         "extends": {"file": "compose.yaml", "service": "worker-cpu"},
         "environment": env,
         "deploy": {"replicas": 1},

@@ -18,14 +18,11 @@ from rich.table import Table
 from airig import __version__
 from airig.common.errors import AirigError
 from airig.launcher.docker import Docker, ServiceState
-from airig.launcher.envfile import SECRET_KEYS
 from airig.launcher.plan import ComposePlan
 from airig.launcher.preflight import Check
-from airig.launcher.settings import Settings
+from airig.launcher.settings import REPORTABLE, Settings
 
 SKIP_URL = {"ollama-init", "comfyui-init", "whisper-init", "volumes-init"}
-# A settings key naming any of these holds a secret; its value never enters a bug report.
-SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "PASS", "SECRET", "CREDENTIAL", "AUTH")
 # The user-info of a URL anywhere in a text (scheme://user:password@, scheme://token@); up to
 # the last @ before the path, as a password may hold an unencoded @
 URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<userinfo>[^/\s]+)@", re.I)
@@ -133,11 +130,6 @@ def checks_table(checks: list[Check]) -> Table:
     return table
 
 
-def is_secret_key(key: str) -> bool:
-    upper = key.upper()
-    return key in SECRET_KEYS or any(word in upper for word in SECRET_WORDS)
-
-
 def redact_urls(text: str) -> str:
     """``http://user:pass@host`` → ``http://user:<redacted>@host``; a bare ``token@`` goes
     whole. Settings such as AIRIG_PIP_INSTALL_ARGS carry index URLs with passwords."""
@@ -162,8 +154,10 @@ def scrubbed(value: Any) -> Any:
 
 
 def redacted_env(values: dict[str, str]) -> dict[str, str]:
-    """The settings for a bug report, secrets replaced."""
-    return {k: (REDACTED if is_secret_key(k) else redact_urls(v)) for k, v in values.items()}
+    """The settings for a bug report: every key, but only the values of keys the kit
+    knows hold no secret (``REPORTABLE``); no list of words can tell a secret by its
+    name (SESSION_COOKIE, PRIVATE_PEM, a webhook URL)."""
+    return {k: (redact_urls(v) if k in REPORTABLE else REDACTED) for k, v in values.items()}
 
 
 def bundle(

@@ -16,11 +16,13 @@ from pydantic import ValidationError
 
 from airig.common.errors import AirigError
 from airig.common.jsonlog import setup_json_logging
+from airig.worker.hardening import forget_env, make_undumpable
 from airig.worker.heartbeat import write_state
 from airig.worker.link import RegistrationRefused
 from airig.worker.settings import WorkerSettings
 
 log = logging.getLogger("airig.worker")
+BOOTSTRAP_ENV = "WORKER_BOOTSTRAP_TOKEN"
 
 
 def check(settings: WorkerSettings, max_age_s: float) -> int:
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_json_logging()
     try:
+        make_undumpable()  # first: tasks run as this user and could read /proc/<pid>/environ
         settings = WorkerSettings()
         if args.check:
             return check(settings, args.max_age)
@@ -52,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         from airig.worker.runner import Worker
 
         worker = Worker(settings)
+        # Its link to the brain keeps the bootstrap token, for a re-registration after the
+        # brain forgot this worker (a lost state volume); nothing else holds it from here.
+        forget_env(BOOTSTRAP_ENV)
+        settings.bootstrap_token = ""
         worker.install_signal_handlers()
         try:
             return worker.run()

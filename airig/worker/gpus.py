@@ -6,6 +6,8 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from airig.common.protocol import GpuInfo
 
 log = logging.getLogger("airig.worker.gpus")
@@ -23,13 +25,19 @@ def _one(pynvml, index: int) -> GpuInfo:
         vram_free_mb=memory.free // MIB,
     )
     try:
-        info.temperature_c = float(
-            pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
-        )
-        info.power_w = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
+        sensors = {
+            "temperature_c": float(
+                pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+            ),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+        }
     except pynvml.NVMLError:
-        pass  # some boards report neither; VRAM is what scheduling needs
-    return info
+        return info  # some boards report neither; VRAM is what scheduling needs
+    try:
+        return GpuInfo.model_validate({**info.model_dump(), **sensors})
+    except ValidationError:  # a sensor's garbage would make the brain refuse the heartbeat
+        log.warning("GPU sensor reading out of range", extra={"gpu": index, **sensors})
+        return info
 
 
 def probe_gpus(host_indexes: int | Sequence[int] | None = None) -> list[GpuInfo]:

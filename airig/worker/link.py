@@ -46,7 +46,8 @@ class Unregistered(Exception):
 
 
 class RegistrationRefused(ConfigError):
-    """The brain refused the registration token itself (401 at register)."""
+    """The brain refused the registration itself: its token (401 at register), or the
+    name, another rig's (409 without Retry-After)."""
 
 
 class BrainUnreachable(Exception):
@@ -119,8 +120,9 @@ class BrainLink:
     def register(self, request: RegisterRequest, stop: threading.Event) -> RegisterResponse:
         """Trade the bootstrap token for a worker token. The token this link held (if
         any) goes along, so the brain lets this worker keep its name; a 409 means a live
-        worker holds the name (another host, or this one's previous life, whose lease
-        the brain waits out): retried after the brain's Retry-After."""
+        worker of this rig holds the name (another host, or this one's previous life,
+        whose lease the brain waits out): retried after the brain's Retry-After. A 409
+        without one: the name belongs to another rig, which no wait changes."""
         body = request.model_copy(update={"previous_token": self._token or None})
         while True:
             try:
@@ -138,7 +140,11 @@ class BrainLink:
                     "(`python start_services.py token create --join`) and run `join` again",
                 ) from None
             except LeaseLost as exc:
-                wait = min(self._retry_cap_s * 3, float(exc.retry_after or 2))
+                if exc.retry_after is None:
+                    raise RegistrationRefused(
+                        str(exc), "rename this worker as the brain says, then `up` again"
+                    ) from None
+                wait = min(self._retry_cap_s * 3, float(exc.retry_after))
                 log.warning("worker name in use, waiting", extra={"detail": str(exc),
                                                                   "retry_s": wait})  # fmt: skip
                 if stop.wait(wait):

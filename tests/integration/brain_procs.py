@@ -27,6 +27,14 @@ FAST_BRAIN = {
     "BRAIN_RETRY_INITIAL_S": "0.1",
     "BRAIN_RETRY_CAP_S": "0.5",
 }
+# A worker in its container is uid 10001 with every capability dropped; as root (CI runs
+# pytest as root) the same process without capabilities is what the kernel's checks see:
+# no CAP_SYS_PTRACE, no CAP_DAC_*. Not root: the process has none already.
+WITHOUT_CAPABILITIES = (
+    ("setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
+     "--no-new-privs", "--")
+    if os.geteuid() == 0 else ()
+)  # fmt: skip
 
 
 def free_port() -> int:
@@ -81,13 +89,18 @@ class Proc:
 
 
 def spawn(
-    module: str, name: str, env: dict[str, str], log_dir: Path, args: tuple[str, ...] = ()
+    module: str,
+    name: str,
+    env: dict[str, str],
+    log_dir: Path,
+    args: tuple[str, ...] = (),
+    wrapper: tuple[str, ...] = (),
 ) -> Proc:
     log_path = log_dir / f"{name}.log"
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", module, *args], env={**_clean_env(), **env}, cwd=REPO,
-            stdout=log, stderr=subprocess.STDOUT,
+            [*wrapper, sys.executable, "-m", module, *args], env={**_clean_env(), **env},
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     return Proc(name, process, log_path)
 
@@ -130,8 +143,10 @@ class Cluster:
         classes: str = "cpu",
         proc_name: str = "",
         wait: bool = True,
+        capless: bool = False,
         **extra: str,
     ) -> Proc:
+        """``capless``: without capabilities, as in its container (pytest may run as root)."""
         env = {
             "BRAIN_URL": self.url, "WORKER_BOOTSTRAP_TOKEN": BOOTSTRAP_TOKEN,
             "WORKER_NAME": name, "WORKER_CLASSES": classes,
@@ -141,7 +156,8 @@ class Cluster:
             "WORKER_STOP_GRACE_S": "2", **self.services, **extra,
         }  # fmt: skip
         (self.root / "data").mkdir(exist_ok=True)
-        proc = spawn("airig.worker", proc_name or name, env, self.root)
+        wrapper = WITHOUT_CAPABILITIES if capless else ()
+        proc = spawn("airig.worker", proc_name or name, env, self.root, wrapper=wrapper)
         self.workers[proc_name or name] = proc
         if wait:
             wait_until(lambda: self.worker_alive(name), 20, f"worker {name} to register")

@@ -59,6 +59,9 @@ PLAN = {
          "payload": {"prompt": "a red bicycle", "checkpoint": CHECKPOINT, "steps": 2}},
         {"id": "count", "type": "shell", "depends_on": ["embed"],
          "payload": {"command": "ls audio | wc -l"}},
+        # the summary reaches the command as "${AIRIG_INPUT_1}", never as command text
+        {"id": "measure", "type": "shell", "depends_on": ["summarise"],
+         "payload": {"command": "printf '%s' {{ tasks.summarise.output.text }} | wc -c"}},
         {"id": "done", "type": "noop", "depends_on": ["count", "picture"],
          "payload": {"echo": "{{ tasks.count.output.stdout_tail }}"}},
         {"id": "unload", "type": "resource", "task_class": "resource", "depends_on": ["done"],
@@ -89,6 +92,8 @@ def test_a_plan_using_every_executor_runs_to_completion(tmp_path, services):
         assert (cluster.root / "results" / image).read_bytes().startswith(b"\x89PNG")
         summary = cluster.get(f"/v1/plans/{plan['id']}/tasks/summarise/result")["output"]
         assert summary["text"] and tasks["summarise"]["metrics"]
+        measured = cluster.get(f"/v1/plans/{plan['id']}/tasks/measure/result")["output"]
+        assert int(measured["stdout_tail"]) == len(summary["text"].encode())
         done = cluster.get(f"/v1/plans/{plan['id']}/tasks/done/result")["output"]
         assert done["echo"].strip() == "1"
         samples = (cluster.root / "state" / "training_samples.jsonl").read_text().splitlines()

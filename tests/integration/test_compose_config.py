@@ -218,3 +218,29 @@ def test_02_compute_passes_compose_without_the_launcher(kit, profile):
     if profile == "gpu-amd":
         for name in ("ollama-gpu-amd", "comfyui-gpu-amd"):
             assert {d["source"] for d in services[name]["devices"]} == {"/dev/kfd", "/dev/dri"}
+
+
+HARDENING = ("cap_drop", "cap_add", "security_opt", "read_only", "tmpfs", "mem_limit", "pids_limit")
+
+
+@pytest.mark.parametrize("profile", ["gpu-nvidia", "gpu-amd"])
+def test_gpu_workers_inherit_the_workers_hardening_and_limits(kit, profile):
+    """The generated per-GPU workers extend worker-cpu: as Compose resolves them, they run
+    as hardened as it, with the limits set in .env."""
+    env = kit / ".env"
+    env.write_text(
+        env.read_text() + "\nAIRIG_WORKER_MEM_LIMIT=300m\nAIRIG_WORKER_PIDS_LIMIT=99\n"
+        "AIRIG_BRAIN_GPUS=1,2\n"
+    )
+    gpus = [GpuSlot(i, gids=(993,)) for i in range(3)]
+    plan = build_plan(load_settings(kit), profile, gpus, amd_host_env([993]))
+    for path, text in plan.generated.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    svcs = config(plan.stack("03-agents"))["services"]
+    cpu = {key: svcs["worker-cpu"].get(key) for key in HARDENING}
+    assert cpu["cap_drop"] == ["ALL"] and cpu["read_only"] is True
+    assert (cpu["mem_limit"], cpu["pids_limit"]) == (str(300 << 20), 99)
+    for name in ("worker-gpu0", "worker-brain"):
+        assert {key: svcs[name].get(key) for key in HARDENING} == cpu, name
+        assert "init" not in svcs[name] and "privileged" not in svcs[name]

@@ -312,7 +312,7 @@ def test_openapi_documents_the_plan_route_and_every_refusal(client):
     assert set(post["requestBody"]["content"]) == {"application/json", "application/yaml",
                                                    "text/markdown"}  # fmt: skip
     assert {"401", "403", "409", "413", "422"} <= set(post["responses"])
-    assert "PlanSpec" in spec["components"]["schemas"]
+    assert "PlanRequest" in spec["components"]["schemas"]
     for path, methods in spec["paths"].items():
         for method, operation in methods.items():
             if path.startswith("/v1/"):
@@ -324,3 +324,58 @@ def test_openapi_documents_the_plan_route_and_every_refusal(client):
                              content=b"{nope")  # fmt: skip
     PlanErrorBody.model_validate(unreadable.json())
     ErrorBody.model_validate(client.get("/v1/plans/nope", headers=ADMIN).json())
+
+
+def test_the_published_plan_body_is_what_the_route_accepts(client):
+    """Every field the schema publishes for a submitted plan is accepted, and only those:
+    `fixes` is the brain's answer (the task classes it inferred), not part of a request."""
+    spec = client.get("/openapi.json").json()
+    json_body = spec["paths"]["/v1/plans"]["post"]["requestBody"]["content"]["application/json"]
+    published = spec["components"]["schemas"][json_body["schema"]["$ref"].rsplit("/", 1)[1]]
+    every = {"name": "p", "description": "what it does", "tasks": [{"id": "a", "type": "noop"}]}
+    assert set(published["properties"]) == set(every)
+    assert published["additionalProperties"] is False and published["required"] == ["tasks"]
+    accepted = client.post("/v1/plans", headers=ADMIN, json=every)
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["fixes"][0]["field"] == "task_class"  # written by the brain
+    unnamed = client.post("/v1/plans", headers=ADMIN, json={"tasks": every["tasks"]})
+    assert unnamed.status_code == 201  # the name is optional, as published
+
+
+# --------------------------------------------------------- 11. GPU telemetry bounds
+REAL_GPU = {"index": 7, "name": "AMD Instinct MI355X", "vram_total_mb": 294_912,
+            "vram_free_mb": 1024, "temperature_c": 95.0, "power_w": 1400.0}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "gpu",
+    [
+        {"index": 0, "vram_total_mb": 10**30},
+        {"index": 0, "vram_total_mb": -1},
+        {"index": 0, "vram_free_mb": 10**9},
+        {"index": 0, "vram_total_mb": 8192, "vram_free_mb": 8193},
+        {"index": -1},
+        {"index": 4097},
+        {"index": 0, "temperature_c": 1e6},
+        {"index": 0, "temperature_c": -300.0},
+        {"index": 0, "power_w": -5.0},
+        {"index": 0, "power_w": 1e9},
+        {"index": 0, "name": "x" * 1000},
+    ],
+)
+def test_gpu_telemetry_out_of_range_is_a_422(client, gpu):
+    refused = client.post("/v1/workers/register", headers=BOOT, json={"name": "w1", "gpus": [gpu]})
+    assert refused.status_code == 422, refused.text
+    worker = register(client, "w2", gpus=[REAL_GPU])  # the largest cards of today pass
+    beat = client.post("/v1/workers/heartbeat", headers=worker, json={"gpus": [gpu]})
+    assert beat.status_code == 422, beat.text
+    again = client.post("/v1/workers/heartbeat", headers=worker, json={"gpus": [REAL_GPU]})
+    assert again.status_code == 200
+    listed = client.get("/v1/workers", headers=ADMIN).json()["workers"]
+    assert [w["gpus"] for w in listed] == [[REAL_GPU]]
+
+
+def test_a_worker_reporting_thousands_of_gpus_is_a_422(client):
+    many = [{**REAL_GPU, "index": i} for i in range(1000)]
+    answer = client.post("/v1/workers/register", headers=BOOT, json={"name": "w1", "gpus": many})
+    assert answer.status_code == 422, answer.text[:200]

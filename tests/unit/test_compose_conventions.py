@@ -11,6 +11,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = ["01-infra", "02-compute", "03-agents"]
 ONE_SHOT = {"volumes-init", "ollama-init", "comfyui-init", "whisper-init"}
+# The kit's own services (its image) are hardened; these keep a capability, and why.
+KEPT_CAPABILITIES = {
+    "volumes-init": ["CHOWN", "DAC_OVERRIDE"],  # chowns the volumes, mkdir in owned ones
+    # write into model stores other images' users own (speaches' uid 1000)
+    **dict.fromkeys(["ollama-init", "comfyui-init", "whisper-init"], ["DAC_OVERRIDE"]),
+}
+# Limits a user sets in .env (the rest are fixed: small helpers).
+LIMIT_KNOBS = {
+    "brain": ("AIRIG_BRAIN_MEM_LIMIT", "AIRIG_BRAIN_PIDS_LIMIT"),
+    "worker-cpu": ("AIRIG_WORKER_MEM_LIMIT", "AIRIG_WORKER_PIDS_LIMIT"),
+}
 
 
 def services(stack: str) -> dict:
@@ -39,6 +50,35 @@ def test_service_conventions(stack, name, svc):
         assert "healthcheck" in svc, f"{stack}/{name}: long-running services need a healthcheck"
         assert svc.get("restart") == "unless-stopped"
     assert svc.get("logging", {}).get("options", {}).get("max-size"), f"{stack}/{name}: rotate logs"
+
+
+def kit_services():
+    return [s for s in all_services() if s[2]["image"].startswith("${AIRIG_IMAGE")]
+
+
+@pytest.mark.parametrize(
+    "stack,name,svc", kit_services(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_kit_services_are_hardened(stack, name, svc):
+    """What a task (or a compromised service) cannot do: gain a capability or a privilege,
+    write outside its volumes and tmpfs, or take the host's memory and process table."""
+    assert svc.get("cap_drop") == ["ALL"], f"{stack}/{name}"
+    assert svc.get("cap_add", []) == KEPT_CAPABILITIES.get(name, []), f"{stack}/{name}"
+    assert "no-new-privileges:true" in svc.get("security_opt", []), f"{stack}/{name}"
+    assert svc.get("read_only") is True, f"{stack}/{name}"
+    assert "/tmp" in [mount.split(":")[0] for mount in svc.get("tmpfs", [])], f"{stack}/{name}"
+    assert svc.get("mem_limit") and svc.get("pids_limit"), f"{stack}/{name}: limits"
+    for key in ("privileged", "init", "pid", "ipc", "network_mode", "devices"):
+        assert key not in svc, f"{stack}/{name}: {key}"
+    assert not [v for v in svc.get("volumes", []) if "docker.sock" in str(v)], f"{stack}/{name}"
+    memory, pids = LIMIT_KNOBS.get(name, ("", ""))
+    assert str(svc["mem_limit"]).startswith("${" + memory) == bool(memory), svc["mem_limit"]
+    assert str(svc["pids_limit"]).startswith("${" + pids) == bool(pids), svc["pids_limit"]
+
+
+def test_every_kit_service_is_checked():
+    names = {name for _, name, _ in kit_services()}
+    assert names == ONE_SHOT | {"files", "models-ready", "brain", "worker-cpu"}
 
 
 def test_every_init_container_has_a_consumer():

@@ -439,15 +439,15 @@ def test_bug_report_redacts_secret_keys_and_url_credentials() -> None:
         "AIRIG_PIP_INSTALL_ARGS": "--index-url https://me:hunter2@pypi.example/simple",
         "AIRIG_MIRROR": "https://hunter2@mirror.example/x",
         "AIRIG_BIND_ADDRESS": "127.0.0.1",
-        "AIRIG_BRAIN_URL": "http://brain:8080/v1",
+        "BRAIN_URL": "http://me:hunter2@brain:8080/v1",
+        "AIRIG_BRAIN_PUBLIC_URL": "https://brain.example.lan",
     }
     settings = redacted_env(values)
-    assert settings["AIRIG_PIP_INSTALL_ARGS"] == (
-        "--index-url https://me:<redacted>@pypi.example/simple"
-    )
-    assert settings["AIRIG_MIRROR"] == "https://<redacted>@mirror.example/x"
+    assert settings["AIRIG_PIP_INSTALL_ARGS"] == "<redacted>"
+    assert settings["AIRIG_MIRROR"] == "<redacted>"  # not a knob the kit declares
     assert settings["AIRIG_BIND_ADDRESS"] == "127.0.0.1"
-    assert settings["AIRIG_BRAIN_URL"] == "http://brain:8080/v1"
+    assert settings["BRAIN_URL"] == "http://me:<redacted>@brain:8080/v1"  # a safe knob's URL
+    assert settings["AIRIG_BRAIN_PUBLIC_URL"] == "https://brain.example.lan"
     check = Check("registry", False, "cannot reach http://me:hunter2@registry:5000/v2")
     data = bundle([check], values, {"services_error": "pull ftp://a:hunter2@b failed"})
     assert "hunter2" not in json.dumps(data)
@@ -463,6 +463,39 @@ def test_doctor_json_leaks_no_password(kit, host, monkeypatch, capsys) -> None:
     data = json.loads(out)
     assert data["settings"]["DB_PASSWORD"] == "<redacted>"
     assert "hunter2" not in out
+
+
+# Secrets whose key names no list of words catches, a secret in a URL's path, and the
+# launcher's own secrets: the bug report shows none of them.
+UNSAFE = {
+    "SESSION_COOKIE": "hunter2",
+    "PRIVATE_PEM": "-----BEGIN hunter2",
+    "GITHUB_PAT": "ghp_hunter2",
+    "SIGNING_SALT": "hunter2",
+    "ALERTS_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/hunter2",
+    "AIRIG_PIP_INSTALL_ARGS": "--extra-index-url https://pypi.fury.io/hunter2/me/",
+    "AIRIG_JOIN_TOKEN": "hunter2",
+    "BRAIN_ADMIN_TOKEN": "hunter2",
+    "WORKER_BOOTSTRAP_TOKEN": "hunter2",
+}
+
+
+def test_the_bug_report_shows_only_values_the_kit_knows_are_safe() -> None:
+    safe = {"AIRIG_BIND_ADDRESS": "0.0.0.0", "OLLAMA_PORT": "11434", "AIRIG_PROFILE": "cpu"}
+    report = bundle([], {**UNSAFE, **safe}, {})
+    assert "hunter2" not in json.dumps(report)
+    assert report["settings"] == {**dict.fromkeys(UNSAFE, "<redacted>"), **safe}
+
+
+def test_doctor_json_shows_no_value_of_a_key_it_does_not_know(kit, host, monkeypatch, capsys):
+    on_host(monkeypatch, host, FakeNvml())
+    unsafe = {k: v for k, v in UNSAFE.items() if k != "AIRIG_JOIN_TOKEN"}  # needs its URL
+    (kit / ".env").write_text("".join(f"{key}={value}\n" for key, value in unsafe.items()))
+    _, out, err = run_cli(monkeypatch, capsys, FakeAdapter(FakeDocker()), "doctor", "--json")
+    assert "Traceback" not in err
+    settings = json.loads(out)["settings"]
+    assert {key: settings[key] for key in unsafe} == dict.fromkeys(unsafe, "<redacted>")
+    assert "hunter2" not in out and settings["AIRIG_NETWORK"] == "ai-network"
 
 
 # ------------------------------------------------------------------ issue 13: images that fit

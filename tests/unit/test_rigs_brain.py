@@ -86,8 +86,9 @@ def test_the_token_list_never_shows_a_token_or_its_hash(client):
     listed = answer.json()["tokens"]
     assert {t["id"] for t in listed} == {made["id"], submit["id"]}
     for t in listed:
-        assert set(t) == {"id", "scope", "name", "created_at", "revoked", "revoked_at"}
+        assert set(t) == {"id", "scope", "name", "created_at", "revoked", "revoked_at", "trust"}
         assert not t["revoked"]
+        assert t["trust"] == ("untrusted" if t["scope"] == "join" else None)
     from airig.brain.auth import hash_token
 
     for secret in (made["token"], submit["token"]):
@@ -142,8 +143,40 @@ def test_a_live_workers_name_stays_its_own_across_rigs(client):
     first = register(client, BOOT, "gpu0", host="rig-a").json()["token"]
     joined = bearer(join_token(client)["token"])
     taken = register(client, joined, "gpu0")
-    assert taken.status_code == 409 and "Retry-After" in taken.headers
+    assert taken.status_code == 409 and "belongs to another rig" in taken.json()["detail"]
     assert register(client, joined, "gpu0", previous_token=first).status_code == 200
+
+
+def silence(client, name: str) -> None:
+    """As if the worker crashed a lease ago: its last heartbeat is long past."""
+    with sqlite3.connect(client.app.state.settings.db_path) as conn:
+        conn.execute("UPDATE workers SET last_heartbeat = 1.0 WHERE id = ?", (name,))
+
+
+def test_a_silent_workers_name_goes_back_to_its_own_rig_only(client):
+    """Past its lease a name is no longer held, but it still belongs to the rig that
+    registered it: that rig's join token (or, for a local worker, the bootstrap token)
+    takes it back; another rig gets 409 and is told what to do."""
+    made = join_token(client)
+    rig_b, rig_c = bearer(made["token"]), bearer(join_token(client, "rig-c")["token"])
+    assert register(client, rig_b, "rig-b-gpu0").status_code == 200
+    assert register(client, BOOT, "gpu0", host="rig-a").status_code == 200
+    silence(client, "rig-b-gpu0")
+    silence(client, "gpu0")
+    for thief, name in ((rig_c, "rig-b-gpu0"), (BOOT, "rig-b-gpu0"), (rig_c, "gpu0")):
+        taken = register(client, thief, name, host="rig-c")
+        assert taken.status_code == 409, (name, taken.text)
+        detail = taken.json()["detail"]
+        assert "belongs to another rig" in detail and "WORKER_NAME" in detail
+        assert "Retry-After" not in taken.headers  # waiting would not help
+    assert register(client, rig_b, "rig-b-gpu0").status_code == 200
+    assert register(client, BOOT, "gpu0", host="rig-a").status_code == 200
+    listed = {w["name"]: w for w in client.get("/v1/workers", headers=ADMIN).json()["workers"]}
+    assert (listed["rig-b-gpu0"]["join_token"], listed["gpu0"]["join_token"]) == (made["id"], None)
+    # a revoked rig owns nothing: joined again with a new token, it gets its names back
+    client.delete(f"/v1/tokens/{made['id']}", headers=ADMIN)
+    again = bearer(join_token(client)["token"])
+    assert register(client, again, "rig-b-gpu0").status_code == 200
 
 
 OLD_SCHEMA = """

@@ -179,6 +179,71 @@ def test_join_dry_run_shows_a_rig_without_brain(kit, brain, monkeypatch, capsys)
     assert not (kit / ".env").exists()  # a dry run writes nothing
 
 
+DRY_JOIN = ("join", "--brain", "http://10.1.2.3:8080", "--insecure", "--profile", "cpu",
+            "--dry-run")  # fmt: skip
+
+
+class Terminal(io.StringIO):
+    """A stdin that is a terminal: `join` may ask for the token there."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def argv_notes(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "--token-file" in line]
+
+
+@pytest.mark.parametrize("way", ["environment", "file", "prompt"])
+def test_the_join_token_need_not_be_on_the_command_line(kit, brain, monkeypatch, capsys,
+                                                        tmp_path, way):  # fmt: skip
+    """`ps` and the shell's history show a command line: the token can come from
+    AIRIG_JOIN_TOKEN, a file, or a hidden prompt instead."""
+    token = join_token(brain)["token"]
+    args, asked = list(DRY_JOIN), []
+    monkeypatch.setattr("sys.stdin", Terminal())
+    if way == "environment":
+        monkeypatch.setenv("AIRIG_JOIN_TOKEN", token)
+    elif way == "file":
+        (tmp_path / "join-token").write_text(f"{token}\n")
+        args += ["--token-file", str(tmp_path / "join-token")]
+    monkeypatch.setattr("getpass.getpass", lambda prompt: asked.append(prompt) or token)
+    code, out, err = run_cli(monkeypatch, capsys, Docker(), *args)
+    assert code == 0, err
+    assert "03-agents/compose.join.yaml" in out and token not in out + err
+    assert argv_notes(out + err) == []
+    assert len(asked) == (way == "prompt")  # asked only when nothing else gave it
+
+
+def test_a_token_on_the_command_line_works_and_says_once_where_else_it_can_come_from(
+    kit, brain, monkeypatch, capsys
+):
+    token = join_token(brain)["token"]
+    code, out, err = run_cli(monkeypatch, capsys, Docker(), *DRY_JOIN, "--token", token)
+    assert code == 0, err
+    [note] = argv_notes(out + err)
+    assert "AIRIG_JOIN_TOKEN" in note and "ps" in note and token not in out + err
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        ([], ["no join token"]),
+        (["--token-file", "/nonexistent/join-token"], ["cannot read", "/nonexistent/join-token"]),
+        (["--token", "join-token-123456", "--token-file", "/etc/hostname"], ["--token-file"]),
+    ],
+)
+def test_a_missing_or_unreadable_token_is_one_line_and_starts_nothing(
+    kit, brain, monkeypatch, capsys, args, words
+):
+    monkeypatch.delenv("AIRIG_JOIN_TOKEN", raising=False)
+    docker = Untouchable()
+    code, _, err = run_cli(monkeypatch, capsys, docker, "join", "--brain", BRAIN, *args)
+    line = one_error(code, err, *words)
+    assert "AIRIG_JOIN_TOKEN" in err or "--token" in line
+    assert docker.calls == [] and not (kit / ".env").exists()
+
+
 def test_a_rig_running_its_own_brain_cannot_join(kit, brain, monkeypatch, capsys):
     class BrainHere(Untouchable):
         def services(self, stack):
@@ -342,6 +407,28 @@ def test_a_worker_whose_join_token_was_revoked_stops_with_one_line(tmp_path, mon
         client.delete(f"/v1/tokens/{made['id']}", headers=ADMIN)
         with pytest.raises(ConfigError, match="revoked join token"):
             link.register(request, threading.Event())
+
+
+def test_a_worker_whose_name_belongs_to_another_rig_stops_with_one_line(tmp_path):
+    """409 without Retry-After at registration: the name is another rig's, and waiting
+    cannot change that (a live holder's 409 carries Retry-After and is waited out)."""
+    from airig.common.protocol import RegisterRequest
+    from airig.worker.link import BrainLink, RegistrationRefused
+
+    settings = h.make_settings(tmp_path, BRAIN_CLAIM_WAIT_S=0)
+    with TestClient(create_app(settings)) as client:
+        links = [BrainLink("http://brain", join_token(client, rig)["token"]) for rig in "bc"]
+
+        class Session:
+            def request(self, method, url, headers=None, timeout=None, **kwargs):
+                return client.request(method, urlsplit(url).path, headers=headers, **kwargs)
+
+        for link in links:
+            link._local.session = Session()
+        request = RegisterRequest(name="rig-b-cpu", host="rig-b")
+        assert links[0].register(request, threading.Event()).worker_id == "rig-b-cpu"
+        with pytest.raises(RegistrationRefused, match="belongs to another rig"):
+            links[1].register(request, threading.Event())
 
 
 # ------------------------------------------------------------------ token commands

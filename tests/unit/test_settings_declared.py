@@ -27,7 +27,7 @@ from pathlib import Path
 from dotenv import dotenv_values
 
 from airig.launcher.images import VARIABLE
-from airig.launcher.settings import FIELD_OF, PORTS, Settings, env_text, knob_extra
+from airig.launcher.settings import FIELD_OF, PORTS, REPORTABLE, Settings, env_text, knob_extra
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / ".env.example"
@@ -141,3 +141,19 @@ def test_the_readme_table_is_the_declaration() -> None:
         f"README's settings table differs from airig/launcher/settings.py; put this "
         f"between its markers:\n\n{expected}\n"
     )
+
+
+def test_a_bug_report_shows_only_declared_knobs_not_marked_secret() -> None:
+    """`doctor --json` prints the values of REPORTABLE keys only. A knob whose name or help
+    says it holds a credential must be marked ``secret=True`` (which also keeps it out of
+    every repr, hence out of tracebacks)."""
+    secret = {key for key in FIELD_OF if knob_extra(key).get("secret")}
+    assert set(FIELD_OF) - secret == REPORTABLE
+    assert {"BRAIN_ADMIN_TOKEN", "WORKER_BOOTSTRAP_TOKEN", "AIRIG_JOIN_TOKEN"} <= secret
+    for key in FIELD_OF:
+        field = Settings.model_fields[FIELD_OF[key]]
+        says = re.search(r"TOKEN|PASSWORD|SECRET|KEY|CREDENTIAL", key) or "secret" in (
+            field.description or ""
+        )
+        assert not says or key in secret, f"{key} looks like a secret: mark it secret=True"
+        assert field.repr == (key not in secret), key

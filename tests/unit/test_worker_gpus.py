@@ -62,3 +62,14 @@ def test_the_brain_group_keeps_both_host_indexes(nvml):
 def test_no_driver_means_no_gpus(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     assert probe_gpus([0]) == []
+
+
+def test_a_sensor_reading_out_of_range_is_left_out_not_sent(nvml):
+    """The brain refuses a heartbeat with an impossible reading (422): a broken sensor
+    must not take the worker off the brain, so the card goes without it."""
+    from airig.common.protocol import GpuInfo
+
+    nvml([("GTX 1060 #0", 4294967295.0)])
+    [gpu] = probe_gpus([0])
+    assert (gpu.temperature_c, gpu.power_w, gpu.vram_total_mb) == (None, None, 6144)
+    assert GpuInfo.model_validate(gpu.model_dump()) == gpu

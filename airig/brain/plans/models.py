@@ -28,6 +28,18 @@ class TaskSpec(BaseModel):
     sensitive: bool = False
 
 
+class PlanRequest(BaseModel):
+    """What ``POST /v1/plans`` accepts, as published in its OpenAPI schema (JSON; YAML and
+    Markdown carry the same fields). ``validate_plan`` reads these fields and no others;
+    the stored plan's ``fixes`` are the brain's (the task classes it inferred)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("plan", description="empty = 'plan'; cut to 200 characters")
+    description: str = ""
+    tasks: list[TaskSpec] = Field(min_length=1)
+
+
 class PlanSpec(BaseModel):
     """A validated plan, ready to be stored."""
 

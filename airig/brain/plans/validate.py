@@ -4,7 +4,8 @@ Checks: task fields (id, class, priority range, ...), known type, payload schema
 (from ``airig.common.task_schemas``), size limits (413), duplicate and unknown ids, cycles,
 templates that name a task outside ``depends_on``, and taint: a task reading an untrusted
 task's output through a template is untrusted too, and an untrusted shell task is
-refused (a command never comes from untrusted data).
+refused (a command never comes from untrusted data). Sensitivity follows the data the same
+way: a task reading a sensitive task's output is made sensitive (reported as a fix).
 
 A missing ``task_class`` is inferred as the seed cluster did and reported as a fix.
 """
@@ -31,6 +32,10 @@ CLASS_KEYWORDS = (
 )
 # Types that only make sense in one class; shell and noop tasks are classed by content.
 CONTENT_CLASSED_TYPES = {"shell", "noop"}
+SHELL_INPUTS_ARE_THE_BRAINS = (
+    "filled by the brain from the command's templates ({{ tasks.<id>.output }} reaches the "
+    'command as "${AIRIG_INPUT_<n>}"); put fixed values in env'
+)
 # Errors listed in one refusal: a megabyte of bad dependencies would otherwise answer
 # with tens of megabytes of errors. The rest are counted in a last entry.
 MAX_REPORTED_ERRORS = 200
@@ -107,6 +112,8 @@ def _check_payload(spec: TaskSpec, errors: list[dict[str, Any]]) -> None:
     if not spec.model and isinstance(spec.payload.get("model"), str):
         spec.model = spec.payload["model"]
     spec.model = placement_model(spec.type, spec.payload, spec.model)
+    if spec.type == "shell" and "inputs" in spec.payload:
+        errors.append(_error(spec.id, "payload.inputs", SHELL_INPUTS_ARE_THE_BRAINS))
     try:
         schema.model_validate(spec.payload)
     except ValidationError as exc:
@@ -221,6 +228,25 @@ def _check_taint(specs: dict[str, TaskSpec], order: list[str], errors: list) -> 
     return tainted
 
 
+def _propagate_sensitive(specs: dict[str, TaskSpec], order: list[str], fixes: list) -> None:
+    """A task whose templates read a sensitive task's output holds that data in its own
+    payload: it is sensitive too (no untrusted rig gets it, no training sample keeps it)."""
+    sensitive: set[str] = set()
+    for task_id in order:
+        spec = specs.get(task_id)
+        if spec is None:
+            continue
+        sources = sorted(results.references(spec.payload) & sensitive)
+        if sources and not spec.sensitive:
+            spec.sensitive = True
+            fixes.append(
+                {"task": spec.id, "field": "sensitive", "fix": "set true",
+                 "reason": f"reads the output of sensitive {_names('task', sources)}"}
+            )  # fmt: skip
+        if spec.sensitive:
+            sensitive.add(task_id)
+
+
 def validate_plan(data: dict[str, Any], limits: Limits) -> tuple[PlanSpec, set[str]]:
     """The plan and its tainted task ids, or PlanInvalid with every error."""
     raw_tasks = data.get("tasks") or []
@@ -241,6 +267,7 @@ def validate_plan(data: dict[str, Any], limits: Limits) -> tuple[PlanSpec, set[s
     raw_ids = [str(raw["id"]) for raw in raw_tasks if isinstance(raw, dict) and "id" in raw]
     order = _check_graph(specs, raw_ids, errors)
     tainted = _check_taint({s.id: s for s in specs}, order, errors) if order else set()
+    _propagate_sensitive({s.id: s for s in specs}, order, fixes)
     name = data.get("name") or "plan"
     if not isinstance(name, str | int | float) or isinstance(name, bool):
         errors.append(_error(None, "name", f"the plan name must be text, got {name!r:.60}"))

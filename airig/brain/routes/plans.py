@@ -38,7 +38,8 @@ def _task_view(row: sqlite3.Row, deps: list[str]) -> dict[str, Any]:
         "id": row["key"], "uid": row["id"], "name": row["name"], "type": row["type"],
         "task_class": row["task_class"], "state": row["state"], "priority": row["priority"],
         "attempt": row["attempt"], "worker_id": row["worker_id"], "model": row["model"],
-        "trusted": bool(row["trusted"]), "depends_on": deps, "error": row["error"],
+        "trusted": bool(row["trusted"]), "tainted_output": bool(row["tainted_output"]),
+        "depends_on": deps, "error": row["error"],
         "error_type": row["error_type"], "reason": row["reason"],
         "started_at": row["started_at"], "finished_at": row["finished_at"],
         "files": json.loads(row["files_json"]), "metrics": json.loads(row["metrics_json"]),
@@ -93,7 +94,7 @@ _PLAN_BODY = {
     "description": "A plan: JSON, YAML or Markdown (by Content-Type, else sniffed). "
     "See 03-agents/AGENTS.md for the fields.",
     "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/PlanSpec"}},
+        "application/json": {"schema": {"$ref": "#/components/schemas/PlanRequest"}},
         "application/yaml": {"schema": {"type": "string"}},
         "text/markdown": {"schema": {"type": "string"}},
     },

@@ -11,7 +11,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from airig.brain import exchange, leases, results, states
+from airig.brain import exchange, leases, results, states, trust
 from airig.brain.deps import BrainDep, WorkerDep
 from airig.brain.events import Outbox
 from airig.brain.exchange import Leased
@@ -46,10 +46,12 @@ def _view(brain: Brain, worker_id: str, body: ClaimRequest) -> WorkerView:
     with brain.db.read() as conn:
         row = conn.execute("SELECT classes_json FROM workers WHERE id = ?", (worker_id,))
         found = row.fetchone()
+        trusted = trust.worker_trusted(conn, worker_id)
     if found is None:
         raise HTTPException(401, "worker is not registered")
     classes = tuple(json.loads(found["classes_json"]))
-    return WorkerView(classes=classes, resident_models=frozenset(body.resident_models))
+    models = frozenset(body.resident_models)
+    return WorkerView(classes=classes, resident_models=models, trusted=trusted)
 
 
 def _assignment(

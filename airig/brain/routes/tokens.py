@@ -17,6 +17,7 @@ from airig.brain.deps import AdminDep, AnyTokenDep, BrainDep
 from airig.brain.events import Outbox
 from airig.brain.leases import drop_leases
 from airig.brain.retry import RetryPolicy
+from airig.brain.trust import DEFAULT_JOIN_TRUST
 from airig.common.protocol import (
     ErrorBody,
     TokenCreated,
@@ -32,18 +33,21 @@ router = APIRouter(prefix="/v1", tags=["tokens"])
 
 @router.post("/tokens", status_code=201, response_model=TokenCreated)
 def create_token(body: TokenRequest, brain: BrainDep, _: AdminDep) -> TokenCreated:
-    """A new scoped token, shown once; only its hash is stored."""
+    """A new scoped token, shown once; only its hash is stored. A join token gets a trust
+    level: ``untrusted`` unless the request says ``full``."""
     name = body.name or body.scope
-    token_id, token = store_token(brain.db, body.scope, name)
-    return TokenCreated(id=token_id, token=token, scope=body.scope, name=name)
+    trust = (body.trust or DEFAULT_JOIN_TRUST) if body.scope == "join" else None
+    token_id, token = store_token(brain.db, body.scope, name, trust)
+    return TokenCreated(id=token_id, token=token, scope=body.scope, name=name, trust=trust)
 
 
 @router.get("/tokens", response_model=TokenList)
 def list_tokens(brain: BrainDep, _: AdminDep) -> TokenList:
-    """Every stored token, newest first: id, scope, name, dates. Never a token or a hash."""
+    """Every stored token, newest first: id, scope, name, dates, a join token's trust.
+    Never a token or a hash."""
     with brain.db.read() as conn:
         rows = conn.execute(
-            """SELECT id, scope, name, created_at, revoked_at FROM tokens
+            """SELECT id, scope, name, created_at, revoked_at, trust FROM tokens
                ORDER BY created_at DESC, id"""
         ).fetchall()
     return TokenList(tokens=[_info(row) for row in rows])
@@ -52,7 +56,7 @@ def list_tokens(brain: BrainDep, _: AdminDep) -> TokenList:
 def _info(row: sqlite3.Row) -> TokenInfo:
     return TokenInfo(
         id=row["id"], scope=row["scope"], name=row["name"], created_at=row["created_at"],
-        revoked=row["revoked_at"] is not None, revoked_at=row["revoked_at"],
+        revoked=row["revoked_at"] is not None, revoked_at=row["revoked_at"], trust=row["trust"],
     )  # fmt: skip
 
 

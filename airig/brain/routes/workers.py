@@ -20,21 +20,32 @@ router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
 
 def _refuse_takeover(
-    conn: sqlite3.Connection, body: RegisterRequest, lease_s: float, now: float
+    conn: sqlite3.Connection, body: RegisterRequest, rig: str | None, lease_s: float, now: float
 ) -> None:
-    """Every worker registers with the one bootstrap token (or its rig's join token),
-    so a name is not proof of identity: a name whose holder is alive (heartbeat within
-    a lease) is only handed to a registrant that shows the holder's token. A crashed
-    worker gets its name back once its heartbeat is a lease old, when the reaper has
-    given up on it anyway."""
+    """Every worker of a rig registers with one token (the bootstrap token here, a join
+    token on another rig), so a name is not proof of identity. A registrant that shows
+    the holder's worker token is that worker. Otherwise a name belongs to the rig that
+    registered it (``rig``: the join token's id, None for the bootstrap token): another
+    rig never gets it, and a name whose holder is alive (heartbeat within a lease) waits.
+    A crashed worker's rig gets the name back once its heartbeat is a lease old, when the
+    reaper has given up on it anyway; a rig cut off (join token revoked) owns no name."""
     row = conn.execute(
-        "SELECT token_hash, last_heartbeat FROM workers WHERE id = ?", (body.name,)
+        """SELECT w.token_hash, w.last_heartbeat, w.registered_by, w.host, t.revoked_at,
+               t.id AS token_id
+           FROM workers w LEFT JOIN tokens t ON t.id = w.registered_by WHERE w.id = ?""",
+        (body.name,),
     ).fetchone()
-    if row is None or now - row["last_heartbeat"] > lease_s:
+    if row is None:
         return
     if body.previous_token and hmac.compare_digest(
         hash_token(body.previous_token), row["token_hash"]
     ):
+        return
+    live_rig = row["token_id"] is not None and row["revoked_at"] is None
+    owned = row["registered_by"] is None or live_rig
+    if owned and row["registered_by"] != rig:
+        raise HTTPException(409, _another_rigs(body.name, row))
+    if now - row["last_heartbeat"] > lease_s:
         return
     wait = max(1, int(lease_s - (now - row["last_heartbeat"])) + 1)
     raise HTTPException(
@@ -45,10 +56,28 @@ def _refuse_takeover(
     )
 
 
+def _another_rigs(name: str, holder: sqlite3.Row) -> str:
+    """The refusal of a name another rig registered: whose it is and what to do."""
+    taken = f"worker name {name!r} belongs to another rig"
+    rename = "give this worker another name (WORKER_NAME; AIRIG_RIG_NAME on a joined rig)"
+    if holder["registered_by"] is None:
+        return f"{taken} (the brain's own); {rename}"
+    host = f" ({holder['host']})" if holder["host"] else ""
+    return (
+        f"{taken}{host}; {rename}, or if that rig is gone for good, revoke its join token "
+        "on the brain's machine (`token list`, `token revoke ID`)"
+    )
+
+
 @router.post(
     "/register",
     response_model=RegisterResponse,
-    responses={409: {"model": ErrorBody, "description": "the name is held by a live worker"}},
+    responses={
+        409: {
+            "model": ErrorBody,
+            "description": "the name is held by a live worker, or belongs to another rig",
+        }
+    },
 )
 def register(
     body: RegisterRequest,
@@ -62,7 +91,7 @@ def register(
     joined_with = registrar.token_id if registrar.scope == "join" else None
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
-        _refuse_takeover(conn, body, brain.settings.lease_s, now)
+        _refuse_takeover(conn, body, joined_with, brain.settings.lease_s, now)
         drop_leases(conn, outbox, brain.retry, body.name, now)
         conn.execute(
             """INSERT INTO workers (id, token_hash, classes_json, gpu_index, gpus_json,

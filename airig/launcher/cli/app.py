@@ -7,6 +7,7 @@ and printed as one red line plus a hint (exit 1). No tracebacks, no locals.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Protocol, cast
@@ -16,7 +17,7 @@ from rich.markup import escape
 
 from airig import __version__
 from airig.common.errors import AirigError, ConfigError
-from airig.launcher.console import console, fail
+from airig.launcher.console import console, err_console, fail
 from airig.launcher.docker import ENGINE_HINT, Docker
 from airig.launcher.envfile import ensure_env
 from airig.launcher.plan import plan_for_running, worker_layout
@@ -87,20 +88,34 @@ def join(
         str, typer.Option("--brain", help="The brain's URL, e.g. https://brain.example.lan")
     ],
     token: Annotated[
-        str, typer.Option("--token", help="A join token (`token create --join` over there)")
-    ],
+        str | None,
+        typer.Option(
+            "--token",
+            help="The join token (`token create --join` over there); `ps` and your shell's "
+            "history show it: prefer AIRIG_JOIN_TOKEN, --token-file or the prompt.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="Read the join token from this file.")
+    ] = None,
     insecure: Annotated[
         bool, typer.Option("--insecure", help="Allow plain http to another machine.")
     ] = False,
     profile: ProfileOpt = None,
     dry_run: DryRunOpt = False,
 ) -> None:
-    """Join another machine's brain: this rig's models and GPU workers, no brain here."""
-    from airig.launcher.join import join_rig
+    """Join another machine's brain: this rig's models and GPU workers, no brain here.
 
+    The token: --token-file, AIRIG_JOIN_TOKEN or a hidden prompt (--token shows in `ps`)."""
+    from airig.launcher.join import ARGV_NOTE, join_rig, join_token
+
+    token, source = join_token(token, token_file, os.environ, sys.stdin.isatty())
+    if source == "--token":
+        err_console.print(f"[yellow]⚠ {escape(ARGV_NOTE)}[/]", soft_wrap=True)
     settings, result = join_rig(
-        repo_root(), brain, token, insecure, profile, dry_run, console, _ensure_env, Docker()
-    )
+        repo_root(), brain, token, insecure, profile, dry_run, console, _ensure_env, Docker(),
+        token_source=source,
+    )  # fmt: skip
     if dry_run:
         _print_dry_run(result, settings)
         return

@@ -1,8 +1,10 @@
 """`token create | list | revoke`: the brain's stored tokens, from the brain's machine.
 
 A join token is what a second rig needs (`join --brain URL --token T`); `create` prints
-it once, with the exact command to run over there. Revoking it cuts that rig off: its
-workers' tokens stop working too. The CLI talks to this machine's brain with
+it once, with the exact command to run over there. It carries the rig's trust level:
+`untrusted` (the default: its workers get no sensitive task and their output is tainted)
+or `full` (as this machine's own workers). Revoking it cuts that rig off: its workers'
+tokens stop working too. The CLI talks to this machine's brain with
 BRAIN_ADMIN_TOKEN from .env; on a joined rig the tokens live on the brain's machine.
 """
 
@@ -22,6 +24,7 @@ from airig.launcher.console import console
 from airig.launcher.settings import Settings
 
 SCOPES = ("join", "submit", "metrics", "admin")
+TRUST_LEVELS = ("untrusted", "full")  # a join token's; the first is the default
 
 
 def build_tokens_app(settings_of: Callable[[], Settings]) -> typer.Typer:
@@ -34,14 +37,24 @@ def build_tokens_app(settings_of: Callable[[], Settings]) -> typer.Typer:
             str | None, typer.Option("--scope", help="join | submit | metrics | admin")
         ] = None,
         name: Annotated[str, typer.Option("--name", help="What it is for (shown in list).")] = "",
+        trust: Annotated[
+            str | None,
+            typer.Option(
+                "--trust",
+                help="A join token's rig: untrusted (default: no sensitive task, its output "
+                "tainted) | full (as this machine's own workers).",
+            ),
+        ] = None,
     ) -> None:
         """Create a token and print it once (with the join command for --join)."""
         settings = settings_of()
         chosen = _scope(join, scope)
-        made = _client(settings).create_token(chosen, name or chosen)
+        level = _trust(chosen, trust)
+        made = _client(settings).create_token(chosen, name or chosen, level)
+        trusted = f", trust {escape(made['trust'])}" if made.get("trust") else ""
         console.print(
             f"{escape(made['scope'])} token [bold]{escape(made['name'])}[/] "
-            f"(id {escape(made['id'])}), shown once:"
+            f"(id {escape(made['id'])}{trusted}), shown once:"
         )
         console.print(f"  {made['token']}", markup=False, highlight=False, soft_wrap=True)
         if chosen == "join":
@@ -79,6 +92,18 @@ def _scope(join: bool, scope: str | None) -> str:
     return chosen
 
 
+def _trust(scope: str, trust: str | None) -> str | None:
+    if trust is None:
+        return TRUST_LEVELS[0] if scope == "join" else None
+    if scope != "join":
+        raise ConfigError(f"--trust is for join tokens, not {scope}", "leave --trust out")
+    if trust not in TRUST_LEVELS:
+        raise ConfigError(
+            f"--trust {trust!r} is not a trust level", "--trust untrusted (default) or full"
+        )
+    return trust
+
+
 def _client(settings: Settings) -> BrainClient:
     if settings.joined:
         raise ConfigError(
@@ -101,13 +126,13 @@ def _print_join(settings: Settings, made: dict[str, Any]) -> None:
 
 def tokens_table(tokens: list[dict[str, Any]]) -> Table:
     table = Table(title="tokens")
-    for column in ("id", "scope", "name", "created", "revoked"):
+    for column in ("id", "scope", "name", "trust", "created", "revoked"):
         table.add_column(column)
     for t in tokens:
         revoked = _when(t["revoked_at"]) if t.get("revoked") else ""
         table.add_row(
-            escape(t["id"]), escape(t["scope"]), escape(t["name"]), _when(t["created_at"]),
-            f"[red]{revoked}[/]" if revoked else "",
+            escape(t["id"]), escape(t["scope"]), escape(t["name"]), escape(t.get("trust") or ""),
+            _when(t["created_at"]), f"[red]{revoked}[/]" if revoked else "",
         )  # fmt: skip
     return table
 
