@@ -72,9 +72,16 @@ def test_the_api_holds_its_contract_for_every_scope(brain, tmp_path):
         f'"path.task_id" = {plan["tasks"][0]["uid"]}\n'
     )
     admin = ADMIN["Authorization"].split()[1]
+    scoped = {}
+    for scope in ("submit", "metrics", "join"):  # every kind of token the brain issues
+        made = requests.post(f"{brain.url}/v1/tokens", headers=ADMIN, timeout=10,
+                             json={"scope": scope, "name": f"fuzz-{scope}"})  # fmt: skip
+        assert made.status_code in (200, 201), made.text
+        scoped[scope] = made.json()["token"]
     failures = []
-    for scope, token in (("admin", admin), ("worker", worker_token),
-                         ("bootstrap", BOOTSTRAP_TOKEN)):  # fmt: skip
+    tokens = [("admin", admin), ("worker", worker_token), ("bootstrap", BOOTSTRAP_TOKEN),
+              *scoped.items()]  # fmt: skip
+    for scope, token in tokens:
         report = tmp_path / f"schemathesis-{scope}.txt"
         done = _fuzz(brain.url, token, config, report)
         summary = [line for line in done.stdout.splitlines() if "generated" in line]
