@@ -1,7 +1,7 @@
 """The `airig` / `python start_services.py` command line (typer + rich).
 
-Thin commands that hand off to plain functions; AirigError is caught here, at the edge,
-and printed as one red line plus a hint (exit 1). No tracebacks, no locals.
+Thin commands that hand off to plain functions; `main` runs the app behind the edge
+(`edge.py`), where an AirigError or a usage error becomes one red line plus a hint.
 """
 
 from __future__ import annotations
@@ -10,15 +10,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Protocol, cast
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from airig import __version__
-from airig.common.errors import AirigError, ConfigError
-from airig.launcher.console import console, err_console, fail
-from airig.launcher.docker import ENGINE_HINT, Docker
+from airig.common.errors import ConfigError
+from airig.launcher.cli.edge import run_at_edge
+from airig.launcher.console import console, err_console
+from airig.launcher.docker import Docker
 from airig.launcher.envfile import ensure_env
 from airig.launcher.plan import plan_for_running, worker_layout
 from airig.launcher.settings import Settings, checkout_settings, repo_root
@@ -308,108 +309,5 @@ _mount_subcommands()
 
 
 def main() -> None:
-    try:
-        # without standalone mode click returns (not raises) a command's typer.Exit code
-        code = app(standalone_mode=False)
-        if isinstance(code, int) and code:
-            sys.exit(code)
-    except AirigError as exc:
-        fail(exc.message, exc.hint)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        fail("interrupted")
-        sys.exit(130)
-    except typer.Abort:
-        fail("aborted")
-        sys.exit(1)
-    except typer.Exit as exc:  # returned above by every typer so far; raised, should one change
-        sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors and the like
-        usage_error, click_error = _click_errors()
-        if isinstance(exc, usage_error):
-            _usage(cast(_ClickError, exc))
-            sys.exit(2)  # click's code for a usage error
-        if isinstance(exc, click_error):  # not usage: e.g. a file it could not open
-            error = cast(_ClickError, exc)
-            fail(_one_line(error.format_message()))
-            sys.exit(error.exit_code)
-        if _engine_failure(exc):
-            # A Docker call that slipped past the adapter's conversion: still one line.
-            detail = " ".join(str(exc).split())
-            fail(f"Docker failed: {type(exc).__name__}: {detail}", ENGINE_HINT)
-            sys.exit(1)
-        raise
-
-
-def _engine_failure(exc: Exception) -> bool:
-    import docker.errors
-    import requests
-    from python_on_whales.exceptions import DockerException
-
-    engine = (docker.errors.DockerException, requests.RequestException, DockerException)
-    return isinstance(exc, engine)
-
-
-def _click_errors() -> tuple[type[Exception], type[Exception]]:
-    """(UsageError, ClickException) of the click that the installed typer parses with.
-
-    typer < 0.26 parses with click itself; 0.26 and later with their own copy of it
-    (`typer._click`), whose errors are not `click`'s, so `except click.UsageError` misses
-    them. Both export their `BadParameter` as the public `typer.BadParameter`, a subclass of
-    that click's `UsageError`, itself a `ClickException`: found through it, no private
-    module is imported and the edge follows whichever click typer uses.
-    """
-    by_name = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
-    usage_error = by_name.get("UsageError", typer.BadParameter)
-    return usage_error, by_name.get("ClickException", usage_error)
-
-
-class _ClickError(Protocol):
-    """What the edge uses of a click (or typer's own click) error."""
-
-    exit_code: int
-
-    def format_message(self) -> str: ...
-
-    def show(self) -> None: ...
-
-
-def _usage(exc: _ClickError) -> None:
-    """A command-line mistake: one line naming it, one hint pointing at the right help."""
-    ctx = getattr(exc, "ctx", None)
-    if type(exc).__name__ == "NoArgsIsHelpError":  # a group with no_args_is_help, run bare
-        exc.show()  # its message is that group's help
-        return
-    if ctx is not None:
-        command, help_opt = ctx.command_path, (ctx.help_option_names or ["--help"])[0]
-        if command.split(" ", 1)[0].endswith(".py"):
-            command = f"python {command}"
-    else:  # the parser's own errors ("requires an argument") carry no context
-        command = " ".join([_program(), *_typed_commands(sys.argv[1:])])
-        help_opt = "--help"
-    fail(_one_line(exc.format_message()), f"try: {command} {help_opt}")
-
-
-def _program() -> str:
-    """How the user ran us: `python start_services.py`, `python -m airig` or `airig`."""
-    name = Path(sys.argv[0]).name
-    if name == "__main__.py":
-        return "python -m airig"
-    return f"python {name}" if name.endswith(".py") else name
-
-
-def _typed_commands(args: list[str]) -> list[str]:
-    """The (sub)command names in ARGS, following the app's groups, for the help hint."""
-    command, names = typer.main.get_command(app), []
-    for word in args:
-        subcommands = getattr(command, "commands", None)
-        if not subcommands:  # a command, not a group: the rest are its own words
-            break
-        if word in subcommands:
-            command = subcommands[word]
-            names.append(word)
-    return names
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    """The entry point: the app run behind the error edge (one line, never a traceback)."""
+    run_at_edge(app)
