@@ -22,6 +22,7 @@ from airig.provision.common import (
     ModelReport,
     ServerProvisioner,
     merge_listing,
+    remove_path,
 )
 from airig.provision.download import fetch, partial_bytes, partial_path
 from airig.provision.events import Emitter
@@ -73,8 +74,8 @@ class ComfyUIProvisioner(ServerProvisioner):
         try:
             return self.verify(name)
         except FileCheckError as exc:
-            if exc.corrupt:
-                final.unlink(missing_ok=True)
+            if exc.corrupt:  # a directory in the file's place is corrupt too
+                remove_path(final)
         except ProvisionError:
             if final.is_file():
                 raise  # the file is fine but ComfyUI does not list it: a download won't help

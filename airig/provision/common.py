@@ -138,8 +138,12 @@ def _remove(path: Path, store: Path | None) -> None:
         target = path.resolve()
         if store is not None and target.is_relative_to(store.resolve()) and target.is_file():
             target.unlink(missing_ok=True)
-        path.unlink(missing_ok=True)
-    elif path.is_dir():
+    remove_path(path)
+
+
+def remove_path(path: Path) -> None:
+    """Remove whatever stands at ``path`` (a file, a link itself, a directory tree)."""
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)

@@ -123,8 +123,10 @@ class WhisperProvisioner(ServerProvisioner):
         blobs hold, so the local copy must go before a new download.
         """
         repo = repo_dir(self.hub_dir, model)
+        # the repo is the store: a bad blob behind a snapshot link goes too, nothing outside
+        verifier = Verifier(self.verifier.cache, self.verifier.settle_seconds, store=repo)
         with contextlib.suppress(ProvisionError):  # no snapshot at all: nothing to remove
-            remove_corrupt(self.verifier, expected_files(repo, model))
+            remove_corrupt(verifier, expected_files(repo, model))
         response = self.http.delete(self._model_url(model), timeout=API_TIMEOUT)
         if response.status_code not in (200, 404):
             raise ProvisionError(f"whisper model {model!r}: delete failed ({error_text(response)})")

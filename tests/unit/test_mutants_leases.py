@@ -395,6 +395,15 @@ def test_a_claim_gives_up_after_twenty_broken_templates(brain):
     assert sum(s == "FAILED" for s in h.state_of(brain, plan).values()) == 21
 
 
+def test_a_claim_carries_payloads_up_to_exactly_its_byte_budget():
+    budget = leases.ClaimBudget(100)
+    budget.take(60)
+    budget.take(40)  # fills what is left exactly: still carried
+    with pytest.raises(leases.OverClaimBudget):
+        budget.take(1)
+    leases.ClaimBudget(10).take(500)  # a claim's first task goes, however large
+
+
 def test_a_lease_carries_a_fresh_id_the_claim_worker_and_no_old_result(brain):
     plan = h.submit(brain, [h.noop("a", retry_count=2)])
     first, _ = h.claim(brain, T0)
