@@ -32,10 +32,28 @@ class QueueDepth(Collector):
         yield family
 
 
+class ActiveAlerts(Collector):
+    """1 per alert that holds now (airig/brain/alerts.py), read from its table at scrape."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "airig_alert_active", "Alerts that hold now", labels=["alert", "subject"]
+        )
+        with self._db.read() as conn:
+            rows = conn.execute("SELECT kind, subject FROM alerts").fetchall()
+        for row in rows:
+            family.add_metric([row["kind"], row["subject"]], 1)
+        yield family
+
+
 class BrainMetrics:
     def __init__(self, db: Database) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(QueueDepth(db))
+        self.registry.register(ActiveAlerts(db))
         self.schedule_to_start = Histogram(
             "airig_schedule_to_start_seconds",
             "Time from READY to the attempt starting on a worker",
@@ -51,6 +69,9 @@ class BrainMetrics:
         self.retries = Counter(
             "airig_retries", "Retries scheduled, by kind", ["kind"], registry=self.registry
         )
+        self.alerts_fired = Counter(
+            "airig_alerts_fired", "Alerts fired, by kind", ["alert"], registry=self.registry
+        )
 
     def apply(self, entries: Iterable[tuple[str, float, dict[str, str]]]) -> None:
         for name, value, labels in entries:
@@ -60,3 +81,5 @@ class BrainMetrics:
                 self.lease_expiries.inc(value)
             elif name == "retries":
                 self.retries.labels(**labels).inc(value)
+            elif name == "alerts_fired":
+                self.alerts_fired.labels(**labels).inc(value)

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from airig.brain import candidates, reaper
+from airig.brain import alerts, candidates, reaper
 from airig.brain.db import Database
 from airig.brain.events import EventLog, Outbox
 from airig.brain.metrics import BrainMetrics
+from airig.brain.notify import Notifier, parse_urls
 from airig.brain.placement import Placement
 from airig.brain.retry import RetryPolicy
 from airig.brain.settings import BrainSettings
@@ -42,11 +43,26 @@ class Brain:
         )
         with self.db.tx() as conn:
             candidates.ensure_index(conn)
+            alerts.ensure_schema(conn)
+        self.alert_rules = alerts.Rules(
+            queue_depth=settings.alert_queue_depth,
+            failures=settings.alert_failures,
+            failure_window_s=settings.alert_failure_window_s,
+            gpu_temp_c=settings.alert_gpu_temp_c,
+            worker_lapse_s=settings.lease_s,
+        )
+        # A receiver that is down is retried on the tasks' backoff timers.
+        self.notifier = Notifier(
+            parse_urls(settings.alert_urls),
+            initial_s=max(settings.retry_initial_s, 0.1),
+            cap_s=max(settings.retry_cap_s, 0.1),
+        )
         # Residency-aware claims, learned model costs and the thermal guard.
         self.scheduling = Placement(settings)
         self.work_ready = threading.Condition()
         self.closing = threading.Event()
         self._reaper: reaper.Reaper | None = None
+        self.started_at = 0.0  # set by start: workers count as silent only from then
 
     def write(self, change: Callable[[sqlite3.Connection, Outbox, float], T]) -> T:
         outbox = Outbox()
@@ -65,13 +81,26 @@ class Brain:
 
     def start(self) -> None:
         """Extend live leases once (a restart is no reason to expire them), then reap."""
+        self.started_at = time.time()
         with self.db.tx() as conn:
-            reaper.extend_live_leases(conn, time.time(), self.settings.lease_s)
+            reaper.extend_live_leases(conn, self.started_at, self.settings.lease_s)
+        self.notifier.start()
         self._reaper = reaper.Reaper(self.reap_once, self.settings.reaper_interval_s)
         self._reaper.start()
 
     def reap_once(self) -> None:
         self.write(lambda conn, outbox, now: reaper.reap(conn, outbox, now, self.retry))
+        self.check_alerts()
+
+    def check_alerts(self, now: float | None = None) -> list[alerts.Notice]:
+        """Fire and clear alerts (``now`` for tests), then queue them for delivery."""
+        notices = self.write(
+            lambda conn, outbox, clock: alerts.check(
+                conn, outbox, clock if now is None else now, self.alert_rules, self.started_at
+            )
+        )
+        self.notifier.send(notices)
+        return notices
 
     def begin_shutdown(self) -> None:
         """Answer pending long-polls now, so a stop does not wait out their timeouts."""
@@ -83,6 +112,7 @@ class Brain:
         if self._reaper:
             self._reaper.stop()
             self._reaper.join(timeout=5)
+        self.notifier.stop()
         with self.work_ready:
             self.work_ready.notify_all()
         self.db.close()

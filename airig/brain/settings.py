@@ -53,6 +53,14 @@ class BrainSettings(BaseSettings):
     thermal_limit_c: float = Field(83.0, alias="AIRIG_THERMAL_LIMIT_C", gt=0)
     thermal_hysteresis_c: float = Field(5.0, alias="AIRIG_THERMAL_HYSTERESIS_C", ge=0)
 
+    # Alerts (airig/brain/alerts.py): thresholds, and where to deliver them (Apprise URLs
+    # separated by spaces or commas; empty = events and metrics only).
+    alert_urls: str = Field("", alias="AIRIG_ALERT_URLS")
+    alert_queue_depth: int = Field(100, alias="AIRIG_ALERT_QUEUE_DEPTH", ge=0)
+    alert_gpu_temp_c: float = Field(85.0, alias="AIRIG_ALERT_GPU_TEMP_C", gt=0)
+    alert_failures: int = Field(5, alias="AIRIG_ALERT_FAILURES", gt=0)
+    alert_failure_window_s: float = Field(600.0, alias="AIRIG_ALERT_FAILURE_WINDOW_S", gt=0)
+
     max_plan_bytes: int = Field(1_048_576, alias="BRAIN_MAX_PLAN_BYTES", gt=0)
     max_tasks: int = Field(5000, alias="BRAIN_MAX_TASKS", gt=0)
     max_payload_bytes: int = Field(262_144, alias="BRAIN_MAX_PAYLOAD_BYTES", gt=0)

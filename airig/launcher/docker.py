@@ -42,7 +42,7 @@ class ServiceState:
 
 
 @contextmanager
-def _docker_errors(action: str, hint: str = "see the lines above, or run doctor") -> Iterator[None]:
+def docker_errors(action: str, hint: str = "see the lines above, or run doctor") -> Iterator[None]:
     """python-on-whales (the docker CLI) failures as a DockerError."""
     try:
         yield
@@ -133,7 +133,7 @@ class Docker:
 
     def pull_image(self, image: str) -> None:
         """Pull through the docker CLI: it has no timeout to cut a slow registry short."""
-        with _docker_errors(
+        with docker_errors(
             f"pulling {image}",
             "check the network and the image name, or set AIRIG_BASE_IMAGE to an image "
             "present locally",
@@ -141,7 +141,7 @@ class Docker:
             DockerClient().image.pull(image, quiet=True)
 
     def compose_version(self) -> tuple[int, ...]:
-        with _docker_errors("docker compose version"):
+        with docker_errors("docker compose version"):
             raw = DockerClient().compose.version()
         digits = raw.split("v")[-1].split("-")[0].strip()
         try:
@@ -207,7 +207,7 @@ class Docker:
     def command(self, stack: StackPlan, *args: str) -> str:
         """The exact `docker compose` command line, for --dry-run: every env file `up` passes,
         also those it has yet to write (a dry run writes nothing)."""
-        with _docker_errors("finding docker compose"):  # no docker on PATH: one line, too
+        with docker_errors("finding docker compose"):  # no docker on PATH: one line, too
             client = DockerClient(
                 compose_files=list(stack.files),
                 compose_profiles=list(stack.profiles),
@@ -218,11 +218,11 @@ class Docker:
         return shlex.join([str(a) for a in [*base, *args]])
 
     def build(self, stack: StackPlan, services: list[str], args: dict[str, str]) -> None:
-        with _docker_errors(f"building {', '.join(services)}"):
+        with docker_errors(f"building {', '.join(services)}"):
             self.client(stack).compose.build(services=services, build_args=args, quiet=True)
 
     def up(self, stack: StackPlan) -> None:
-        with _docker_errors(f"starting {stack.name}"):
+        with docker_errors(f"starting {stack.name}"):
             self.client(stack).compose.up(
                 detach=True,
                 wait=True,
@@ -232,25 +232,25 @@ class Docker:
             )
 
     def down(self, stack: StackPlan) -> None:
-        with _docker_errors(f"stopping {stack.name}"):
+        with docker_errors(f"stopping {stack.name}"):
             self.client(stack).compose.down(remove_orphans=True, quiet=True)
 
     def services(self, stack: StackPlan) -> list[ServiceState]:
-        with _docker_errors(f"listing {stack.name}"):
+        with docker_errors(f"listing {stack.name}"):
             containers = self.client(stack).compose.ps(all=True)
         return [_state(c) for c in containers]
 
     def logs(
         self, stack: StackPlan, service: str | None, tail: int = 40, prefix: bool = True
     ) -> str:
-        with _docker_errors(f"reading logs of {stack.name}"):
+        with docker_errors(f"reading logs of {stack.name}"):
             text = self.client(stack).compose.logs(
                 services=[service] if service else [], tail=str(tail), no_log_prefix=not prefix
             )
         return str(text)
 
     def follow_logs(self, stack: StackPlan, service: str | None, tail: int) -> Iterator[str]:
-        with _docker_errors(f"reading logs of {stack.name}"):
+        with docker_errors(f"reading logs of {stack.name}"):
             stream = self.client(stack).compose.logs(
                 services=[service] if service else [], tail=str(tail), follow=True, stream=True
             )

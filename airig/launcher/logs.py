@@ -16,7 +16,9 @@ def show_logs(
     stacks = list(plan.stacks)
     if service:
         stacks = [
-            s for s in plan.stacks if any(_matches(x.service, service) for x in docker.services(s))
+            s
+            for s in plan.stacks
+            if any(matches_service(x.service, service) for x in docker.services(s))
         ]
         if not stacks:
             known = sorted({x.service for s in plan.stacks for x in docker.services(s)})
@@ -25,7 +27,9 @@ def show_logs(
                 f"one of: {', '.join(known)}" if known else "nothing is running: start it first",
             )
         stack = stacks[0]
-        service = next(x.service for x in docker.services(stack) if _matches(x.service, service))
+        service = next(
+            x.service for x in docker.services(stack) if matches_service(x.service, service)
+        )
         stacks = [stack]
     for stack in stacks:
         if follow:
@@ -37,7 +41,7 @@ def show_logs(
                 console.print(text, markup=False, highlight=False)
 
 
-def _matches(actual: str, wanted: str) -> bool:
+def matches_service(actual: str, wanted: str) -> bool:
     """`ollama` finds the active variant (`ollama-cpu`, `ollama-gpu-nvidia` …)."""
     return (
         actual == wanted or actual.startswith(f"{wanted}-") and "init" not in actual[len(wanted) :]

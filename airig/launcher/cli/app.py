@@ -297,12 +297,17 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
 
 def _mount_subcommands() -> None:
     from airig.launcher.cli.models import build_models_app
+    from airig.launcher.cli.runbook import register as register_runbook
     from airig.launcher.cli.tasks import register
     from airig.launcher.cli.tokens import build_tokens_app
 
     app.add_typer(build_models_app(), name="models")  # the running 02-compute
     app.add_typer(build_tokens_app(_settings), name="token")
     register(app)
+    register_runbook(app)  # restart, tune
+    from airig.launcher.cli.triage import register as register_triage
+
+    register_triage(app)  # triage
 
 
 _mount_subcommands()

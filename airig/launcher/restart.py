@@ -1,0 +1,122 @@
+"""`restart SERVICE`: restart one service in its stack, wait until it is healthy, say so.
+
+The lookup is `logs`' (``ollama`` finds the active variant). ``recreate`` (what `tune`
+uses) runs ``up --no-deps`` for that service instead of ``restart``: a restarted container
+keeps its old environment, a recreated one reads the changed .env.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from rich.markup import escape
+
+from airig.common.errors import ConfigError
+from airig.launcher.docker import Docker, ServiceState, docker_errors
+from airig.launcher.logs import matches_service
+from airig.launcher.plan import ComposePlan, StackPlan
+
+WAIT_TIMEOUT_S = 180.0
+POLL_S = 2.0
+
+
+class Services(Protocol):
+    """What restarting needs from the adapter (a fake in the tests)."""
+
+    def services(self, stack: StackPlan) -> list[ServiceState]: ...
+
+    def restart(self, stack: StackPlan, service: str, recreate: bool) -> None: ...
+
+
+class ComposeServices:
+    """The Docker adapter's compose client, for one service at a time."""
+
+    def __init__(self, docker: Docker) -> None:
+        self.docker = docker
+
+    def services(self, stack: StackPlan) -> list[ServiceState]:
+        return self.docker.services(stack)
+
+    def restart(self, stack: StackPlan, service: str, recreate: bool) -> None:
+        compose = self.docker.client(stack).compose
+        with docker_errors(f"restarting {service}"):
+            if recreate:
+                compose.up(services=[service], detach=True, dependencies=False, quiet=True)
+            else:
+                compose.restart(services=[service])
+
+
+@dataclass
+class Outcome:
+    service: str
+    healthy: bool
+    detail: str  # healthy | unhealthy | exited (code 1) | still starting after 180 s …
+
+
+def find_service(plan: ComposePlan, docker: Services, name: str) -> tuple[StackPlan, str]:
+    """The stack running ``name`` and the service's exact name (``ollama`` → ``ollama-cpu``)."""
+    known: set[str] = set()
+    for stack in plan.stacks:
+        names = sorted({s.service for s in docker.services(stack)})
+        known.update(names)
+        for service in names:
+            if matches_service(service, name):
+                return stack, service
+    raise ConfigError(
+        f"no running service named {name!r}",
+        f"one of: {', '.join(sorted(known))}" if known else "nothing is running: start it first",
+    )
+
+
+def wait_healthy(
+    docker: Services,
+    stack: StackPlan,
+    service: str,
+    timeout: float = WAIT_TIMEOUT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Outcome:
+    """Poll the service's containers until every one is healthy (or running, without a
+    healthcheck), one has exited, or ``timeout`` passes."""
+    deadline = clock() + timeout
+    while True:
+        detail = _verdict([s for s in docker.services(stack) if s.service == service])
+        if detail == "healthy" or detail.startswith("exited"):
+            return Outcome(service, detail == "healthy", detail)
+        if clock() >= deadline:
+            return Outcome(service, False, f"{detail} after {timeout:g} s")
+        sleep(POLL_S)
+
+
+def _verdict(states: list[ServiceState]) -> str:
+    if not states:
+        return "not running"
+    for s in states:
+        if s.state == "exited" or s.state == "dead":
+            return f"exited (code {s.exit_code})"
+    for s in states:
+        if s.state != "running" or s.health not in ("healthy", ""):
+            return s.health or s.state
+    return "healthy"
+
+
+def restart_one(
+    plan: ComposePlan,
+    docker: Services,
+    name: str,
+    recreate: bool = False,
+    timeout: float = WAIT_TIMEOUT_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
+    stack, service = find_service(plan, docker, name)
+    docker.restart(stack, service, recreate)
+    return wait_healthy(docker, stack, service, timeout, sleep)
+
+
+def outcome_line(outcome: Outcome) -> str:
+    mark = "[green]✔[/]" if outcome.healthy else "[red]✘[/]"
+    state = "healthy" if outcome.healthy else f"not healthy: {outcome.detail}"
+    return f"{mark} {escape(outcome.service)} {escape(state)}"

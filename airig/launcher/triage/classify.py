@@ -1,0 +1,278 @@
+"""Facts → findings: pure functions, one per class of the compute runbook (no I/O).
+
+Each finding carries its evidence (a log line, a probe's answer, a counter), the one
+action to take first (file or knob, the change, why), how to check it and the rollback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from statistics import median
+
+from airig.launcher.triage.facts import (
+    AGENTS,
+    FLAPPING,
+    GPU_FALLBACK,
+    MEMORY,
+    MODEL_SYNC,
+    STARTUP_CRASH,
+    UNREACHABLE,
+    ContainerFacts,
+    Facts,
+    Finding,
+)
+
+OOM_LINE = re.compile(
+    r"out of memory|OutOfMemory|cudaMalloc failed|hipErrorOutOfMemory|"
+    r"failed to allocate|requires more system memory|insufficient memory",
+    re.I,
+)
+CPU_DEVICE_LINE = re.compile(r"(device\W{0,3}cpu\b|fall(?:ing|s)? back to cpu)", re.I)
+MIN_STARTS = 3  # a cadence needs at least two gaps
+STEADY = 0.25  # every gap within 25 % of the median gap
+MATCH = 0.2  # a period within 20 % of a timeout "matches" it
+VRAM_ON_GPU = 0.5  # Ollama: size_vram below half of size = mostly on the CPU
+LOG_EVIDENCE = 3
+START = {
+    "Docker": "start the daemon (sudo systemctl start docker) and check you may use it",
+    "the kit": "start it: python start_services.py",
+    "the brain": "read `python start_services.py logs brain`; restart the stack with `up`",
+    "models verify": "run `python start_services.py models verify` and read its error",
+}
+
+
+def classify(facts: Facts) -> list[Finding]:
+    """Every finding, in the runbook's order; [] for a healthy kit."""
+    found: list[Finding] = list(unreachable(facts))
+    for c in facts.containers:
+        found += crash(c)
+        found += flapping(c)
+        found += memory(c)
+        found += gpu_fallback(c, facts)
+    found += vram_full(facts)
+    found += model_sync(facts)
+    found += agents(facts)
+    return found
+
+
+def _last(lines: Iterable[str], n: int = LOG_EVIDENCE) -> tuple[str, ...]:
+    kept = [line.strip() for line in lines if line.strip()]
+    return tuple(kept[-n:])
+
+
+def unreachable(facts: Facts) -> Iterator[Finding]:
+    for what, why in facts.unreachable:
+        action = START.get(what, f"start {what}")
+        yield Finding(
+            UNREACHABLE, what, f"{what}: triage cannot look there", (why,), action,
+            "python start_services.py doctor", "nothing to roll back",
+        )  # fmt: skip
+
+
+def crash(c: ContainerFacts) -> Iterator[Finding]:
+    """Exited with an error, restarting, unhealthy or restarted within the window (an OOM
+    kill is `memory`)."""
+    failed_exit = c.status in ("exited", "dead") and c.exit_code not in (0, None)
+    broken = c.status == "restarting" or failed_exit or c.health == "unhealthy"
+    restarted = c.restart_count > 0 and bool(c.starts)  # restarted within --since
+    if c.oom_killed or not (broken or restarted):
+        return
+    state = c.status + (f" ({c.health})" if c.health else "")
+    evidence = (
+        f"state {state}, exit code {c.exit_code}, restart count {c.restart_count}",
+        *(f"health: {line}" for line in _last(c.health_log, 1)),
+        *(f"log: {line}" for line in _last(c.log_tail)),
+    )
+    yield Finding(
+        STARTUP_CRASH, c.service, f"{c.service} {state}, restarted {c.restart_count}×",
+        evidence,
+        f"read the first error in `python start_services.py logs {c.service}`; fix the "
+        f"setting it names in .env (the {c.stack} stack), not the code, first",
+        f"python start_services.py status: {c.service} running and healthy, restart count "
+        "no longer rising",
+        "restore the .env line you changed, then `python start_services.py up`",
+    )  # fmt: skip
+
+
+def flap_period(starts: Iterable[float]) -> float | None:
+    """The steady period between restarts in seconds, or None when there is no cadence."""
+    times = sorted(starts)
+    if len(times) < MIN_STARTS:
+        return None
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    mid = median(gaps)
+    if mid <= 0 or any(abs(g - mid) > STEADY * mid for g in gaps):
+        return None
+    return mid
+
+
+def flapping(c: ContainerFacts) -> Iterator[Finding]:
+    period = flap_period(c.starts)
+    if period is None:
+        return
+    hc = c.healthcheck
+    budget = hc.budget_s if hc else None
+    figures = f"restarts every {period:.0f}s ({len(c.starts)} starts)"
+    if hc is not None and budget:
+        figures += (
+            f"; healthcheck budget {budget:.0f}s = start_period {hc.start_period_s:.0f}s "
+            f"+ interval {hc.interval_s:.0f}s × retries {hc.retries}"
+        )
+    matches = budget is not None and abs(period - budget) <= MATCH * budget
+    if matches:
+        action = (
+            f"the period matches the healthcheck budget: the service is declared dead before "
+            f"it is ready; raise `start_period` of {c.service}'s healthcheck in "
+            f"{c.stack}/compose.yaml (e.g. ×2) before touching performance knobs"
+        )
+    else:
+        action = (
+            "the period does not match the healthcheck budget: look for a wait timeout or a "
+            f"crash at the same point of each start in `logs {c.service}`; change that "
+            "timeout or the setting the log names"
+        )
+    yield Finding(
+        FLAPPING, c.service, f"{c.service} flaps: {figures.split(';')[0]}",
+        (figures, *(f"log: {line}" for line in _last(c.log_tail))), action,
+        f"triage --since 1h shows no flapping for {c.service} after a full period",
+        f"restore the previous value in {c.stack}/compose.yaml or .env and run `up`",
+    )  # fmt: skip
+
+
+def memory(c: ContainerFacts) -> Iterator[Finding]:
+    lines = _last((line for line in c.log_tail if OOM_LINE.search(line)), 2)
+    if not (c.oom_killed or lines):
+        return
+    evidence = ((f"OOMKilled: true, exit code {c.exit_code}",) if c.oom_killed else ()) + tuple(
+        f"log: {line}" for line in lines
+    )
+    yield Finding(
+        MEMORY, c.service, f"{c.service} ran out of memory",
+        evidence,
+        "lower the memory pressure first, lowest risk first: OLLAMA_CONTEXT_LENGTH or "
+        "OLLAMA_MAX_LOADED_MODELS in .env, then a smaller model (AIRIG_OLLAMA_MODELS, "
+        "AIRIG_WHISPER_MODELS); GPU offload depth last",
+        f"no OOM line in `logs {c.service}` and OOMKilled false after the next load",
+        "restore the previous .env value and run `up`",
+    )  # fmt: skip
+
+
+def vram_full(facts: Facts) -> Iterator[Finding]:
+    for w in facts.workers or ():
+        for gpu in w.get("gpus") or ():
+            total, free = gpu.get("vram_total_mb") or 0, gpu.get("vram_free_mb") or 0
+            if total and (total - free) / total >= facts.vram_full_fraction:
+                yield Finding(
+                    MEMORY, str(w.get("name")),
+                    f"GPU {gpu.get('index')} VRAM nearly full on {w.get('name')}",
+                    (f"GPU {gpu.get('index')}: {total - free} of {total} MB used "
+                     f"(resident: {', '.join(w.get('resident_models') or []) or '-'})",),
+                    "unload or shrink what is resident on that GPU: a smaller quantisation in "
+                    ".env, or fewer models kept loaded (OLLAMA_MAX_LOADED_MODELS)",
+                    "status: that GPU's free VRAM above 5 %",
+                    "restore the previous .env value and run `up`",
+                )  # fmt: skip
+
+
+def gpu_fallback(c: ContainerFacts, facts: Facts) -> Iterator[Finding]:
+    if not c.gpu_requested:
+        return
+    evidence: list[str] = []
+    for m in facts.ollama_ps.get(c.name, ()):
+        size, vram = m.get("size") or 0, m.get("size_vram") or 0
+        if size and vram < VRAM_ON_GPU * size:
+            evidence.append(f"/api/ps: {m.get('name')} size {size} size_vram {vram}")
+    devices = facts.comfyui_devices.get(c.name, ())
+    if devices and devices[0].get("type") == "cpu":
+        evidence.append(f"/system_stats: devices[0] {devices[0].get('name')} type cpu")
+    if c.service.startswith("whisper"):
+        if c.env.get("WHISPER__INFERENCE_DEVICE", "").lower() == "cpu":
+            evidence.append("env: WHISPER__INFERENCE_DEVICE=cpu")
+        cpu_lines = (line for line in c.log_tail if CPU_DEVICE_LINE.search(line))
+        evidence += [f"log: {line}" for line in _last(cpu_lines)]
+    if evidence:
+        yield Finding(
+            GPU_FALLBACK, c.service, f"{c.service} was given a GPU but runs on the CPU",
+            tuple(evidence),
+            "check the GPU is visible inside it (`python start_services.py detect`), then "
+            "the model fits its VRAM (a smaller model in .env); keep the CPU fallback if the "
+            "GPU cannot be used safely",
+            f"triage {c.service}: no fallback finding; /api/ps size_vram ≈ size",
+            "restore the previous .env value and run `up`",
+        )  # fmt: skip
+
+
+def model_sync(facts: Facts) -> Iterator[Finding]:
+    for row in facts.bad_models or ():
+        service, model = row.get("service", "?"), row.get("model", "?")
+        yield Finding(
+            MODEL_SYNC, str(service), f"{service} model {model} failed verification",
+            (f"models verify: {model}: {row.get('error') or 'not verified'} "
+             f"(size {row.get('size')}, present {row.get('present')})",),
+            f"re-fetch it: `python start_services.py models pull -s {service} {model}` "
+            "(a bad file is deleted and fetched anew, then verified); if it keeps failing, "
+            "check the model name in .env and the volume's free space",
+            f"python start_services.py models verify -s {service}",
+            "nothing to roll back: pull only replaces a file that failed verification",
+        )  # fmt: skip
+
+
+def agents(facts: Facts) -> Iterator[Finding]:
+    yield from _missing_workers(facts)
+    if facts.workers is None:
+        return
+    workers = facts.workers
+    names = [str(w.get("name") or "") for w in workers]
+    for c in facts.containers:
+        if not c.service.startswith("worker") or c.status != "running":
+            continue
+        own = c.env.get("WORKER_NAME") or c.hostname
+        expected = c.env.get("WORKER_NAME_PREFIX", "") + own
+        if expected not in names and not any(own and n.endswith(own) for n in names):
+            yield Finding(
+                AGENTS, c.service, f"{c.service} runs but is not registered at the brain",
+                (f"container {c.name} (worker name {expected}) is not in the brain's "
+                 f"{len(workers)} workers",
+                 *(f"log: {line}" for line in _last(c.log_tail))),
+                "read its log for the brain URL or token it was refused with; fix "
+                "the brain URL or worker token in .env (AIRIG_JOIN_BRAIN_URL on a joined rig)",
+                "status lists the worker",
+                "restore the .env line and run `up`",
+            )  # fmt: skip
+    for w in workers:
+        yield from _worker_state(w)
+
+
+def _missing_workers(facts: Facts) -> Iterator[Finding]:
+    """Fewer worker containers than the plan has (the CPU replicas, the GPU overlay)."""
+    for service, wanted in sorted(facts.expected_workers.items()):
+        have = sum(c.service == service for c in facts.containers)
+        if have < wanted:
+            yield Finding(
+                AGENTS, service, f"{service}: {have} of {wanted} containers exist",
+                (f"the plan has {wanted} × {service}; Docker lists {have}",),
+                "run `python start_services.py up` (it creates what is missing); "
+                "AIRIG_CPU_WORKERS in .env sets the CPU replicas",
+                f"status lists {wanted} × {service}", "nothing to roll back",
+            )  # fmt: skip
+
+
+def _worker_state(w: dict[str, object]) -> Iterator[Finding]:
+    name = str(w.get("name"))
+    if not w.get("alive"):
+        yield Finding(
+            AGENTS, name, f"worker {name} is silent (no heartbeat within the lease)",
+            (f"last_heartbeat {w.get('last_heartbeat')}",),
+            "restart its container (`python start_services.py logs` for why it stopped)",
+            "status shows it alive", "nothing to roll back",
+        )  # fmt: skip
+    warnings = [str(x) for x in w.get("warnings") or ()]  # type: ignore[attr-defined]
+    if w.get("thermal_blocked") or warnings:
+        yield Finding(
+            AGENTS, name, f"worker {name} is held back: {'; '.join(warnings) or 'thermal'}",
+            tuple(warnings) or ("thermal_blocked: true",),
+            "cool the GPU (airflow, power limit); AIRIG_THERMAL_LIMIT_C in .env only if the "
+            "card is rated for more",
+            "status shows no warning for it", "restore the previous threshold",
+        )  # fmt: skip

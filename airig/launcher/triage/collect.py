@@ -1,0 +1,228 @@
+"""Gather triage's facts: containers (docker SDK via the adapter), restart events,
+Ollama / ComfyUI probes, the brain's workers, and `models verify` (the provisioners' own
+check). Every collector turns its failure into an ``unreachable`` entry, never a raise.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airig.common.errors import AirigError, ConfigError
+from airig.launcher.docker import Docker, engine_errors
+from airig.launcher.plan import plan_for_running
+from airig.launcher.settings import Settings
+from airig.launcher.triage.facts import ContainerFacts, Facts, Healthcheck
+
+NS = 1e9
+LOG_LINES = 40
+PROBE_TIMEOUT_S = 3.0
+# what the classifiers read from a container's environment (never its secrets)
+KEPT_ENV = frozenset({"WORKER_NAME", "WORKER_NAME_PREFIX", "OLLAMA_HOST"})
+
+
+def parse_since(text: str) -> float:
+    """``90s`` / ``30m`` / ``1h`` / ``2d`` → seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value, unit = text[:-1], text[-1:]
+    if unit not in units or not value.isdigit() or int(value) == 0:
+        raise ConfigError(f"--since {text!r} is not a duration", "use e.g. 90s, 30m, 1h or 2d")
+    return int(value) * units[unit]
+
+
+def collect(
+    settings: Settings, docker: Docker, service: str | None, since_s: float, verify: bool
+) -> Facts:
+    unreachable: list[tuple[str, str]] = []
+    try:
+        containers = _containers(settings, docker, since_s)
+    except AirigError as exc:
+        return Facts(unreachable=(("Docker", exc.message),))
+    if not containers:
+        why = "no container of this rig's projects: start it with python start_services.py"
+        return Facts(unreachable=(("the kit", why),))
+    chosen = tuple(c for c in containers if service in (None, c.service))
+    if not chosen:
+        names = ", ".join(sorted({c.service for c in containers}))
+        raise ConfigError(f"no service {service!r} in the running kit", f"one of: {names}")
+    ollama = {c.name: p for c in chosen if (p := _ollama_ps(c)) is not None}
+    comfy = {c.name: p for c in chosen if (p := _comfy_devices(c)) is not None}
+    agents = service is None or service == "brain" or service.startswith("worker")
+    workers = _workers(settings, containers, unreachable) if agents else None
+    bad_models = _bad_models(chosen, unreachable) if verify else None
+    return Facts(
+        containers=chosen,
+        ollama_ps=ollama,
+        comfyui_devices=comfy,
+        workers=workers,
+        expected_workers=expected_workers(settings) if agents else {},
+        bad_models=bad_models,
+        unreachable=tuple(unreachable),
+    )
+
+
+def _containers(settings: Settings, docker: Docker, since_s: float) -> list[ContainerFacts]:
+    plan = plan_for_running(settings)
+    found: list[ContainerFacts] = []
+    for stack in plan.stacks:
+        with engine_errors(f"listing {stack.name}"):
+            listed = docker.sdk().containers.list(
+                all=True, filters={"label": f"com.docker.compose.project={stack.project}"}
+            )
+        found += [_facts(stack.name, c, docker, since_s) for c in listed]
+    return found
+
+
+def _facts(stack: str, container: Any, docker: Docker, since_s: float) -> ContainerFacts:
+    attrs = container.attrs
+    state, config = attrs.get("State") or {}, attrs.get("Config") or {}
+    host = attrs.get("HostConfig") or {}
+    health = state.get("Health") or {}
+    env = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
+    return ContainerFacts(
+        stack=stack,
+        service=(config.get("Labels") or {}).get("com.docker.compose.service", container.name),
+        name=container.name,
+        status=state.get("Status", ""),
+        health=health.get("Status", ""),
+        exit_code=state.get("ExitCode"),
+        restart_count=attrs.get("RestartCount", 0),
+        oom_killed=bool(state.get("OOMKilled")),
+        gpu_requested=bool(host.get("DeviceRequests"))
+        or any(d.get("PathOnHost") == "/dev/kfd" for d in host.get("Devices") or []),
+        hostname=config.get("Hostname", ""),
+        published=_published(attrs),
+        env={k: v for k, v in env.items() if k in KEPT_ENV or k.startswith("WHISPER__")},
+        healthcheck=_healthcheck(config.get("Healthcheck")),
+        starts=_starts(container, docker, since_s),
+        log_tail=_log_tail(container),
+        health_log=tuple(str(e.get("Output", "")).strip() for e in health.get("Log") or []),
+    )
+
+
+def _healthcheck(raw: dict[str, Any] | None) -> Healthcheck | None:
+    if not raw or raw.get("Test") in (None, ["NONE"]):
+        return None
+    return Healthcheck(
+        interval_s=raw.get("Interval", 30 * NS) / NS,
+        timeout_s=raw.get("Timeout", 30 * NS) / NS,
+        retries=raw.get("Retries", 3),
+        start_period_s=raw.get("StartPeriod", 0) / NS,
+    )
+
+
+def _starts(container: Any, docker: Docker, since_s: float) -> tuple[float, ...]:
+    now = time.time()
+    try:
+        with engine_errors("reading events"):
+            events = docker.sdk().events(
+                since=int(now - since_s), until=int(now), decode=True,
+                filters={"container": container.id, "event": "start"},
+            )  # fmt: skip
+            return tuple(float(e.get("time", 0)) for e in events)
+    except AirigError:
+        return ()
+
+
+def _log_tail(container: Any) -> tuple[str, ...]:
+    try:
+        with engine_errors("reading logs"):
+            raw = container.logs(tail=LOG_LINES)
+    except AirigError:
+        return ()
+    return tuple(bytes(raw).decode("utf-8", "replace").splitlines())
+
+
+def _published(attrs: dict[str, Any]) -> dict[str, str]:
+    ports = (attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    urls = {}
+    for port, bindings in ports.items():
+        for binding in bindings or []:
+            address = binding.get("HostIp") or "127.0.0.1"
+            address = "127.0.0.1" if address in ("0.0.0.0", "::") else address
+            address = f"[{address}]" if ":" in address else address
+            urls[port] = f"http://{address}:{binding['HostPort']}"
+    return urls
+
+
+def _ollama_ps(c: ContainerFacts) -> tuple[dict[str, Any], ...] | None:
+    if not c.service.startswith("ollama") or c.service.endswith("-init") or c.status != "running":
+        return None
+    url = c.published.get("11434/tcp")
+    if url is None:
+        return None
+    import ollama
+
+    try:  # the ollama library's ps(): models with size and size_vram
+        answer = ollama.Client(host=url, timeout=PROBE_TIMEOUT_S).ps()
+    except Exception:  # noqa: BLE001 — a probe that does not answer is no finding here
+        return None
+    return tuple(m.model_dump() for m in answer.models)
+
+
+def _comfy_devices(c: ContainerFacts) -> tuple[dict[str, Any], ...] | None:
+    if not c.service.startswith("comfyui") or c.service.endswith("-init") or c.status != "running":
+        return None
+    url = c.published.get("8188/tcp")
+    if url is None:
+        return None
+    import requests
+
+    try:
+        answer = requests.get(f"{url}/system_stats", timeout=PROBE_TIMEOUT_S)
+        answer.raise_for_status()
+        return tuple(answer.json().get("devices") or ())
+    except (requests.RequestException, ValueError, AttributeError):
+        return None
+
+
+def expected_workers(settings: Settings) -> dict[str, int]:
+    """The plan's workers: the CPU replicas and one per GPU overlay service `up` wrote."""
+    import yaml
+
+    from airig.launcher.plan import GPU_OVERLAY
+
+    expected = {"worker-cpu": settings.cpu_workers}
+    try:
+        overlay = yaml.safe_load((settings.state_dir / GPU_OVERLAY).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return expected
+    for name in overlay.get("services") or {}:
+        if str(name).startswith("worker-"):
+            expected[str(name)] = 1
+    return expected
+
+
+def _workers(
+    settings: Settings, containers: list[ContainerFacts], unreachable: list[tuple[str, str]]
+) -> tuple[dict[str, Any], ...] | None:
+    if settings.joined or not any(c.service == "brain" for c in containers):
+        return None
+    from airig.launcher.brain_client import BrainClient
+
+    try:
+        client = BrainClient.from_settings(settings)
+        client.timeout_s = PROBE_TIMEOUT_S
+        return tuple(client.workers())
+    except AirigError as exc:
+        unreachable.append(("the brain", exc.message))
+        return None
+
+
+def _bad_models(
+    chosen: tuple[ContainerFacts, ...], unreachable: list[tuple[str, str]]
+) -> tuple[dict[str, Any], ...] | None:
+    """`models verify`'s own path: the provisioner in a one-off init container."""
+    from rich.console import Console
+
+    from airig.launcher.cli.models import Service, default_client, run_services
+
+    wanted = [s for s in Service if any(c.service.startswith(s.value) for c in chosen)]
+    if not wanted:
+        return ()
+    try:
+        summary = run_services(default_client(), wanted, ["--verify-only"], Console(quiet=True))
+    except AirigError as exc:
+        unreachable.append(("models verify", exc.message))
+        return None
+    return tuple(vars(row) for row in summary.failed)

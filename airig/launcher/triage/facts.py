@@ -1,0 +1,84 @@
+"""What triage gathers (facts) and what it concludes (findings): plain data, no I/O.
+
+Collectors (``collect.py``) fill ``Facts``; the pure classifiers (``classify.py``) turn
+them into ``Finding``s; ``render.py`` prints them or gives them as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# The SKILL's classes (compute runbook §3), plus the kit's own two.
+STARTUP_CRASH = "startup crash"
+FLAPPING = "flapping"
+MEMORY = "memory pressure / OOM"
+GPU_FALLBACK = "wrong GPU/CPU fallback"
+MODEL_SYNC = "model sync / file visibility"
+AGENTS = "agents"
+UNREACHABLE = "cannot look"  # Docker or the brain does not answer: triage cannot see
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    """A container's healthcheck, in seconds (the engine keeps nanoseconds)."""
+
+    interval_s: float
+    timeout_s: float
+    retries: int
+    start_period_s: float
+
+    @property
+    def budget_s(self) -> float:
+        """How long the engine waits before it calls the service unhealthy."""
+        return self.start_period_s + self.interval_s * self.retries
+
+
+@dataclass(frozen=True)
+class ContainerFacts:
+    stack: str
+    service: str
+    name: str
+    status: str  # running | restarting | exited | created …
+    health: str = ""  # healthy | unhealthy | starting | ""
+    exit_code: int | None = None
+    restart_count: int = 0
+    oom_killed: bool = False
+    gpu_requested: bool = False  # a device request (NVIDIA) or /dev/kfd (AMD)
+    hostname: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    published: dict[str, str] = field(default_factory=dict)  # "11434/tcp" → host URL
+    healthcheck: Healthcheck | None = None
+    starts: tuple[float, ...] = ()  # epoch seconds of each `start` event in the window
+    log_tail: tuple[str, ...] = ()
+    health_log: tuple[str, ...] = ()  # the last healthcheck outputs
+
+
+@dataclass(frozen=True)
+class Facts:
+    containers: tuple[ContainerFacts, ...] = ()
+    # per container name: Ollama's /api/ps models, ComfyUI's /system_stats devices
+    ollama_ps: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    comfyui_devices: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    workers: tuple[dict[str, Any], ...] | None = None  # the brain's list; None: no answer
+    expected_workers: dict[str, int] = field(default_factory=dict)  # service → replicas
+    bad_models: tuple[dict[str, Any], ...] | None = None  # `models verify` rows that failed
+    unreachable: tuple[tuple[str, str], ...] = ()  # (what, why) a collector could not read
+    vram_full_fraction: float = 0.95
+
+
+@dataclass(frozen=True)
+class Finding:
+    cls: str
+    service: str
+    summary: str
+    evidence: tuple[str, ...]
+    action: str  # file or knob, the change, and why
+    check: str  # how to see it worked
+    rollback: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["class"] = data.pop("cls")
+        data["evidence"] = list(self.evidence)
+        return data

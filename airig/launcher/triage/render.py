@@ -1,0 +1,29 @@
+"""Findings for people (one block each) and as JSON (the same, as data)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from airig.launcher.triage.facts import Finding
+
+HEALTHY = "✔ nothing wrong: every service runs, no restarts, models and workers as expected"
+
+
+def as_data(findings: list[Finding]) -> dict[str, Any]:
+    return {"healthy": not findings, "findings": [f.to_dict() for f in findings]}
+
+
+def show(findings: list[Finding], console: Console) -> None:
+    if not findings:
+        console.print(f"[green]{HEALTHY}[/]")
+        return
+    for n, f in enumerate(findings, 1):
+        console.print(f"[red]✘ {n}. {escape(f'[{f.cls}]')}[/] {escape(f.summary)}", soft_wrap=True)
+        for line in f.evidence:
+            console.print(f"    evidence: {escape(line)}", highlight=False, soft_wrap=True)
+        console.print(f"    [yellow]→ action:[/] {escape(f.action)}", soft_wrap=True)
+        console.print(f"    check: {escape(f.check)}", soft_wrap=True)
+        console.print(f"    rollback: {escape(f.rollback)}", soft_wrap=True)

@@ -1,0 +1,121 @@
+"""`restart SERVICE`: the service lookup and the wait for health, against a fake adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import airig.launcher.cli.runbook as runbook
+from airig.common.errors import ConfigError
+from airig.launcher.docker import ServiceState
+from airig.launcher.plan import ComposePlan, StackPlan, plan_for_running
+from airig.launcher.restart import find_service, restart_one, wait_healthy
+from airig.launcher.settings import checkout_settings
+from tests.support import one_error, run_cli
+
+
+def _state(service: str, state: str = "running", health: str = "healthy") -> ServiceState:
+    code = 1 if state == "exited" else None
+    return ServiceState(service, f"c-{service}", state, health, code, [])
+
+
+class FakeServices:
+    """Per stack, the states each `services` call returns next (the last one repeats)."""
+
+    def __init__(self, states: dict[str, list[list[ServiceState]]]) -> None:
+        self.states = states
+        self.restarted: list[tuple[str, str, bool]] = []
+
+    def services(self, stack: StackPlan) -> list[ServiceState]:
+        queue = self.states.get(stack.name, [[]])
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    def restart(self, stack: StackPlan, service: str, recreate: bool) -> None:
+        self.restarted.append((stack.name, service, recreate))
+
+
+@pytest.fixture
+def plan(launcher_kit: Path) -> ComposePlan:
+    return plan_for_running(checkout_settings())
+
+
+def _stack(plan: ComposePlan, name: str) -> StackPlan:
+    return next(s for s in plan.stacks if s.name == name)
+
+
+def test_ollama_finds_the_active_variant_in_its_stack(plan: ComposePlan) -> None:
+    fake = FakeServices(
+        {
+            "02-compute": [[_state("ollama-init", "exited"), _state("ollama-cpu")]],
+            "03-agents": [[_state("brain")]],
+        }
+    )
+    stack, service = find_service(plan, fake, "ollama")
+    assert (stack.name, service) == ("02-compute", "ollama-cpu")
+    assert find_service(plan, fake, "brain")[1] == "brain"
+
+
+def test_an_unknown_service_names_the_running_ones(plan: ComposePlan) -> None:
+    fake = FakeServices({"03-agents": [[_state("brain"), _state("worker-cpu")]]})
+    with pytest.raises(ConfigError) as caught:
+        find_service(plan, fake, "comfy")
+    assert caught.value.message == "no running service named 'comfy'"
+    assert caught.value.hint == "one of: brain, worker-cpu"
+
+
+def test_the_wait_polls_until_healthy(plan: ComposePlan) -> None:
+    lookup = [[_state("brain")]]  # before the restart
+    polls = lookup + [[_state("brain", health="starting")]] * 3 + [[_state("brain")]]
+    fake = FakeServices({"03-agents": polls})
+    sleeps: list[float] = []
+    outcome = restart_one(plan, fake, "brain", sleep=sleeps.append)
+    assert fake.restarted == [("03-agents", "brain", False)]
+    assert (outcome.healthy, outcome.detail, len(sleeps)) == (True, "healthy", 3)
+
+
+def test_every_replica_must_be_healthy(plan: ComposePlan) -> None:
+    polls = [
+        [_state("worker-cpu"), _state("worker-cpu", health="starting")],
+        [_state("worker-cpu"), _state("worker-cpu", health="")],  # no healthcheck: running
+    ]
+    fake = FakeServices({"03-agents": polls})
+    outcome = wait_healthy(fake, _stack(plan, "03-agents"), "worker-cpu", sleep=lambda _s: None)
+    assert outcome.healthy
+
+
+def test_an_exited_container_stops_the_wait(plan: ComposePlan) -> None:
+    fake = FakeServices({"03-agents": [[_state("brain", "exited", "")]]})
+    outcome = wait_healthy(fake, _stack(plan, "03-agents"), "brain", sleep=pytest.fail)
+    assert (outcome.healthy, outcome.detail) == (False, "exited (code 1)")
+
+
+def test_the_wait_gives_up_at_the_timeout(plan: ComposePlan) -> None:
+    fake = FakeServices({"03-agents": [[_state("brain", health="unhealthy")]]})
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    outcome = wait_healthy(
+        fake, _stack(plan, "03-agents"), "brain", timeout=10, sleep=sleep, clock=lambda: now[0]
+    )
+    assert (outcome.healthy, outcome.detail) == (False, "unhealthy after 10 s")
+
+
+def test_the_command_says_not_healthy_and_exits_1(
+    launcher_kit: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeServices({"03-agents": [[_state("brain", "exited", "")]]})
+    monkeypatch.setattr(runbook, "ComposeServices", lambda _docker: fake)
+    code, out, _err = run_cli(monkeypatch, capsys, None, "restart", "brain")
+    assert code == 1
+    assert out.strip() == "✘ brain not healthy: exited (code 1)"
+
+
+def test_the_command_refuses_an_unknown_service(
+    launcher_kit: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(runbook, "ComposeServices", lambda _docker: FakeServices({}))
+    code, _out, err = run_cli(monkeypatch, capsys, None, "restart", "brain")
+    assert one_error(code, err, "brain") == "✘ no running service named 'brain'"
