@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate every benchmark's figures and the results tables in benchmarks/README.md.
-# Usage: bash benchmarks/run_all.sh        (about 3 minutes on a 2-core host)
+# Usage: bash benchmarks/run_all.sh        (about 30 minutes on a 2-core host; retention ~25)
 # The dispatch benchmark needs redis-server and `pip install celery redis` on the host;
 # without them it is skipped and the README says so.
 set -uo pipefail
@@ -16,5 +16,13 @@ else
     echo "dispatch: skipped (needs redis-server and 'pip install celery redis')" >&2
     rm -f results/dispatch.json
 fi
+# Retention: 90 simulated days (~25 min); rewrites its own section of README.md.
+python retention.py --json results/retention.json --readme README.md || status=1
+# Fleet: a real brain and simulated rigs; --quick is 10 and 50 workers (~2 min). The README's
+# fleet section comes from the full sweep: python fleet.py --json results/fleet.json --readme README.md
+python fleet.py --quick --json results/fleet-quick.json || status=1
+# Launcher cost: needs Docker and the stand-in images (tests/standins/build.sh; exit 2 = not run).
+python launcher.py --json results/launcher.json --readme README.md
+[ $? -eq 1 ] && status=1
 python report.py results README.md
 exit $status

@@ -14,7 +14,10 @@ brain neither repeats a firing nor forgets a clear. Kinds (subject in brackets):
   ``AIRIG_ALERT_GPU_TEMP_C``;
 - ``worker_down`` (worker): no heartbeat for a lease (``BRAIN_LEASE_S``), counted from
   the brain's start at the earliest; a clean stop deregisters the worker and raises
-  nothing.
+  nothing;
+- ``service_down`` and ``gpu_fallback`` (service): what the brain's probes of the compute
+  services hold (``probes.py``): no answer several times in a row (down, or a crash
+  loop), or a service `up` put on a GPU answering that it runs on the CPU.
 
 Delivery to people (``notify.py``) happens after the commit, from what ``check`` returns.
 """
@@ -41,6 +44,8 @@ SCHEMA = (
 )
 FAILURE_EVENTS = ("task_failed", "task_retry_scheduled")
 WORKER_KINDS = ("worker_failures", "worker_down", "gpu_temperature")  # subject names a worker
+# every kind, each with a rule in 03-agents/prometheus/alerts.yml (a test checks)
+KINDS = ("queue_depth", "task_failures", *WORKER_KINDS, "service_down", "gpu_fallback")
 
 
 @dataclass(frozen=True)
@@ -120,15 +125,20 @@ def _workers(
 
 
 def active(
-    conn: sqlite3.Connection, now: float, rules: Rules, since: float = 0.0
+    conn: sqlite3.Connection,
+    now: float,
+    rules: Rules,
+    since: float = 0.0,
+    probed: dict[tuple[str, str], str] | None = None,
 ) -> dict[tuple[str, str], str]:
     """Every alert that holds now: (kind, subject) -> message. ``since``: when this brain
     started; a worker is silent only from then, as heartbeats could not reach a brain
-    that was down."""
+    that was down. ``probed``: what the service probes hold (``probes.py``)."""
     return {
         **_queue(conn, rules),
         **_failures(conn, now, rules),
         **_workers(conn, now, rules, since),
+        **(probed or {}),
     }
 
 
@@ -154,10 +164,15 @@ def _record(conn: sqlite3.Connection, outbox: Outbox, notice: Notice, now: float
 
 
 def check(
-    conn: sqlite3.Connection, outbox: Outbox, now: float, rules: Rules, since: float = 0.0
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    now: float,
+    rules: Rules,
+    since: float = 0.0,
+    probed: dict[tuple[str, str], str] | None = None,
 ) -> list[Notice]:
     """Fire what newly holds, clear what no longer does; the notices to deliver."""
-    holding = active(conn, now, rules, since)
+    holding = active(conn, now, rules, since, probed)
     known = {
         (row["kind"], row["subject"]): row["message"]
         for row in conn.execute("SELECT kind, subject, message FROM alerts")

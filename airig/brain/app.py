@@ -16,6 +16,8 @@ from airig import __version__
 from airig.brain.auth import bearer_from_scope, identify
 from airig.brain.guard import RequestGuard
 from airig.brain.routes import dashboard as routes_dashboard
+from airig.brain.routes import escalations as routes_escalations
+from airig.brain.routes import goals as routes_goals
 from airig.brain.routes import plans as routes_plans
 from airig.brain.routes import tasks as routes_tasks
 from airig.brain.routes import tokens as routes_tokens
@@ -88,6 +90,8 @@ def create_app(settings: BrainSettings) -> FastAPI:
     ):  # fmt: skip
         app.include_router(router, responses=COMMON_RESPONSES)
     app.include_router(routes_dashboard.router, responses=COMMON_RESPONSES)
+    app.include_router(routes_goals.router, responses=COMMON_RESPONSES)
+    app.include_router(routes_escalations.router, responses=COMMON_RESPONSES)  # external tier
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.get("/health", tags=["ops"])

@@ -61,6 +61,12 @@ CREATE TABLE IF NOT EXISTS tasks (
     error TEXT,
     reason TEXT,
     tainted_output INTEGER NOT NULL DEFAULT 0,
+    origin TEXT,
+    depth INTEGER NOT NULL DEFAULT 0,
+    escalate TEXT NOT NULL DEFAULT 'never',
+    allow_external INTEGER NOT NULL DEFAULT 0,
+    context_tokens INTEGER,
+    reviewed INTEGER NOT NULL DEFAULT 0,
     UNIQUE (plan_id, key)
 );
 CREATE TABLE IF NOT EXISTS deps (
@@ -79,7 +85,8 @@ CREATE TABLE IF NOT EXISTS workers (
     registered_at REAL NOT NULL,
     last_heartbeat REAL NOT NULL,
     host TEXT NOT NULL DEFAULT '',
-    registered_by TEXT
+    registered_by TEXT,
+    last_claim_at REAL
 );
 CREATE TABLE IF NOT EXISTS tokens (
     token_hash TEXT PRIMARY KEY,
@@ -99,6 +106,21 @@ CREATE TABLE IF NOT EXISTS events (
     body_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_plan ON events(plan_id);
+-- Goals the brain's model drafts into plans (airig/brain/planner/goals.py). plan_id and
+-- drafting_plan_id are plain text, no foreign key: retention deletes finished plans.
+CREATE TABLE IF NOT EXISTS goals (
+    id TEXT PRIMARY KEY,
+    goal TEXT NOT NULL,
+    inputs_dir TEXT,
+    state TEXT NOT NULL,
+    draft_json TEXT,
+    errors_json TEXT NOT NULL DEFAULT '[]',
+    plan_id TEXT,
+    drafting_plan_id TEXT,
+    submitted_by TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    updated_at REAL
+);
 CREATE INDEX IF NOT EXISTS workers_token ON workers(token_hash);
 -- Per-plan counts (the plans list, every dashboard poll) read this index alone instead
 -- of every task row of the plan (benchmarks/dashboard.py: 252 ms at 100k tasks before).
@@ -106,6 +128,9 @@ CREATE INDEX IF NOT EXISTS tasks_plan_state ON tasks(plan_id, state);
 -- The queue view groups live tasks by class and model with their oldest ready time:
 -- covered by this index, no task row is read.
 CREATE INDEX IF NOT EXISTS tasks_queue ON tasks(state, task_class, model, ready_at);
+-- Retention (retention.py) walks plans created before its cutoff, oldest first, and
+-- the plans list reads the newest: both are ranges of this index, not a sort of all plans.
+CREATE INDEX IF NOT EXISTS plans_created ON plans(created_at, id);
 """
 # Columns added after the first release, as (table, column, declaration). A database made
 # before them gains them when it is opened: an upgraded brain keeps its plans, workers and
@@ -120,11 +145,27 @@ ADDED_COLUMNS = (
     ("tokens", "trust", "TEXT"),
     # the output may not be trusted: an untrusted rig made it, or the task ran untrusted
     ("tasks", "tainted_output", "INTEGER NOT NULL DEFAULT 0"),
+    # the external tier (airig/brain/escalation/): never | on_failure | always, whether a
+    # sensitive task may be sent, and its prompt's size in tokens once estimated (NULL: not yet)
+    ("tasks", "escalate", "TEXT NOT NULL DEFAULT 'never'"),
+    ("tasks", "allow_external", "INTEGER NOT NULL DEFAULT 0"),
+    ("tasks", "context_tokens", "INTEGER"),
+    # the brain's model has judged its first failure (airig/brain/escalation/review.py)
+    ("tasks", "reviewed", "INTEGER NOT NULL DEFAULT 0"),
+    # where a task came from (NULL: its plan as submitted; "plan:<key>" / "external:<key>":
+    # added by that task, airig/brain/planner/grow.py) and how many growths deep it is
+    ("tasks", "origin", "TEXT"),
+    ("tasks", "depth", "INTEGER NOT NULL DEFAULT 0"),
+    # when the worker last leased a task (NULL: never): triage's "registered, idle, work waits"
+    ("workers", "last_claim_at", "REAL"),
 )
 # Indexes on added columns: created after the columns exist.
 ADDED_INDEXES = (
     "CREATE UNIQUE INDEX IF NOT EXISTS tokens_id ON tokens(id)",
     "CREATE INDEX IF NOT EXISTS workers_registered_by ON workers(registered_by)",
+    # A claim with a claim_id looks up its earlier leases (exchange.replayed) by lease id:
+    # without it every live lease was read per claim (benchmarks/fleet.py, 500 workers).
+    "CREATE INDEX IF NOT EXISTS tasks_lease ON tasks(lease_id)",
 )
 
 
@@ -174,16 +215,29 @@ class Database:
         self._lookup_lock = threading.Lock()
 
     @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; rolled back whole on any exception."""
+    def tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction; rolled back whole on any exception.
+
+        ``durable=False`` commits without waiting for the disk (synchronous=NORMAL for this
+        commit only): for liveness facts (heartbeats, lease renewals) that a power cut may
+        lose harmlessly. The next durable commit's fsync covers them (one WAL file, in
+        order), and a crash never corrupts the store. benchmarks/fleet.py: a commit costs
+        an fsync of 4-8 ms on a virtual disk, and at 500 workers these were half of them.
+        """
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            if not durable:
+                self._conn.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            finally:
+                if not durable:
+                    self._conn.execute("PRAGMA synchronous=FULL")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -10,11 +10,15 @@ duration_ms, tokens_generated, error) plus plan, attempt, reason, from/to states
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,18 +109,98 @@ def record(
     outbox.events.append(line)
 
 
+# Log rotation (AIRIG_LOG_MAX_MB, AIRIG_LOG_KEEP, and the retention's age). Not
+# logging.handlers: RotatingFileHandler rotates by size only and TimedRotatingFileHandler
+# by time only, both want a LogRecord per line on the commit path, and either may split
+# one commit's batch of lines across two files. These few functions keep its file names
+# (``events.jsonl.1`` is the newest rotated file), so tools that know those know these.
+def rotated(path: Path, index: int) -> Path:
+    return path.with_name(f"{path.name}.{index}")
+
+
+def rotated_files(path: Path) -> list[Path]:
+    """The rotated files of ``path`` that exist, newest first."""
+    found = []
+    for candidate in path.parent.glob(f"{path.name}.*"):
+        suffix = candidate.name[len(path.name) + 1 :]
+        if suffix.isdigit():
+            found.append((int(suffix), candidate))
+    return [file for _, file in sorted(found)]
+
+
+def rotate(path: Path, keep: int, stamp: float) -> None:
+    """``path`` becomes ``path.1``, ``path.1`` becomes ``path.2``...; what would pass
+    ``path.<keep>`` is deleted (``keep`` 0: ``path`` itself). The rotated file's mtime is
+    set to ``stamp``, the time of its newest line, which ``drop_older`` goes by."""
+    for old in rotated_files(path):
+        if int(old.name.rsplit(".", 1)[1]) >= keep:
+            old.unlink(missing_ok=True)
+    if keep <= 0:
+        path.unlink(missing_ok=True)
+        return
+    for index in range(keep - 1, 0, -1):
+        if rotated(path, index).exists():
+            os.replace(rotated(path, index), rotated(path, index + 1))
+    if path.exists():
+        os.replace(path, rotated(path, 1))
+        os.utime(rotated(path, 1), (stamp, stamp))
+
+
+def drop_older(path: Path, cutoff: float) -> int:
+    """Delete rotated files whose newest line is older than ``cutoff``; bytes freed."""
+    freed = 0
+    for old in rotated_files(path):
+        info = old.stat()
+        if info.st_mtime < cutoff:
+            old.unlink(missing_ok=True)
+            freed += info.st_size
+    return freed
+
+
+def first_stamp(path: Path) -> float | None:
+    """The time of a log's first line (events: ISO ``timestamp``, samples: epoch)."""
+    try:
+        with path.open("r", encoding="utf-8") as handle:
+            stamp = json.loads(handle.readline()).get("timestamp")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(stamp, int | float):
+        return float(stamp)
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 class EventLog:
-    """Writes committed events and training samples as JSON lines."""
+    """Writes committed events and training samples as JSON lines, each log rotated when
+    a batch would take it past ``max_bytes`` (0: never), ``keep`` rotated files kept."""
 
     def __init__(
-        self, events_file: Path, training_file: Path, known_secrets: tuple[str, ...] = ()
-    ) -> None:
+        self, events_file: Path, training_file: Path, known_secrets: tuple[str, ...] = (),
+        max_bytes: int = 0, keep: int = 5, clock: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
         self.events_file = events_file
         self.training_file = training_file
         self.known_secrets = known_secrets
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self.clock = clock  # the benchmark's fake clock stamps rotated files
         self._lock = threading.Lock()
         events_file.parent.mkdir(parents=True, exist_ok=True)
         training_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def _append(self, path: Path, text: str) -> None:
+        if self.max_bytes:
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = 0
+            # Lines are json.dumps output, ASCII: characters are bytes.
+            if size and size + len(text) > self.max_bytes:
+                rotate(path, self.keep, self.clock())
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(text)
 
     def publish(self, outbox: Outbox) -> None:
         with self._lock:
@@ -124,12 +208,32 @@ class EventLog:
                 lines = "".join(line + "\n" for line in outbox.events)
                 sys.stdout.write(lines)
                 sys.stdout.flush()
-                with self.events_file.open("a", encoding="utf-8") as handle:
-                    handle.write(lines)
+                self._append(self.events_file, lines)
             if outbox.samples:
-                with self.training_file.open("a", encoding="utf-8") as handle:
-                    for sample in outbox.samples:
-                        handle.write(json.dumps(self.scrub(sample), default=str) + "\n")
+                self._append(self.training_file, "".join(
+                    json.dumps(self.scrub(sample), default=str) + "\n"
+                    for sample in outbox.samples
+                ))  # fmt: skip
+
+    def expire(self, cutoff: float, now: float) -> int:
+        """Rotate a log whose first line is older than ``cutoff``, then delete rotated
+        files older than it; the bytes deleted."""
+        freed = 0
+        with self._lock:
+            for path in (self.events_file, self.training_file):
+                first = first_stamp(path)
+                if first is not None and first < cutoff:
+                    rotate(path, self.keep, now)
+                freed += drop_older(path, cutoff)
+        return freed
+
+    def sizes(self) -> dict[str, int]:
+        """Bytes of each log with its rotated files."""
+        with self._lock:
+            return {
+                name: sum(f.stat().st_size for f in (path, *rotated_files(path)) if f.exists())
+                for name, path in (("events", self.events_file), ("training", self.training_file))
+            }
 
     def scrub(self, sample: dict[str, Any]) -> dict[str, Any]:
         """Redact secrets; drop the texts of a sensitive task entirely."""

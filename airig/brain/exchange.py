@@ -130,10 +130,13 @@ def claim(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, wo
 def replayed(conn: sqlite3.Connection, worker_id: str, claim_id: str,
              settings: BrainSettings) -> list[Leased]:  # fmt: skip
     """The live leases an earlier claim with this id granted this worker, in their order."""
+    # "<claim_id>-" <= lease_id < "<claim_id>." is the prefix (LIKE's, as a range the
+    # tasks_lease index serves; '.' follows '-'; `+state`: not the queue index). A claim
+    # id has letters and digits only.
     rows = conn.execute(
-        """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING') AND worker_id = ?
-           AND lease_id LIKE ?""",
-        (worker_id, f"{claim_id}-%"),
+        """SELECT * FROM tasks WHERE lease_id >= ? AND lease_id < ?
+           AND +state IN ('LEASED', 'RUNNING') AND worker_id = ?""",
+        (f"{claim_id}-", f"{claim_id}.", worker_id),
     ).fetchall()
     rows.sort(key=lambda row: int(row["lease_id"].rsplit("-", 1)[1]))
     return [(row, leases.rendered_payload(conn, row, settings), None) for row in rows]

@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airig.brain import results, shell_inputs, states, trust
+from airig.brain.escalation import criteria
 from airig.brain.events import Outbox
 from airig.brain.placement import Placement
+from airig.brain.planner import catalogue
+from airig.brain.planner import hook as planner_hook
 from airig.brain.residency import Decision
 from airig.brain.retry import INFRA, TASK, RetryPolicy
 from airig.brain.scheduling import WorkerView
@@ -172,6 +175,8 @@ def claim(
     whose load / evict the worker carries out before running it), or None. None too when
     the task's payload would not fit in the claim's ``budget`` (it stays READY)."""
     states.promote_due(conn, outbox, now)
+    # Tasks for the external tier leave READY before any worker can be handed them.
+    criteria.divert(conn, outbox, now, settings, lambda t: rendered_payload(conn, t, settings))
     for _ in range(MAX_TEMPLATE_FAILURES):
         decision = placement.choose(conn, worker_id, view, now)
         if decision is None:
@@ -192,6 +197,8 @@ def claim(
                 conn, outbox, task, now, "template_error", str(exc), "payload template"
             )
             continue
+        if task["type"] == "plan":  # the brain's catalogue: types, models, input files
+            payload = catalogue.fill(conn, task, payload, settings, now)
         placed = {"placement": decision.reason, "load": decision.load, "evict": decision.evict}
         # A GPU worker swaps first, within the task's timeout_s, then runs the task.
         runtime_s = task["timeout_s"] * (2 if decision.load or decision.evict else 1)
@@ -202,6 +209,7 @@ def claim(
             attempt_deadline=now + runtime_s + settings.runtime_grace_s,
             trusted=0 if tainted else task["trusted"],
         )  # fmt: skip
+        conn.execute("UPDATE workers SET last_claim_at = ? WHERE id = ?", (now, worker_id))
         return leased, payload, decision
     return None
 
@@ -245,6 +253,13 @@ def complete(
     if is_replay(task, worker_id, report, digest):
         return task
     check_fence(task, worker_id, report)
+    tainted_output = int(not task["trusted"] or not trust.worker_trusted(conn, worker_id))
+    if task["type"] == "plan":  # the model's tasks join the graph first, or the attempt fails
+        refused = planner_hook.accept(
+            conn, outbox, task, report.output, now, settings, bool(tainted_output), digest
+        )
+        if refused is not None:
+            return refused
     output_json, output_file = results.store_output(
         settings.results_dir, task["plan_id"], task["key"], report.output,
         settings.result_inline_bytes,
@@ -256,7 +271,7 @@ def complete(
         output_json=output_json, output_file=output_file, result_hash=digest,
         files_json=json.dumps(report.files), metrics_json=json.dumps(report.metrics),
         error=None, error_type=None, reason=None,
-        tainted_output=int(not task["trusted"] or not trust.worker_trusted(conn, worker_id)),
+        tainted_output=tainted_output,
     )  # fmt: skip
     for ready in states.release_dependents(conn, outbox, done, now):
         refuse_oversized(conn, outbox, ready, now, settings)
@@ -293,7 +308,11 @@ def fail(
     if is_replay(task, worker_id, report, digest):
         return task
     check_fence(task, worker_id, report)
-    after = states.retry_or_fail(
+    # escalate: on_failure hands the task to the external tier instead of retrying it.
+    after = criteria.on_failure(
+        conn, outbox, task, now, policy, settings, report.error_type, report.message,
+        report.retryable, digest,
+    ) or states.retry_or_fail(
         conn, outbox, task, now, policy, TASK, report.error_type, report.message,
         report.retryable, result_hash=digest,
     )  # fmt: skip

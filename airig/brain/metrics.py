@@ -7,12 +7,16 @@ drift from the truth; counters and the histogram are fed from each committed Out
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from airig.brain.db import Database
+
+if TYPE_CHECKING:
+    from airig.brain.retention import Retention
 
 
 class QueueDepth(Collector):
@@ -49,6 +53,28 @@ class ActiveAlerts(Collector):
         yield family
 
 
+class StoreSize(Collector):
+    """Bytes on disk of the store (retention.py measures them, cached for a minute)."""
+
+    def __init__(self, retention: Retention) -> None:
+        self._retention = retention
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        sizes = self._retention.sizes()
+        family = GaugeMetricFamily(
+            "airig_store_bytes", "Bytes on disk of the brain's store", labels=["part"]
+        )
+        parts = {"db": sizes.db_bytes, "wal": sizes.wal_bytes, "results": sizes.results_bytes}
+        parts.update({f"{name}_log": size for name, size in sizes.logs.items()})
+        for part, size in parts.items():
+            family.add_metric([part], size)
+        yield family
+        yield GaugeMetricFamily(
+            "airig_retention_days", "AIRIG_RETENTION_DAYS (0: keep forever)",
+            value=float(self._retention.settings.retention_days),
+        )  # fmt: skip
+
+
 class BrainMetrics:
     def __init__(self, db: Database) -> None:
         self.registry = CollectorRegistry()
@@ -72,6 +98,33 @@ class BrainMetrics:
         self.alerts_fired = Counter(
             "airig_alerts_fired", "Alerts fired, by kind", ["alert"], registry=self.registry
         )
+        # The external tier (airig/brain/escalation/): calls by outcome, tokens, money.
+        self.escalation_calls = Counter(
+            "airig_escalation_calls", "Calls to the external tier, by outcome", ["outcome"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.escalation_tokens = Counter(
+            "airig_escalation_tokens", "Tokens sent (in) and received (out) by the external tier",
+            ["direction"], registry=self.registry,
+        )  # fmt: skip
+        self.escalation_cost = Counter(
+            "airig_escalation_cost", "Spent on the external tier (AIRIG_ESCALATION_PRICE_*)",
+            registry=self.registry,
+        )  # fmt: skip
+
+    def watch_store(self, retention: Retention) -> None:
+        """Store sizes as gauges, and counters of what retention removed."""
+        self.registry.register(StoreSize(retention))
+        self.pruned = Counter(
+            "airig_retention_pruned", "What retention removed, by kind", ["kind"],
+            registry=self.registry,
+        )  # fmt: skip
+        retention.on_pruned = self._count_pruned
+
+    def _count_pruned(self, plans: int, tasks: int, events: int, result_bytes: int) -> None:
+        for kind, value in (("plans", plans), ("tasks", tasks), ("events", events),
+                            ("result_bytes", result_bytes)):  # fmt: skip
+            self.pruned.labels(kind=kind).inc(value)
 
     def apply(self, entries: Iterable[tuple[str, float, dict[str, str]]]) -> None:
         for name, value, labels in entries:
@@ -83,3 +136,9 @@ class BrainMetrics:
                 self.retries.labels(**labels).inc(value)
             elif name == "alerts_fired":
                 self.alerts_fired.labels(**labels).inc(value)
+            elif name == "escalation_calls":
+                self.escalation_calls.labels(**labels).inc(value)
+            elif name == "escalation_tokens":
+                self.escalation_tokens.labels(**labels).inc(value)
+            elif name == "escalation_cost":
+                self.escalation_cost.inc(value)

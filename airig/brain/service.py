@@ -13,14 +13,18 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from airig.brain import alerts, candidates, reaper
+from airig.brain import alerts, candidates, probes, reaper, retention
 from airig.brain.db import Database
+from airig.brain.escalation import ledger as escalation_ledger
+from airig.brain.escalation.sender import Sender
 from airig.brain.events import EventLog, Outbox
+from airig.brain.groupcommit import GroupCommit
 from airig.brain.metrics import BrainMetrics
 from airig.brain.notify import Notifier, parse_urls
 from airig.brain.placement import Placement
 from airig.brain.retry import RetryPolicy
 from airig.brain.settings import BrainSettings
+from airig.common.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -30,12 +34,19 @@ class Brain:
         self.settings = settings
         settings.results_dir.mkdir(parents=True, exist_ok=True)
         self.db = Database(settings.db_path)
+        self._group = GroupCommit(self.db, self._committed)
         self.events = EventLog(
             settings.events_file,
             settings.training_file,
             known_secrets=(settings.admin_token, settings.bootstrap_token),
+            max_bytes=int(settings.log_max_mb * 1024 * 1024),
+            keep=settings.log_keep,
         )
         self.metrics = BrainMetrics(self.db)
+        # Finished plans older than AIRIG_RETENTION_DAYS go, in small batches (retention.py).
+        self.retention = retention.Retention(self.db, settings, self.events)
+        self.metrics.watch_store(self.retention)
+        self._pruner: reaper.Reaper | None = None
         self.retry = RetryPolicy(
             initial_s=settings.retry_initial_s,
             cap_s=settings.retry_cap_s,
@@ -43,6 +54,7 @@ class Brain:
         )
         with self.db.tx() as conn:
             candidates.ensure_index(conn)
+            escalation_ledger.ensure_schema(conn)
             alerts.ensure_schema(conn)
         self.alert_rules = alerts.Rules(
             queue_depth=settings.alert_queue_depth,
@@ -57,23 +69,42 @@ class Brain:
             initial_s=max(settings.retry_initial_s, 0.1),
             cap_s=max(settings.retry_cap_s, 0.1),
         )
+        try:
+            targets = probes.parse_targets(settings.probe_services, settings.gpu_services)
+        except ValueError as exc:
+            raise ConfigError(
+                str(exc), "fix BRAIN_PROBE_SERVICES in 03-agents/compose.yaml"
+            ) from exc
+        self.probes = probes.ServiceProbes(targets, down_after=settings.probe_down_after)
+        self._prober: reaper.Reaper | None = None
         # Residency-aware claims, learned model costs and the thermal guard.
         self.scheduling = Placement(settings)
         self.work_ready = threading.Condition()
         self.closing = threading.Event()
         self._reaper: reaper.Reaper | None = None
+        self.escalations: Sender | None = None
         self.started_at = 0.0  # set by start: workers count as silent only from then
 
-    def write(self, change: Callable[[sqlite3.Connection, Outbox, float], T]) -> T:
+    def write(
+        self, change: Callable[[sqlite3.Connection, Outbox, float], T], durable: bool = True
+    ) -> T:
+        """``durable=False``: liveness only, may be lost to a power cut (``Database.tx``).
+        Durable writes that arrive together share one commit (``groupcommit.py``)."""
+        if durable:
+            return self._group.run(change)
         outbox = Outbox()
-        with self.db.tx() as conn:
+        with self.db.tx(durable) as conn:
             result = change(conn, outbox, time.time())
+        self._committed(outbox)
+        return result
+
+    def _committed(self, outbox: Outbox) -> None:
+        """After a commit: its events and metrics out, long-polling claims woken."""
         self.events.publish(outbox)
         self.metrics.apply(outbox.metrics)
         if outbox.work_ready:
             with self.work_ready:
                 self.work_ready.notify_all()
-        return result
 
     def wait_for_work(self, timeout_s: float) -> None:
         with self.work_ready:
@@ -87,6 +118,15 @@ class Brain:
         self.notifier.start()
         self._reaper = reaper.Reaper(self.reap_once, self.settings.reaper_interval_s)
         self._reaper.start()
+        # The external tier's calls (airig/brain/escalation/); with AIRIG_ESCALATION=off it
+        # only fails what waits for it, with that reason.
+        self.escalations = Sender(self.write, self.settings, self.retry, read=self.db.read)
+        self.escalations.start()
+        self._pruner = reaper.Reaper(self.retention.tick, self.settings.retention_interval_s)
+        self._pruner.start()
+        if self.probes.targets:
+            self._prober = reaper.Reaper(self.probes.probe_once, self.settings.probe_interval_s)
+            self._prober.start()
 
     def reap_once(self) -> None:
         self.write(lambda conn, outbox, now: reaper.reap(conn, outbox, now, self.retry))
@@ -96,7 +136,12 @@ class Brain:
         """Fire and clear alerts (``now`` for tests), then queue them for delivery."""
         notices = self.write(
             lambda conn, outbox, clock: alerts.check(
-                conn, outbox, clock if now is None else now, self.alert_rules, self.started_at
+                conn,
+                outbox,
+                clock if now is None else now,
+                self.alert_rules,
+                self.started_at,
+                self.probes.holding(),
             )
         )
         self.notifier.send(notices)
@@ -109,6 +154,13 @@ class Brain:
             self.work_ready.notify_all()
 
     def stop(self) -> None:
+        if self.escalations:
+            self.escalations.stop()
+            self.escalations.join(timeout=5)
+        if self._pruner:
+            self._pruner.stop()
+        if self._prober:
+            self._prober.stop()
         if self._reaper:
             self._reaper.stop()
             self._reaper.join(timeout=5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -60,6 +61,58 @@ class BrainSettings(BaseSettings):
     alert_gpu_temp_c: float = Field(85.0, alias="AIRIG_ALERT_GPU_TEMP_C", gt=0)
     alert_failures: int = Field(5, alias="AIRIG_ALERT_FAILURES", gt=0)
     alert_failure_window_s: float = Field(600.0, alias="AIRIG_ALERT_FAILURE_WINDOW_S", gt=0)
+    # Compute services the brain probes over ai-network (airig/brain/probes.py), as
+    # NAME=URL pairs; empty = none. AIRIG_GPU_SERVICES: the ones `up` put on a GPU
+    # (.airig/host.env), whose answers must not say CPU.
+    probe_services: str = Field("", alias="BRAIN_PROBE_SERVICES")
+    gpu_services: str = Field("", alias="AIRIG_GPU_SERVICES")
+    probe_interval_s: float = Field(20.0, alias="BRAIN_PROBE_INTERVAL_S", gt=0)
+    probe_down_after: int = Field(3, alias="BRAIN_PROBE_DOWN_AFTER", gt=0)
+
+    # The brain's model plans (airig/brain/planner/): what a `plan` task may grow its plan
+    # to (tasks in the plan, levels of growth), and the model that drafts when a goal or a
+    # plan task names none.
+    plan_max_tasks: int = Field(200, alias="AIRIG_PLAN_MAX_TASKS", gt=0)
+    plan_max_depth: int = Field(3, alias="AIRIG_PLAN_MAX_DEPTH", ge=0)
+    planner_model: str = Field(
+        "qwen2.5:7b-instruct-q4_K_M", alias="AIRIG_PLANNER_MODEL", min_length=1
+    )
+    # The planner's catalogue: the models 02-compute provisions and verifies, and the data
+    # volume whose input files it lists (airig/brain/planner/catalogue.py).
+    ollama_models: str = Field("", alias="AIRIG_OLLAMA_MODELS")
+    whisper_models: str = Field("", alias="AIRIG_WHISPER_MODELS")
+    data_dir: Path = Field(Path("/data"), alias="BRAIN_DATA_DIR")
+
+    # The external tier (airig/brain/escalation/): off by default. The brain talks only to
+    # the gateway, which alone holds the provider's key. Prices per million tokens and the
+    # budgets are in one currency unit; a call whose estimate would pass a budget is not made.
+    escalation: bool = Field(False, alias="AIRIG_ESCALATION")
+    gateway_url: str = Field("http://gateway:8070", alias="AIRIG_GATEWAY_URL")
+    gateway_token: str = Field("", alias="AIRIG_GATEWAY_TOKEN")
+    escalation_price_in: float = Field(3.0, alias="AIRIG_ESCALATION_PRICE_IN_PER_MTOK", ge=0)
+    escalation_price_out: float = Field(15.0, alias="AIRIG_ESCALATION_PRICE_OUT_PER_MTOK", ge=0)
+    escalation_budget_daily: float = Field(2.0, alias="AIRIG_ESCALATION_BUDGET_DAILY", ge=0)
+    escalation_budget_monthly: float = Field(20.0, alias="AIRIG_ESCALATION_BUDGET_MONTHLY", ge=0)
+    escalation_rate_per_min: int = Field(10, alias="AIRIG_ESCALATION_RATE_PER_MIN", ge=1)
+    escalation_over_budget: Literal["wait", "fail"] = Field(
+        "wait", alias="AIRIG_ESCALATION_OVER_BUDGET"
+    )
+    escalation_max_tokens: int = Field(4096, alias="AIRIG_ESCALATION_MAX_TOKENS", ge=16)
+    # The brain's model judges an on_failure task's first failure (escalation/review.py):
+    # AIRIG_PLANNER_MODEL through this Ollama.
+    escalation_review: bool = Field(False, alias="AIRIG_ESCALATION_REVIEW")
+    review_ollama_url: str = Field("http://ollama:11434", alias="BRAIN_OLLAMA_URL")
+    # The local model's context window, for "too long to run locally" (chars / 4 estimate).
+    local_context_tokens: int = Field(8192, alias="AIRIG_LOCAL_CONTEXT_TOKENS", ge=256)
+
+    # Retention (airig/brain/retention.py): finished plans, their events and result files
+    # are deleted this many days after their last task ended (0 = keep forever), by a pass
+    # every BRAIN_RETENTION_INTERVAL_S; the event and training-sample logs rotate past
+    # AIRIG_LOG_MAX_MB (0 = never), AIRIG_LOG_KEEP rotated files kept, none past retention.
+    retention_days: int = Field(30, alias="AIRIG_RETENTION_DAYS", ge=0)
+    retention_interval_s: float = Field(3600.0, alias="BRAIN_RETENTION_INTERVAL_S", gt=0)
+    log_max_mb: float = Field(100.0, alias="AIRIG_LOG_MAX_MB", ge=0)
+    log_keep: int = Field(5, alias="AIRIG_LOG_KEEP", ge=0)
 
     max_plan_bytes: int = Field(1_048_576, alias="BRAIN_MAX_PLAN_BYTES", gt=0)
     max_tasks: int = Field(5000, alias="BRAIN_MAX_TASKS", gt=0)
@@ -94,10 +147,13 @@ class BrainSettings(BaseSettings):
 
     def require_secrets(self) -> None:
         """Refuse to serve with a missing or placeholder secret."""
-        for env_name, value in (
+        needed = [
             ("BRAIN_ADMIN_TOKEN", self.admin_token),
             ("WORKER_BOOTSTRAP_TOKEN", self.bootstrap_token),
-        ):
+        ]
+        if self.escalation:  # the gateway refuses the brain without it
+            needed.append(("AIRIG_GATEWAY_TOKEN", self.gateway_token))
+        for env_name, value in needed:
             if is_placeholder(value):
                 raise ConfigError(
                     f"{env_name} is missing or still 'change-me'",

@@ -3,6 +3,7 @@
     PENDING -> READY -> LEASED -> RUNNING -> SUCCEEDED
     LEASED/RUNNING -> RETRY_WAIT -> READY        (retryable error, lost lease, timeout)
     LEASED/RUNNING -> READY                      (worker released its attempt)
+    READY/LEASED/RUNNING/RETRY_WAIT -> ESCALATED -> SUCCEEDED | FAILED   (external tier)
     any non-terminal -> FAILED | CANCELLED       (and all transitive dependents
                                                   -> UPSTREAM_FAILED, naming the root)
 
@@ -22,10 +23,12 @@ from airig.common.protocol import TaskState as S
 
 ALLOWED = {
     S.PENDING: {S.READY, S.UPSTREAM_FAILED, S.CANCELLED},
-    S.READY: {S.LEASED, S.FAILED, S.UPSTREAM_FAILED, S.CANCELLED},
-    S.LEASED: {S.RUNNING, S.READY, S.RETRY_WAIT, S.FAILED, S.SUCCEEDED, S.CANCELLED},
-    S.RUNNING: {S.SUCCEEDED, S.READY, S.RETRY_WAIT, S.FAILED, S.CANCELLED},
-    S.RETRY_WAIT: {S.READY, S.UPSTREAM_FAILED, S.CANCELLED},
+    S.READY: {S.LEASED, S.FAILED, S.UPSTREAM_FAILED, S.CANCELLED, S.ESCALATED},
+    S.LEASED: {S.RUNNING, S.READY, S.RETRY_WAIT, S.FAILED, S.SUCCEEDED, S.CANCELLED, S.ESCALATED},
+    S.RUNNING: {S.SUCCEEDED, S.READY, S.RETRY_WAIT, S.FAILED, S.CANCELLED, S.ESCALATED},
+    S.RETRY_WAIT: {S.READY, S.UPSTREAM_FAILED, S.CANCELLED, S.ESCALATED},
+    # The external tier's answer, its refusal, or a cancel (airig/brain/escalation/).
+    S.ESCALATED: {S.SUCCEEDED, S.FAILED, S.CANCELLED},
 }
 
 
@@ -42,8 +45,9 @@ def get_task(conn: sqlite3.Connection, task_id: int) -> sqlite3.Row | None:
 def require_task(conn: sqlite3.Connection, task_id: int) -> sqlite3.Row:
     """The row of a task this transaction has already seen (read again after a write).
 
-    Tasks are never deleted, so it is there; LookupError rather than a TypeError on
-    ``None`` if that ever stops being true.
+    Only retention deletes tasks, those of finished plans, in its own transactions, so
+    it is there; LookupError rather than a TypeError on ``None`` if that ever stops
+    being true.
     """
     task = get_task(conn, task_id)
     if task is None:

@@ -17,7 +17,12 @@ from airig.common.jsonsafe import check_json_value
 TASK_CLASSES = ("cpu", "script", "llm", "resource")
 TRUST_LEVELS = ("trusted", "untrusted")
 # The service that holds a task type's model in GPU memory; a worker swaps models there.
-MODEL_SERVICE_FOR_TYPE = {"llm": "ollama", "embed": "ollama", "transcribe": "whisper"}
+MODEL_SERVICE_FOR_TYPE = {
+    "llm": "ollama",
+    "embed": "ollama",
+    "plan": "ollama",  # the planner model runs on Ollama: swap it in like an llm task
+    "transcribe": "whisper",
+}
 
 
 class TaskState:
@@ -32,6 +37,9 @@ class TaskState:
     FAILED = "FAILED"
     UPSTREAM_FAILED = "UPSTREAM_FAILED"
     CANCELLED = "CANCELLED"
+    # Handed to the external tier (airig/brain/escalation/): waits for its answer, never
+    # claimable by a worker.
+    ESCALATED = "ESCALATED"
 
     TERMINAL = frozenset({SUCCEEDED, FAILED, UPSTREAM_FAILED, CANCELLED})
     LIVE_LEASE = frozenset({LEASED, RUNNING})
@@ -45,6 +53,7 @@ class TaskState:
         FAILED,
         UPSTREAM_FAILED,
         CANCELLED,
+        ESCALATED,
     )
 
 

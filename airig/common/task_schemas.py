@@ -42,6 +42,7 @@ DEFAULT_CLASS_FOR_TYPE: dict[str, str] = {
     "shell": "cpu",
     "resource": "resource",
     "noop": "cpu",
+    "plan": "llm",
 }
 
 
@@ -227,6 +228,35 @@ class NoopPayload(Payload):
     fail: NoopFailure | None = None
 
 
+class PlanPayload(Payload):
+    """The brain's model proposes tasks (airig/brain/planner/, PLANS.md "The plan type").
+
+    ``grow``: the answer's tasks join this task's plan; ``draft``: the answer is a whole plan
+    for a goal, shown to the user before anything runs. ``catalogue`` and
+    ``previous_errors`` are the brain's: it fills the first when a worker claims the task
+    (task types, models, input files) and the second after an invalid answer, so the
+    retry shows the model what the validator said. Whatever a plan puts there is replaced.
+    """
+
+    goal: Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
+    mode: Literal["grow", "draft"] = "grow"
+    instructions: LongText | None = None
+    untrusted_input: LongText | None = None
+    model: ModelName | None = None
+    # Where the input files are (a folder on the data volume); listed into the catalogue.
+    inputs_dir: DataPath | None = None
+    options: Options | None = None
+    catalogue: dict[str, Any] | None = None
+    previous_errors: Annotated[list[dict[str, Any]], Field(max_length=200)] | None = None
+
+    @field_validator("goal", "instructions", "untrusted_input")
+    @classmethod
+    def _no_forged_delimiter(cls, value: str | None) -> str | None:
+        if value is not None and contains_reserved_delimiter(value):
+            raise ValueError("contains a reserved <untrusted_data> delimiter")
+        return value
+
+
 PAYLOAD_SCHEMAS: dict[str, type[Payload]] = {
     "llm": LlmPayload,
     "embed": EmbedPayload,
@@ -235,4 +265,5 @@ PAYLOAD_SCHEMAS: dict[str, type[Payload]] = {
     "shell": ShellPayload,
     "resource": ResourcePayload,
     "noop": NoopPayload,
+    "plan": PlanPayload,
 }

@@ -21,6 +21,7 @@ from airig.common.task_schemas import (
     LlmPayload,
     NoopPayload,
     Payload,
+    PlanPayload,
     ResourcePayload,
     ShellPayload,
     TranscribePayload,
@@ -30,6 +31,7 @@ from airig.executors.embed import execute_embed
 from airig.executors.image import execute_image
 from airig.executors.llm import execute_llm
 from airig.executors.noop import execute_noop
+from airig.executors.plan import execute_plan
 from airig.executors.resource import execute_resource
 from airig.executors.shell import execute_shell
 from airig.executors.transcribe import execute_transcribe
@@ -69,6 +71,7 @@ EXECUTORS: dict[str, Executor] = {
     "shell": _executor(ShellPayload, execute_shell),
     "resource": _executor(ResourcePayload, execute_resource),
     "noop": _executor(NoopPayload, execute_noop),
+    "plan": _executor(PlanPayload, execute_plan),
 }
 
 

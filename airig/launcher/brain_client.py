@@ -156,6 +156,48 @@ class BrainClient:
             not_found="list the tokens and their ids with `token list`",
         )  # fmt: skip
 
+    def prune(self, older_than_s: float | None, dry_run: bool) -> Json:
+        """Delete (or count) finished plans older than that (None: the brain's retention);
+        a large store takes a while, hence the longer wait."""
+        body = {"older_than_s": older_than_s, "dry_run": dry_run}
+        saved, self.timeout_s = self.timeout_s, max(self.timeout_s, 600.0)
+        try:
+            return self._object("POST", "/v1/plans/prune", json=body)
+        finally:
+            self.timeout_s = saved
+
+    def store(self) -> Json:
+        """The store's size on disk and the retention in force (``GET /v1/store``)."""
+        return self._object("GET", "/v1/store")
+
+    # ------------------------------------------------------------ goals
+    def create_goal(self, goal: str, inputs_dir: str | None = None) -> Json:
+        """Ask the brain's model to draft a plan for ``goal`` (``POST /v1/goals``)."""
+        body = {"goal": goal, **({"inputs_dir": inputs_dir} if inputs_dir else {})}
+        try:
+            return self._object("POST", "/v1/goals", json=body)
+        except PlanRefused as exc:
+            message = exc.message.replace("refused the plan", "refused the goal", 1)
+            raise AirigError(
+                message, "give --inputs-dir a folder relative to the data volume, or none"
+            ) from None
+
+    def goal(self, goal_id: str) -> Json:
+        return self._object(
+            "GET", f"/v1/goals/{quote(goal_id, safe='')}", not_found="submit the goal again"
+        )
+
+    def approve_goal(self, goal_id: str) -> Json:
+        """Submit the goal's draft as a plan; the answer holds its ``plan_id``."""
+        return self._object("POST", f"/v1/goals/{quote(goal_id, safe='')}/approve")
+
+    def reject_goal(self, goal_id: str) -> Json:
+        return self._object("POST", f"/v1/goals/{quote(goal_id, safe='')}/reject")
+
+    def escalations(self, limit: int = 20) -> Json:
+        """The external tier's calls, spend against the budgets, and the tasks waiting."""
+        return self._object("GET", "/v1/escalations", params={"limit": limit})
+
     def _object(self, method: str, path: str, **kwargs: Any) -> Json:
         """A request whose answer is a JSON object (every endpoint the CLI calls)."""
         return cast(Json, self._request(method, path, **kwargs))

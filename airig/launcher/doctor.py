@@ -8,7 +8,14 @@ from airig.common.errors import AirigError
 from airig.launcher.docker import Docker
 from airig.launcher.hardware.choice import choose_profile
 from airig.launcher.plan import plan_for_running
-from airig.launcher.preflight import Check, disk_check, docker_checks, env_check, port_checks
+from airig.launcher.preflight import (
+    Check,
+    disk_check,
+    docker_checks,
+    env_check,
+    escalation_check,
+    port_checks,
+)
 from airig.launcher.settings import Settings
 from airig.launcher.status import bundle, service_rows
 from airig.launcher.up import Launcher
@@ -17,7 +24,7 @@ from airig.launcher.up import Launcher
 def run_doctor(settings: Settings, docker: Docker) -> tuple[list[Check], dict[str, Any]]:
     checks = docker_checks(docker)
     engine_ok = all(c.ok for c in checks)
-    checks.append(env_check(settings))
+    checks += [env_check(settings), escalation_check(settings)]
     extra: dict[str, Any] = {}
     if engine_ok:
         checks += _host_checks(settings, docker)

@@ -36,6 +36,8 @@ GENERATED_FILES = (HOST_ENV, GPU_OVERLAY, AMD_ENV, AMD_COMPUTE_OVERLAY, CPU_FALL
 # plan_for_running): any would do, compose only needs one that exists.
 ANY_PROFILE = "cpu"
 GPU_WORKER_CLASSES = "llm,script,resource"
+# 03-agents' gateway to the external tier (AIRIG_ESCALATION=on)
+ESCALATION_PROFILE = "escalation"
 ALL_CLASSES = "cpu,script,llm,resource"
 
 
@@ -95,11 +97,20 @@ def build_plan(
         ).env
     else:
         images_env = images.env
+    # The compute services `up` put on a GPU: the brain's probes alert when one of them
+    # answers that it runs on the CPU (airig/brain/probes.py).
+    on_gpu = (
+        []
+        if images is None or profile == "cpu"
+        else [c.service for c in images.choices if c.on_gpu]
+    )
     host_env = {
         **(host_env or {}),
         **images_env,
+        "AIRIG_GPU_SERVICES": ",".join(sorted(on_gpu)),
         "AIRIG_CPU_WORKER_CLASSES": cpu_worker_classes(profile, gpus),
         **rig_env(settings),
+        **escalation_env(settings),
     }
     generated[state / HOST_ENV] = "".join(f"{k}={v}\n" for k, v in sorted(host_env.items()))
     env_files = [settings.env_file, state / HOST_ENV]
@@ -127,7 +138,7 @@ def build_plan(
                 name=name,
                 project=projects[name],
                 files=tuple(files),
-                profiles=(profile,),
+                profiles=(profile, *stack_extra_profiles(settings, name)),
                 env_files=tuple(env_files),
                 wait_timeout=settings.wait_timeout,
             )
@@ -164,6 +175,34 @@ def rig_env(settings: Settings) -> dict[str, str]:
     joined rig a name prefix, so its `gpu0` and the brain machine's `gpu0` are two names."""
     rig = settings.rig_name
     return {"AIRIG_RIG_NAME": rig, "AIRIG_WORKER_NAME_PREFIX": f"{rig}-" if settings.joined else ""}
+
+
+def stack_extra_profiles(settings: Settings, stack: str) -> tuple[str, ...]:
+    """Profiles besides the hardware one: `escalation` starts 03-agents' gateway, only
+    when .env opts in (AIRIG_ESCALATION=on; a joined rig runs no brain to serve)."""
+    wanted = stack == "03-agents" and settings.escalation == "on" and not settings.joined
+    return (ESCALATION_PROFILE,) if wanted else ()
+
+
+def gateway_key_path(settings: Settings) -> Path:
+    """AIRIG_GATEWAY_KEY_FILE as an absolute path (a relative one is from the checkout:
+    Compose would read it from 03-agents/)."""
+    return settings.root / Path(settings.gateway_key_file).expanduser()
+
+
+def escalation_env(settings: Settings) -> dict[str, str]:
+    """For the gateway's compose service: the key file's absolute path, and its owner to
+    run as (a file secret is a bind mount with the host file's owner and mode, so a
+    chmod 600 key is readable only by that uid). Empty while escalation is off; a
+    missing file is `up`'s preflight refusal (preflight.escalation_check)."""
+    if settings.escalation != "on" or not settings.gateway_key_file:
+        return {}
+    path = gateway_key_path(settings)
+    env = {"AIRIG_GATEWAY_KEY_FILE": str(path)}
+    if path.is_file():
+        owner = path.stat()
+        env["AIRIG_GATEWAY_USER"] = f"{owner.st_uid}:{owner.st_gid}"
+    return env
 
 
 def cpu_worker_classes(profile: str, gpus: list[GpuSlot]) -> str:

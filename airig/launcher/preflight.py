@@ -16,6 +16,7 @@ from airig.common.errors import AirigError
 from airig.common.secrets import is_placeholder
 from airig.launcher.docker import Docker
 from airig.launcher.envfile import missing_keys
+from airig.launcher.plan import gateway_key_path
 from airig.launcher.settings import PORTS, Settings
 
 
@@ -74,6 +75,46 @@ def env_check(settings: Settings) -> Check:
             "run up: it generates them",
         )
     return Check(".env", True, "present and complete")
+
+
+def escalation_check(settings: Settings) -> Check:
+    """AIRIG_ESCALATION=on needs a model and a readable key file before anything starts
+    (the gateway would only fail its healthcheck later). The key is never printed."""
+    name = "escalation"
+    if settings.escalation != "on" or settings.joined:
+        return Check(name, True, "off: nothing leaves this machine")
+    if not settings.gateway_model.strip():
+        return Check(
+            name, False, "AIRIG_ESCALATION=on but AIRIG_GATEWAY_MODEL is empty",
+            "set AIRIG_GATEWAY_MODEL in .env to the provider's model, or AIRIG_ESCALATION=off",
+        )  # fmt: skip
+    fix = (
+        "put the provider's API key alone in a file (chmod 600), set AIRIG_GATEWAY_KEY_FILE "
+        "to its path in .env, or set AIRIG_ESCALATION=off"
+    )
+    if not settings.gateway_key_file:
+        return Check(name, False, "AIRIG_ESCALATION=on but AIRIG_GATEWAY_KEY_FILE is empty", fix)
+    path = gateway_key_path(settings)
+    if not path.is_file():
+        return Check(name, False, f"AIRIG_GATEWAY_KEY_FILE: no file at {path}", fix)
+    try:
+        empty = not path.read_bytes().strip()
+    except OSError as exc:
+        return Check(
+            name, False, f"AIRIG_GATEWAY_KEY_FILE: cannot read {path}: {exc.strerror}", fix
+        )
+    if empty:
+        return Check(name, False, f"AIRIG_GATEWAY_KEY_FILE: {path} is empty", fix)
+    if is_placeholder(settings.gateway_token):
+        return Check(
+            name, False, "AIRIG_GATEWAY_TOKEN is still change-me", "run up: it generates it"
+        )
+    shared = " (others may read it: chmod 600)" if path.stat().st_mode & 0o077 else ""
+    return Check(
+        name,
+        True,
+        f"on: {settings.gateway_provider} {settings.gateway_model}, key file {path}{shared}",
+    )
 
 
 def disk_check(settings: Settings, docker_root: str | None) -> Check:

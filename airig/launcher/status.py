@@ -109,6 +109,42 @@ def workers_table(workers: list[dict[str, Any]]) -> Table:
     return table
 
 
+def brain_store(settings: Settings) -> dict[str, Any] | None:
+    """The brain's store size and retention (``GET /v1/store``), or None when the brain
+    does not answer (or is too old to have it): status still works."""
+    from airig.launcher.brain_client import BrainClient
+
+    try:
+        client = BrainClient.from_settings(settings)
+        client.timeout_s = 3.0
+        return client.store()
+    except AirigError:
+        return None
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
+def store_table(store: dict[str, Any]) -> Table:
+    """What the brain keeps on disk, and for how long."""
+    days = store.get("retention_days") or 0
+    kept = f"finished plans kept {days} days" if days else "finished plans kept forever"
+    table = Table(title=f"brain store ({kept})")
+    table.add_column("part")
+    table.add_column("size", justify="right")
+    rows = [("database", store["db_bytes"]), ("database WAL", store["wal_bytes"]),
+            ("result files", store["results_bytes"])]  # fmt: skip
+    rows += [(f"{name} log", size) for name, size in sorted(store.get("logs", {}).items())]
+    for part, size in rows:
+        table.add_row(escape(part), human_bytes(size))
+    return table
+
+
 def layout_table(rows: list[dict[str, str]]) -> Table:
     table = Table(title="worker layout")
     for col in ("worker", "gpus", "ollama", "classes"):

@@ -1,7 +1,8 @@
 """`tune KNOB=VALUE`: change one runtime knob in .env, recreate only what uses it, log it.
 
 The compute runbook's order: concurrency first (fewer workers, less held ahead), then
-memory (fewer loaded models, shorter context, a smaller KV cache), offload depth last.
+memory (fewer loaded models, fewer parallel slots, shorter context, a smaller KV cache,
+a smaller Whisper model), offload depth (OLLAMA_GPU_OVERHEAD) last.
 Every change and rollback is one JSON line in ``.airig/tuning.log``.
 """
 
@@ -49,6 +50,15 @@ KNOBS = {
     "OLLAMA_CONTEXT_LENGTH": Knob(1, _int(1), "a whole number of tokens, e.g. 4096"),
     "OLLAMA_KV_CACHE_TYPE": Knob(1, "f16|q8_0|q4_0", "one of f16, q8_0, q4_0"),
     "OLLAMA_FLASH_ATTENTION": Knob(1, "0|1", "0 or 1 (q8_0/q4_0 KV cache needs 1)"),
+    "OLLAMA_NUM_PARALLEL": Knob(1, _int(1), "a whole number ≥ 1 (each slot holds a context)"),
+    # the Whisper model size: its init container pulls and verifies the new one
+    "AIRIG_WHISPER_MODELS": Knob(
+        1,
+        r"[\w.-]+/[\w.-]+(,[\w.-]+/[\w.-]+)*",
+        "Hugging Face ids, e.g. Systran/faster-whisper-base",
+    ),
+    # offload depth: VRAM Ollama leaves free per GPU; more means fewer layers on the GPU
+    "OLLAMA_GPU_OVERHEAD": Knob(2, _int(0), "bytes ≥ 0, e.g. 1073741824 (1 GiB)"),
 }
 
 
@@ -100,8 +110,10 @@ def order_warning(knob: str, entries: list[dict[str, Any]]) -> str:
     if not skipped:
         return ""
     names = [k for k, v in KNOBS.items() if v.stage in skipped]
+    stage = STAGES[KNOBS[knob].stage]
+    article = "an" if stage[0] in "aeiou" else "a"
     return (
-        f"{knob} is a {STAGES[KNOBS[knob].stage]} knob, but the tuning log has no "
+        f"{knob} is {article} {stage} knob, but the tuning log has no "
         f"{' or '.join(STAGES[i] for i in skipped)} change yet (runbook order: try "
         f"{', '.join(names)} first)"
     )

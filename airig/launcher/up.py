@@ -25,13 +25,21 @@ from airig.launcher.hardware.choice import Choice, choose_profile, probe_images
 from airig.launcher.image_source import image_hash, source_hash
 from airig.launcher.images import ImageSelection, comfyui_flag_clash
 from airig.launcher.plan import (
+    ESCALATION_PROFILE,
     ComposePlan,
     StackPlan,
     build_plan,
     generated_paths,
     project_names,
 )
-from airig.launcher.preflight import Check, disk_check, docker_checks, env_check, port_checks
+from airig.launcher.preflight import (
+    Check,
+    disk_check,
+    docker_checks,
+    env_check,
+    escalation_check,
+    port_checks,
+)
 from airig.launcher.settings import STACKS, Settings
 
 # The shared volumes, named "<AIRIG_PROJECT_PREFIX>-<name>" (see 01-infra/compose.yaml).
@@ -43,6 +51,11 @@ VOLUMES = {
 # workers' build: is the same (the x-airig anchor).
 IMAGE_SERVICE = ("03-agents", "brain")
 JOINED_IMAGE_SERVICE = "worker-cpu"
+# The escalation gateway's service in 03-agents (profile `escalation`), and the labels
+# Compose puts on every container it starts.
+GATEWAY_SERVICE = "gateway"
+SERVICE_LABEL = "com.docker.compose.service"
+PROJECT_LABEL = "com.docker.compose.project"
 # 02-compute's init containers, whose JSON lines become the progress bars
 INIT_SERVICES = ("ollama-init", "comfyui-init", "whisper-init")
 
@@ -93,7 +106,22 @@ class Launcher:
         for stack in plan.stacks:
             self.console.print(f"[bold]Starting[/] {escape(stack.name)} …")
             self._up_stack(plan, stack, result)
+        self._retire_gateway(plan)
         return result
+
+    def _retire_gateway(self, plan: ComposePlan) -> None:
+        """With AIRIG_ESCALATION=off, stop a gateway an earlier `up` started. Compose leaves
+        running a service whose profile is no longer active (`--remove-orphans` only removes
+        services the files no longer define), and that one holds the provider's key."""
+        agents = plan.stack("03-agents")
+        if ESCALATION_PROFILE in agents.profiles:
+            return
+        for container in self.docker.containers(label=f"{SERVICE_LABEL}={GATEWAY_SERVICE}"):
+            if container.labels.get(PROJECT_LABEL) != agents.project:
+                continue
+            with engine_errors("removing the escalation gateway"):
+                container.remove(force=True)
+            self.console.print("Stopped the escalation gateway (AIRIG_ESCALATION is off).")
 
     def _build(self, plan: ComposePlan) -> None:
         args = {
@@ -144,7 +172,7 @@ class Launcher:
         return lines
 
     def preflight(self) -> list[Check]:
-        checks = [env_check(self.settings)]
+        checks = [env_check(self.settings), escalation_check(self.settings)]
         docker_root = self.docker.engine_info().get("DockerRootDir")
         checks.append(disk_check(self.settings, docker_root))
         checks += port_checks(self.settings, self.own_ports())

@@ -39,7 +39,7 @@ from airig.worker.swap import Outcome, Swapper
 log = logging.getLogger("airig.worker")
 # Task types whose executors never write an output file: no per-attempt folder (a mkdir
 # and rmdir per task were a fifth of a worker's time in the dispatch profile).
-NO_FILES = frozenset({"noop", "llm", "embed", "resource"})
+NO_FILES = frozenset({"noop", "llm", "embed", "resource", "plan"})
 
 
 class Worker:

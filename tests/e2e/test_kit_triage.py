@@ -87,6 +87,40 @@ def test_crash_loop_oom_and_an_unregistered_worker(up_kit):
     assert "not registered" in by_service["worker-extra"]["summary"]
 
 
+def brain_alerts(kit) -> list[tuple[str, str, str]]:
+    import requests
+
+    token = kit.env()["BRAIN_ADMIN_TOKEN"]
+    answer = requests.get("http://127.0.0.1:8080/v1/events?limit=500",
+                          headers={"Authorization": f"Bearer {token}"}, timeout=10)  # fmt: skip
+    answer.raise_for_status()
+    return [(e["event_type"], e.get("alert"), e.get("subject")) for e in answer.json()["events"]
+            if e["event_type"].startswith("alert_")]  # fmt: skip
+
+
+def test_the_brain_alerts_when_comfyui_stops_answering_and_when_it_is_back(up_kit):
+    """Through the compose wiring: the brain probes comfyui:8188 over ai-network
+    (BRAIN_PROBE_SERVICES); a healthy kit raises no service alert; ComfyUI gone raises
+    service_down once; back, it clears once. AIRIG_ALERT_URLS would deliver both."""
+    assert not [a for a in brain_alerts(up_kit) if a[1] in ("service_down", "gpu_fallback")]
+    name = subprocess.run(
+        ["docker", "ps", "-q", "--filter", "label=com.docker.compose.project=airig-compute",
+         "--filter", "label=com.docker.compose.service=comfyui-cpu"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    assert name, "the comfyui-cpu container"
+    subprocess.run(["docker", "stop", name], check=True, capture_output=True)
+    try:
+        fired = ("alert_fired", "service_down", "comfyui")
+        wait_for(lambda: fired in brain_alerts(up_kit), timeout=180)
+    finally:
+        subprocess.run(["docker", "start", name], check=True, capture_output=True)
+    cleared = ("alert_cleared", "service_down", "comfyui")
+    wait_for(lambda: cleared in brain_alerts(up_kit), timeout=180)
+    said = brain_alerts(up_kit)
+    assert (said.count(fired), said.count(cleared)) == (1, 1)
+
+
 def test_a_truncated_model_file_is_a_model_sync_finding(up_kit):
     """Last in the module: it breaks the model (the module's kit is thrown away after)."""
     label = "label=com.docker.compose.volume=whisper-models"

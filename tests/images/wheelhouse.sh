@@ -8,7 +8,7 @@ out="$root/03-agents/wheels"
 mkdir -p "$out"
 stamp="$out/.stamp-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
 if [ -f "$stamp" ]; then echo "wheelhouse up to date"; exit 0; fi
-python3 -m pip wheel --quiet --wheel-dir "$out" "$root[provision]" setuptools wheel
+python3 -m pip wheel --quiet --wheel-dir "$out" "$root[provision,gateway]" setuptools wheel
 rm -f "$out"/airig-*.whl "$out"/.stamp-*   # the image installs airig from its source
 touch "$stamp"
 echo "wheelhouse ready: $(ls "$out" | wc -l) wheels"

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import requests
 from brain_procs import Cluster, free_port, wait_until
 
 
@@ -100,3 +101,45 @@ def test_a_receiver_that_is_down_gets_the_alerts_later(cluster, receiver):
     receiver.down = False
     wait_until(lambda: len(receiver.received) >= 2, 30, f"late delivery\n{cluster.logs()}")
     assert receiver.titles() == [FIRED, CLEARED]  # in order, nothing lost, none twice
+
+
+def test_ollama_quietly_on_cpu_then_down_reaches_people_once_each(tmp_path, receiver):
+    """The brain probes the compute services: a stand-in Ollama `up` put on a GPU that
+    answers /api/ps with size_vram 0 raises gpu_fallback; the same service gone raises
+    service_down; back (and on the GPU) both clear. Each arrives once."""
+    from standins.conftest_helpers import start_standin
+
+    models = tmp_path / "ollama-models"
+    ollama = start_standin("ollama", models, {"STANDIN_MODEL_BYTES": "4096"})
+    model = "qwen2.5:0.5b"
+    pulled = requests.post(f"{ollama.url}/api/pull", json={"model": model, "stream": False})
+    pulled.raise_for_status()
+    requests.post(f"{ollama.url}/api/generate", json={"model": model, "keep_alive": "5m"})
+    env = {
+        "AIRIG_ALERT_URLS": receiver.url,
+        "BRAIN_PROBE_SERVICES": f"ollama={ollama.url}",
+        "AIRIG_GPU_SERVICES": "ollama",
+        "BRAIN_PROBE_INTERVAL_S": "0.2",
+        "BRAIN_PROBE_DOWN_AFTER": "3",
+    }
+    (tmp_path / "cluster").mkdir()
+    cluster = Cluster(tmp_path / "cluster", brain_env=env)
+    try:
+        cluster.start_brain()
+        fired = "airig ALERT: gpu_fallback ollama"
+        wait_until(lambda: fired in receiver.titles(), 20, f"gpu_fallback\n{cluster.logs()}")
+        [message] = [m for m in receiver.received if m["title"] == fired]
+        assert "size_vram 0" in message["message"] and "triage ollama" in message["message"]
+        ollama.stop()  # what a crash loop looks like from the network
+        down = "airig ALERT: service_down ollama"
+        wait_until(lambda: down in receiver.titles(), 20, f"service_down\n{cluster.logs()}")
+        # back, with the model in VRAM this time (the same models directory)
+        ollama = start_standin("ollama", models, {"STANDIN_VRAM_FRACTION": "1"}, port=ollama.port)
+        requests.post(f"{ollama.url}/api/generate", json={"model": model, "keep_alive": "5m"})
+        cleared = {"airig cleared: service_down ollama", "airig cleared: gpu_fallback ollama"}
+        wait_until(lambda: cleared <= set(receiver.titles()), 20, f"clears\n{cluster.logs()}")
+        titles = receiver.titles()
+        assert sorted(titles) == sorted([fired, down, *cleared])  # each once
+    finally:
+        ollama.stop()
+        cluster.stop()

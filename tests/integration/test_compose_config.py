@@ -38,9 +38,9 @@ def config(plan_stack) -> dict:
         cmd += ["-f", str(f)]
     for e in plan_stack.env_files:
         cmd += ["--env-file", str(e)]
+    for profile in plan_stack.profiles:  # one flag each, as python-on-whales passes them
+        cmd += ["--profile", profile]
     cmd += [
-        "--profile",
-        *plan_stack.profiles,
         "-p",
         plan_stack.project,
         "config",
@@ -244,3 +244,59 @@ def test_gpu_workers_inherit_the_workers_hardening_and_limits(kit, profile):
     for name in ("worker-gpu0", "worker-brain"):
         assert {key: svcs[name].get(key) for key in HARDENING} == cpu, name
         assert "init" not in svcs[name] and "privileged" not in svcs[name]
+
+
+KEY = "sk-compose-test-0123456789abcdef"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_escalation_adds_the_gateway_alone_holding_the_key(kit, profile):
+    """AIRIG_ESCALATION=on: Compose renders 03-agents' gateway, hardened like the brain,
+    unpublished, with the key file as its secret; no other service gets the key or its
+    file, and the brain gets the gateway's address and token. Off: no gateway."""
+    gpus = [GpuSlot(0, gids=(993,))] if profile != "cpu" else []
+    off = build_plan(load_settings(kit), profile, gpus, amd_host_env([993]))
+    for path, text in off.generated.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert "gateway" not in config(off.stack("03-agents"))["services"]
+
+    key = kit / "secrets" / "provider.key"
+    key.parent.mkdir()
+    key.write_text(KEY)
+    key.chmod(0o600)
+    write_env(kit, AIRIG_ESCALATION="on", AIRIG_GATEWAY_PROVIDER="anthropic",
+              AIRIG_GATEWAY_MODEL="claude-sonnet-5-5",
+              AIRIG_GATEWAY_KEY_FILE="secrets/provider.key")  # fmt: skip
+    plan = build_plan(load_settings(kit), profile, gpus, amd_host_env([993]))
+    for path, text in plan.generated.items():
+        path.write_text(text)
+    model = config(plan.stack("03-agents"))
+    services = model["services"]
+    gateway = services["gateway"]
+    assert gateway["image"] == services["brain"]["image"]
+    assert gateway["command"] == ["python", "-m", "airig.gateway"]
+    assert "ports" not in gateway
+    assert gateway["networks"]["ai"]["aliases"] == ["gateway"]
+    for hardening in ("cap_drop", "security_opt", "read_only", "tmpfs"):
+        assert gateway[hardening] == services["brain"][hardening], hardening
+    assert gateway["user"] == f"{os.getuid()}:{os.getgid()}"  # the key file's owner
+    assert [s["source"] for s in gateway["secrets"]] == ["provider_key"]
+    assert model["secrets"]["provider_key"]["file"] == str(key)
+    env = gateway["environment"]
+    assert env["AIRIG_GATEWAY_KEY_FILE"] == "/run/secrets/provider_key"
+    assert (env["AIRIG_GATEWAY_PROVIDER"], env["AIRIG_GATEWAY_MODEL"]) == (
+        "anthropic",
+        "claude-sonnet-5-5",
+    )
+    brain = services["brain"]["environment"]
+    assert brain["AIRIG_GATEWAY_URL"] == "http://gateway:8070"
+    assert brain["AIRIG_GATEWAY_TOKEN"] == env["AIRIG_GATEWAY_TOKEN"] == "s3cret"
+    for name, service in services.items():
+        rendered = json.dumps(service)
+        assert KEY not in rendered, name
+        if name != "gateway":
+            assert "provider_key" not in rendered and str(key) not in rendered, name
+    for stack in plan.stacks:
+        if stack.name != "03-agents":
+            assert "gateway" not in config(stack)["services"]

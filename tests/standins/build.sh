@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test-only stand-in images for Ollama, ComfyUI, Whisper (speaches) and the
 # model file host. Cached by tag: an image already present is skipped unless --force.
-# Usage: tests/standins/build.sh [--force] [name ...]   (names: ollama comfyui whisper filehost)
+# Usage: tests/standins/build.sh [--force] [name ...]   (names: ollama comfyui whisper filehost provider)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 base="${AIRIG_TEST_BASE_IMAGE:-airig-test/base:bookworm}"
@@ -14,7 +14,7 @@ for arg in "$@"; do
     *) names+=("$arg") ;;
   esac
 done
-[ "${#names[@]}" -gt 0 ] || names=(ollama comfyui whisper filehost)
+[ "${#names[@]}" -gt 0 ] || names=(ollama comfyui whisper filehost provider)
 if ! docker image inspect "$base" >/dev/null 2>&1; then
   echo "base image $base missing: run tests/images/build-base.sh first" >&2
   exit 1

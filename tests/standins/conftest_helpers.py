@@ -27,13 +27,14 @@ from pathlib import Path
 import pytest
 
 STANDINS_DIR = Path(__file__).resolve().parent
-NAMES = ("ollama", "comfyui", "whisper", "filehost")
+NAMES = ("ollama", "comfyui", "whisper", "filehost", "provider")
 # The path each server answers on once it is ready.
 READY_PATHS = {
     "ollama": "/",
     "comfyui": "/system_stats",
     "whisper": "/health",
     "filehost": "/health",
+    "provider": "/health",
 }
 # Stand-in knobs that leak in from the caller's environment would change behaviour.
 _SCRUBBED_PREFIXES = (
@@ -99,13 +100,15 @@ def start_standin(
     env: dict[str, str] | None = None,
     timeout: float = 10.0,
     args: list[str] | None = None,
+    port: int | None = None,
 ) -> StandIn:
     """Start stand-in `name` with its data under `root`; returns once it answers.
-    `args` are added to the command line (default DEFAULT_ARGS[name])."""
+    `args` are added to the command line (default DEFAULT_ARGS[name]). `port`: a given
+    one (a restart where a client already points), else a free one."""
     if name not in NAMES:
         raise ValueError(f"unknown stand-in {name!r}; one of {NAMES}")
     root.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES)}
     full_env = {**clean, "PYTHONUNBUFFERED": "1", **(env or {})}
     log_path = root.parent / f"{root.name}.{name}.log"

@@ -201,3 +201,19 @@ def test_a_failing_target_is_retried_in_order_while_the_others_go_on():
         notifier.stop()
     assert got == {"up": ["a", "b"], "flaky": ["a", "b"]}  # each once, in order
     assert notifier.attempts == 6 and notifier.pending() == 0
+
+
+def test_every_alert_kind_has_a_prometheus_rule():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from airig.brain.alerts import KINDS
+
+    rules = yaml.safe_load(
+        (Path(__file__).parents[2] / "03-agents/prometheus/alerts.yml").read_text()
+    )
+    exprs = [r["expr"] for group in rules["groups"] for r in group["rules"]]
+    covered = {m for e in exprs for m in re.findall(r'alert="(\w+)"', e)}
+    assert covered == set(KINDS)

@@ -72,6 +72,23 @@ def test_workers_list_shows_liveness(brain_app):
     ]
 
 
+def test_workers_list_says_when_each_last_claimed_and_what_waits_for_it(brain_app):
+    client, settings = brain_app
+    cpu = register(client, "cpu0", ("cpu",))
+    register(client, "gpu0", ("llm",))
+    two = {"name": "q", "tasks": [{"id": k, "type": "noop", "task_class": "cpu"} for k in "ab"]}
+    assert client.post("/v1/plans", headers=ADMIN, json=two).status_code == 201
+    before = {w["name"]: w for w in client.get("/v1/workers", headers=ADMIN).json()["workers"]}
+    assert before["cpu0"]["last_claim_at"] is None and before["cpu0"]["ready_for_it"] == 2
+    assert before["gpu0"]["ready_for_it"] == 0  # no llm task waits
+    assert before["cpu0"]["idle_limit_s"] == settings.max_wait_s + settings.lease_s
+    assert claim(client, cpu) is not None
+    after = {w["name"]: w for w in client.get("/v1/workers", headers=ADMIN).json()["workers"]}
+    assert after["cpu0"]["last_claim_at"] is not None and after["cpu0"]["ready_for_it"] == 1
+    assert after["cpu0"]["idle_s"] <= before["cpu0"]["idle_s"] + 60
+    assert after["gpu0"]["last_claim_at"] is None
+
+
 def test_an_invalid_plan_is_422_with_errors_and_nothing_is_enqueued(brain_app):
     client, _ = brain_app
     bad = {

@@ -78,7 +78,7 @@ def test_kit_services_are_hardened(stack, name, svc):
 
 def test_every_kit_service_is_checked():
     names = {name for _, name, _ in kit_services()}
-    assert names == ONE_SHOT | {"files", "models-ready", "brain", "worker-cpu"}
+    assert names == ONE_SHOT | {"files", "models-ready", "brain", "worker-cpu", "gateway"}
 
 
 def test_every_init_container_has_a_consumer():

@@ -248,3 +248,19 @@ def test_down_on_the_running_plan_removes_every_file_a_gpu_up_wrote(tmp_path):
         ("network", "ai-network"),
     ]  # fmt: skip
     assert [p for p in (tmp_path / ".airig").rglob("*") if p.is_file()] == []
+
+
+def test_host_env_names_the_services_up_put_on_a_gpu(tmp_path):
+    """The brain's probes alert when one of these answers that it runs on the CPU; a
+    service the launcher itself moved to its CPU image (no build fits) is not listed."""
+    rig = settings(tmp_path)
+    # the seed rig: GTX 1060 (6.1), driver 535 — no listed Whisper build runs there
+    pascal = GpuInfo("nvidia", "GTX 1060", "discrete", index=0, compute_capability="6.1",
+                     driver_version="535.183.01")  # fmt: skip
+    images = choose_images(load_catalog(tmp_path), "gpu-nvidia", [pascal], {})
+    plan = build_plan(rig, "gpu-nvidia", [GpuSlot(0, "GTX 1060")], None, images)
+    host_env = plan.generated[tmp_path / ".airig" / "host.env"]
+    values = dict(line.split("=", 1) for line in host_env.splitlines())
+    assert values["AIRIG_GPU_SERVICES"] == "comfyui,ollama"
+    cpu = build_plan(rig, "cpu", [], None, choose_images(load_catalog(tmp_path), "cpu", [], {}))
+    assert "AIRIG_GPU_SERVICES=\n" in cpu.generated[tmp_path / ".airig" / "host.env"]

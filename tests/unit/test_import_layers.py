@@ -16,6 +16,7 @@ ALLOWED: dict[str, set[str]] = {
     "provision": {"common"},
     "services": {"common"},
     "brain": {"common"},
+    "gateway": {"common"},  # the escalation gateway's container: the provider's key, alone
     "worker": {"common", "executors"},
     "launcher": {"common", "provision"},
     "root": {"launcher"},  # airig/__main__.py

@@ -108,6 +108,14 @@ def test_flapping_at_the_healthcheck_budget_says_both_figures_and_points_at_star
     assert STARTUP_CRASH in found  # the restarts themselves, with their exit code
 
 
+def test_a_crash_loop_at_dockers_backoff_cadence_is_a_crash_not_flapping():
+    """Docker's restart delay doubles to a 1 min cap: a crash loop's starts become steady,
+    but the container is restarting, not up, between them."""
+    looping = replace(OLLAMA, status="restarting", health="", exit_code=3, restart_count=9,
+                      starts=(0, 61, 122, 183))  # fmt: skip
+    assert classes(Facts(containers=(looping,))) == [STARTUP_CRASH]
+
+
 def test_flapping_off_the_budget_points_at_a_wait_timeout():
     flapping = replace(OLLAMA, starts=(0, 1800, 3600, 5400))
     finding = next(f for f in classify(Facts(containers=(flapping,))) if f.cls == FLAPPING)
@@ -229,3 +237,29 @@ def test_every_finding_is_data_with_its_class():
     data = finding.to_dict()
     assert data["class"] == UNREACHABLE
     assert set(data) == {"class", "service", "summary", "evidence", "action", "check", "rollback"}
+
+
+IDLE = {**REGISTERED, "running": 0, "classes": ["llm"], "idle_limit_s": 930.0}
+
+
+@pytest.mark.parametrize(
+    ("fields", "flagged"),
+    [
+        ({"idle_s": 1200.0, "ready_for_it": 4}, True),
+        ({"idle_s": 600.0, "ready_for_it": 4}, False),  # within the residency wait
+        ({"idle_s": 1200.0, "ready_for_it": 0}, False),  # nothing for it to do
+        ({"idle_s": 1200.0, "ready_for_it": 4, "running": 1}, False),  # busy
+        ({"idle_s": 1200.0, "ready_for_it": 4, "thermal_blocked": True}, False),  # own finding
+        ({"idle_s": 1200.0, "ready_for_it": 4, "alive": False}, False),  # silent instead
+    ],
+)
+def test_a_registered_worker_idle_while_its_queue_waits(fields, flagged):
+    found = [
+        f
+        for f in classify(Facts(containers=(WORKER,), workers=({**IDLE, **fields},)))
+        if "claimed nothing" in f.summary
+    ]
+    assert bool(found) is flagged
+    if flagged:
+        assert found[0].cls == AGENTS
+        assert "idle_s 1200 (limit 930), ready_for_it 4" in found[0].evidence[0]

@@ -200,3 +200,25 @@ def test_the_triage_summary_is_one_line_of_its_findings(
     # the test's engine is unreachable: triage says so, as one finding
     summary = runbook._triage_summary(checkout_settings())
     assert summary is not None and "\n" not in summary
+
+
+def test_the_runbooks_memory_and_offload_knobs_reach_the_services_that_read_them(rig: Path) -> None:
+    """OLLAMA_NUM_PARALLEL and OLLAMA_GPU_OVERHEAD recreate Ollama; a Whisper model change
+    recreates the Whisper init container (it pulls and verifies the new model)."""
+    plan = plan_for_running(checkout_settings())
+    for knob in ("OLLAMA_NUM_PARALLEL", "OLLAMA_GPU_OVERHEAD"):
+        found = {(s.name, name) for s, name in services_using(plan, knob)}
+        assert found == {("02-compute", "ollama-cpu")}, knob
+    whisper = {name for _s, name in services_using(plan, "AIRIG_WHISPER_MODELS")}
+    assert "whisper-init" in whisper or any("whisper" in n for n in whisper)
+    assert parse_assignment("AIRIG_WHISPER_MODELS=Systran/faster-whisper-base")
+    with pytest.raises(KnobError):
+        parse_assignment("AIRIG_WHISPER_MODELS=small")  # a size alone names no repository
+
+
+def test_offload_is_the_last_stage_and_says_what_it_skipped() -> None:
+    warning = order_warning("OLLAMA_GPU_OVERHEAD", [{"knob": "AIRIG_CPU_WORKERS"}])
+    assert warning.startswith("OLLAMA_GPU_OVERHEAD is an offload knob, but the tuning log")
+    assert "OLLAMA_NUM_PARALLEL" in warning
+    tried = [{"knob": "AIRIG_CPU_WORKERS"}, {"knob": "OLLAMA_NUM_PARALLEL"}]
+    assert order_warning("OLLAMA_GPU_OVERHEAD", tried) == ""

@@ -26,6 +26,10 @@ class TaskSpec(BaseModel):
     model: str | None = Field(None, min_length=1, max_length=200)
     trust: Literal["trusted", "untrusted"] = "trusted"
     sensitive: bool = False
+    # The external tier (airig/brain/escalation/): when the brain may hand the task over,
+    # and whether a sensitive task's data may leave the machine at all.
+    escalate: Literal["never", "on_failure", "always"] = "never"
+    allow_external: bool = False
 
 
 class PlanRequest(BaseModel):

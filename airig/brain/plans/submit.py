@@ -45,13 +45,14 @@ def insert_plan(
         cursor = conn.execute(
             """INSERT INTO tasks (plan_id, key, name, type, task_class, payload_json, model,
                    priority, trusted, sensitive, timeout_s, retry_count, state, created_at,
-                   ready_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   ready_at, escalate, allow_external)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
                 plan_id, spec.id, spec.name, spec.type, spec.task_class,
                 json.dumps(spec.payload), spec.model, spec.priority,
                 int(spec.id not in tainted), int(spec.sensitive),
                 spec.timeout_s or default_timeout_s, spec.retry_count, state, now,
-                now if state == S.READY else None,
+                now if state == S.READY else None, spec.escalate, int(spec.allow_external),
             ),
         )  # fmt: skip
         # The INSERT just succeeded, which sets lastrowid (typeshed: ``int | None``, for

@@ -247,6 +247,17 @@ def _propagate_sensitive(specs: dict[str, TaskSpec], order: list[str], fixes: li
             sensitive.add(task_id)
 
 
+def _check_external(specs: list[TaskSpec], errors: list) -> None:
+    """A sensitive task's data never leaves the machine unless the task itself says so
+    (checked after sensitivity has followed the data)."""
+    for spec in specs:
+        if spec.sensitive and spec.escalate != "never" and not spec.allow_external:
+            errors.append(_error(spec.id, "escalate", (
+                f"a sensitive task is never sent to the external tier (escalate: "
+                f"{spec.escalate}); set allow_external: true to send it, or escalate: never"
+            )))  # fmt: skip
+
+
 def validate_plan(data: dict[str, Any], limits: Limits) -> tuple[PlanSpec, set[str]]:
     """The plan and its tainted task ids, or PlanInvalid with every error."""
     raw_tasks = data.get("tasks") or []
@@ -268,6 +279,7 @@ def validate_plan(data: dict[str, Any], limits: Limits) -> tuple[PlanSpec, set[s
     order = _check_graph(specs, raw_ids, errors)
     tainted = _check_taint({s.id: s for s in specs}, order, errors) if order else set()
     _propagate_sensitive({s.id: s for s in specs}, order, fixes)
+    _check_external(specs, errors)
     name = data.get("name") or "plan"
     if not isinstance(name, str | int | float) or isinstance(name, bool):
         errors.append(_error(None, "name", f"the plan name must be text, got {name!r:.60}"))

@@ -9,6 +9,8 @@ token in a URL, so no EventSource). Besides ``/v1/workers`` and ``/v1/plans`` it
 - ``GET /v1/events``: recent events, filtered by plan, type, task or worker;
 - ``GET /v1/models``: 02-compute's verified-model inventory, fetched from the
   models-ready gate (``BRAIN_MODELS_URL``); an unreachable gate is an answer, not an error.
+- ``GET /v1/store``: the store's size on disk (database + WAL, result files, logs) and
+  what retention last removed (``retention.py``).
 """
 
 from __future__ import annotations
@@ -319,3 +321,26 @@ def verified_models(brain: BrainDep, _: AdminDep) -> ModelsView:
         return inventory_view(url, fetch_inventory(url))
     except GateUnavailable as exc:
         return ModelsView(available=False, reason=str(exc), url=url)
+
+
+# ------------------------------------------------------------------ store
+class StoreView(BaseModel):
+    db_bytes: int
+    wal_bytes: int
+    results_bytes: int
+    logs: dict[str, int]
+    measured_at: float
+    retention_days: int
+    last_prune: dict[str, Any] | None
+
+
+@router.get("/v1/store", response_model=StoreView)
+def store_size(brain: BrainDep, _: AdminDep) -> StoreView:
+    """Bytes on disk: the database and its WAL, result files, the JSON logs (measured at
+    most once a minute), the retention in force and what its last pass removed."""
+    sizes = brain.retention.sizes()
+    last = brain.retention.last
+    return StoreView(
+        **sizes.as_dict(), retention_days=brain.settings.retention_days,
+        last_prune=last.as_dict() if last else None,
+    )  # fmt: skip

@@ -9,15 +9,16 @@ from typing import Annotated, Any
 import anyio.to_thread
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse
+from pydantic import Field
 
 from airig.brain import results, states
-from airig.brain.deps import BrainDep, SubmitterDep
+from airig.brain.deps import AdminDep, BrainDep, SubmitterDep
 from airig.brain.events import Outbox
 from airig.brain.plans import submit
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError
 from airig.brain.plans.validate import Limits, PlanInvalid
-from airig.common.protocol import ErrorBody, PlanErrorBody
+from airig.common.protocol import ErrorBody, Inbound, PlanErrorBody
 from airig.common.protocol import TaskState as S
 
 router = APIRouter(prefix="/v1", tags=["plans"])
@@ -40,6 +41,7 @@ def _task_view(row: sqlite3.Row, deps: list[str]) -> dict[str, Any]:
         "attempt": row["attempt"], "worker_id": row["worker_id"], "model": row["model"],
         "trusted": bool(row["trusted"]), "tainted_output": bool(row["tainted_output"]),
         "depends_on": deps, "error": row["error"],
+        "origin": row["origin"], "depth": row["depth"],
         "error_type": row["error_type"], "reason": row["reason"],
         "started_at": row["started_at"], "finished_at": row["finished_at"],
         "files": json.loads(row["files_json"]), "metrics": json.loads(row["metrics_json"]),
@@ -245,3 +247,23 @@ def plan_events(plan_id: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any
             "SELECT body_json FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)
         ).fetchall()
     return {"events": [json.loads(row["body_json"]) for row in rows]}
+
+
+class PruneRequest(Inbound):
+    """``older_than_s`` absent: the brain's own AIRIG_RETENTION_DAYS."""
+
+    older_than_s: float | None = Field(None, ge=0, le=100 * 365 * 86_400)
+    dry_run: bool = False
+
+
+@router.post(
+    "/plans/prune",
+    responses={409: {"model": ErrorBody, "description": "no age given and retention is off"}},
+)
+def prune_plans(body: PruneRequest, brain: BrainDep, _: AdminDep) -> dict[str, Any]:
+    """Delete (or with ``dry_run`` count) finished plans whose last task ended more than
+    ``older_than_s`` ago: their tasks, events and result files (airig/brain/retention.py).
+    Running plans are never touched."""
+    if body.older_than_s is None and brain.settings.retention_days == 0:
+        raise HTTPException(409, "AIRIG_RETENTION_DAYS is 0 (keep forever): give older_than_s")
+    return brain.retention.run(body.older_than_s, body.dry_run).as_dict()

@@ -137,7 +137,9 @@ def heartbeat(body: HeartbeatRequest, brain: BrainDep, worker: WorkerDep) -> dic
         # GPU temperature feeds the thermal guard: a hot GPU claims nothing new.
         brain.scheduling.observe_heartbeat(conn, outbox, worker.name, body.gpus, now)
 
-    brain.write(change)
+    # Liveness and telemetry, renewed every interval: not worth an fsync each (a power cut
+    # loses at most the last beats; the next durable commit makes them durable anyway).
+    brain.write(change, durable=False)
     return {"ok": True, "heartbeat_interval_s": brain.settings.heartbeat_interval_s}
 
 
@@ -165,8 +167,15 @@ def list_workers(brain: BrainDep, _: AdminDep) -> dict[str, Any]:
             """SELECT worker_id, COUNT(*) AS n FROM tasks
                WHERE state IN ('LEASED', 'RUNNING') GROUP BY worker_id"""
         ).fetchall()
+        ready = conn.execute(
+            "SELECT task_class, COUNT(*) AS n FROM tasks WHERE state = 'READY' GROUP BY task_class"
+        ).fetchall()
     busy = {row["worker_id"]: row["n"] for row in running}
+    waiting = {row["task_class"]: row["n"] for row in ready}
     now = time.time()
+    # A worker may rightly wait this long for a task whose model another GPU holds
+    # (residency policy) before it counts as idle while work waits (triage).
+    idle_limit_s = settings.max_wait_s + settings.lease_s
     return {
         "workers": [
             {
@@ -184,6 +193,12 @@ def list_workers(brain: BrainDep, _: AdminDep) -> dict[str, Any]:
                 "last_heartbeat": row["last_heartbeat"],
                 "alive": now - row["last_heartbeat"] <= settings.lease_s,
                 "running": busy.get(row["id"], 0),
+                "last_claim_at": row["last_claim_at"],
+                # seconds since its last claim (or registration), by the brain's clock
+                "idle_s": round(now - (row["last_claim_at"] or row["registered_at"]), 1),
+                # READY tasks of the classes this worker serves
+                "ready_for_it": sum(waiting.get(c, 0) for c in json.loads(row["classes_json"])),
+                "idle_limit_s": idle_limit_s,
                 "thermal_blocked": brain.scheduling.thermal.blocked(row["id"]),
                 "warnings": brain.scheduling.warnings(row["id"]),
             }

@@ -190,7 +190,7 @@ def down(
 @app.command()
 def status(as_json: JsonOpt = False) -> None:
     """Services, their health and URLs; workers, their GPUs and warnings."""
-    from airig.launcher.status import brain_workers, workers_table
+    from airig.launcher.status import brain_store, brain_workers, store_table, workers_table
 
     settings = _settings()
     rows = service_rows(Docker(), plan_for_running(settings))
@@ -198,8 +198,9 @@ def status(as_json: JsonOpt = False) -> None:
         _joined_status(settings, rows, as_json)
         return
     workers = brain_workers(settings) if rows else None
+    store = brain_store(settings) if workers is not None else None
     if as_json:
-        print(json.dumps({"services": rows, "workers": workers}, indent=2))
+        print(json.dumps({"services": rows, "workers": workers, "store": store}, indent=2))
         return
     if not rows:
         console.print("Nothing is running. Start with: python start_services.py")
@@ -209,6 +210,8 @@ def status(as_json: JsonOpt = False) -> None:
         console.print(workers_table(workers))
     elif workers is None:
         console.print("[dim]The brain does not answer yet: no worker list.[/]")
+    if store:
+        console.print(store_table(store))
 
 
 def _joined_status(settings: Settings, rows: list[dict[str, Any]], as_json: bool) -> None:
@@ -303,6 +306,9 @@ def _mount_subcommands() -> None:
 
     app.add_typer(build_models_app(), name="models")  # the running 02-compute
     app.add_typer(build_tokens_app(_settings), name="token")
+    from airig.launcher.cli.escalations import build_escalations_app
+
+    app.add_typer(build_escalations_app(_settings), name="escalations")  # the external tier
     register(app)
     register_runbook(app)  # restart, tune
     from airig.launcher.cli.triage import register as register_triage

@@ -8,6 +8,7 @@ app's edge prints it. Tokens never appear in any output. What the brain sends ba
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,6 +20,7 @@ from rich.table import Table
 
 from airig.common.protocol import TaskState as S
 from airig.launcher.brain_client import BrainClient, PlanRefused
+from airig.launcher.cli import goal_flow
 from airig.launcher.console import console
 from airig.launcher.settings import checkout_settings
 
@@ -29,6 +31,7 @@ STATE_STYLE = {
     S.READY: "white",
     S.PENDING: "dim",
     S.RETRY_WAIT: "yellow",
+    S.ESCALATED: "bright_cyan",  # waiting for the external tier
     S.FAILED: "red",
     S.UPSTREAM_FAILED: "red",
     S.CANCELLED: "magenta",
@@ -93,14 +96,37 @@ def watch(client: BrainClient, plan_id: str, interval_s: float = 1.0) -> dict[st
 
 
 def submit(
-    plan_file: Annotated[Path, typer.Argument(help="Plan file: .yaml, .json or .md")],
+    plan_file: Annotated[
+        Path | None, typer.Argument(help="Plan file: .yaml, .json or .md (or use --goal)")
+    ] = None,
     watch_plan: Annotated[bool, typer.Option("--watch", help="Follow the tasks live.")] = False,
     idempotency_key: Annotated[
         str | None, typer.Option("--idempotency-key", help="Resubmitting returns the same plan.")
     ] = None,
+    goal: Annotated[
+        str | None,
+        typer.Option("--goal", help="Let the brain's model draft the plan for this goal."),
+    ] = None,
+    inputs_dir: Annotated[
+        str | None,
+        typer.Option("--inputs-dir", help="With --goal: a data-volume folder to show the model."),
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="With --goal: run the draft without asking.")
+    ] = False,
 ) -> None:
-    """Submit a plan to the brain."""
+    """Submit a plan to the brain, or a goal its model drafts a plan for (you approve it)."""
+    if (plan_file is None) == (goal is None):
+        raise typer.BadParameter("give PLAN_FILE or --goal TEXT (one of them)")
+    if goal is None and (inputs_dir or yes):
+        raise typer.BadParameter("--inputs-dir and --yes go with --goal")
     client = brain()
+    if goal is not None:
+        if idempotency_key:
+            raise typer.BadParameter("--idempotency-key goes with a plan file")
+        goal_flow.run(client, goal, inputs_dir, yes, watch_plan, watch)
+        return
+    assert plan_file is not None  # checked above: exactly one of the two
     try:
         plan = client.submit(plan_file, idempotency_key)
     except PlanRefused as exc:
@@ -117,9 +143,29 @@ def submit(
             raise typer.Exit(1)
 
 
-def plans() -> None:
-    """List recent plans."""
-    console.print(plans_table(brain().plans()))
+def plans(
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Delete finished plans (tasks, events, results).")
+    ] = False,
+    older_than: Annotated[
+        float | None,
+        typer.Option(
+            "--older-than", parser=parse_age, metavar="AGE",
+            help="With --prune: finished longer ago than this (7d, 12h, 30m); "
+            "default AIRIG_RETENTION_DAYS.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --prune: say what would go, delete nothing.")
+    ] = False,
+) -> None:  # fmt: skip
+    """List recent plans, or with --prune delete the finished ones past an age."""
+    if not prune:
+        if older_than is not None or dry_run:
+            raise typer.BadParameter("--older-than and --dry-run go with --prune")
+        console.print(plans_table(brain().plans()))
+        return
+    prune_plans(older_than, dry_run)
 
 
 def plan(plan_id: Annotated[str, typer.Argument(help="Plan id")]) -> None:
@@ -146,3 +192,54 @@ def register(app: typer.Typer) -> None:
 
 app = typer.Typer(add_completion=False, help="Plans on the airig brain.")
 register(app)
+
+
+# ------------------------------------------------------------------ plans --prune
+AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+MAX_AGE_S = 100 * 365 * 86_400  # the brain's bound
+
+
+def parse_age(text: str) -> float:
+    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` in seconds; a usage error otherwise."""
+    found = AGE.match(text.strip().lower())
+    if not found or float(found[1]) * UNIT_S[found[2]] > MAX_AGE_S:
+        raise typer.BadParameter(
+            f"{text!r} is not an age; write a number and a unit: 7d, 12h, 30m, 90s or 2w"
+        )
+    return float(found[1]) * UNIT_S[found[2]]
+
+
+def size_text(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1000 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.1f} GB"
+
+
+def prune_plans(older_than_s: float | None, dry_run: bool) -> None:
+    """Ask the brain to prune; the age defaults to this checkout's AIRIG_RETENTION_DAYS."""
+    settings = checkout_settings()
+    if older_than_s is None:
+        if settings.retention_days == 0:
+            raise typer.BadParameter(
+                "AIRIG_RETENTION_DAYS is 0 (keep forever): give --older-than, e.g. 30d"
+            )
+        older_than_s = settings.retention_days * 86_400.0
+    done = BrainClient.from_settings(settings).prune(older_than_s, dry_run)
+    cutoff = time.strftime("%Y-%m-%d %H:%M", time.localtime(done["cutoff"]))
+    counts = (
+        f"{done['plans']} plan(s), {done['tasks']} task(s), {done['events']} event(s), "
+        f"{size_text(done['result_bytes'])} of result files"
+    )
+    if dry_run:
+        console.print(f"would remove {counts} (finished before {cutoff}); nothing deleted")
+        return
+    console.print(
+        f"removed {counts}, {size_text(done['log_bytes'])} of old logs (finished before {cutoff})"
+    )
+    if done.get("skipped"):
+        kept = ", ".join(done["skipped"][:5])
+        console.print(f"[yellow]kept {len(done['skipped'])} plan(s) another table names: "
+                      f"{escape(kept)}[/]")  # fmt: skip

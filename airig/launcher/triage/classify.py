@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Iterator
 from statistics import median
 
+from airig.common.gpu_use import comfyui_cpu_device, ollama_cpu_models
 from airig.launcher.triage.facts import (
     AGENTS,
     FLAPPING,
@@ -32,7 +33,6 @@ CPU_DEVICE_LINE = re.compile(r"(device\W{0,3}cpu\b|fall(?:ing|s)? back to cpu)",
 MIN_STARTS = 3  # a cadence needs at least two gaps
 STEADY = 0.25  # every gap within 25 % of the median gap
 MATCH = 0.2  # a period within 20 % of a timeout "matches" it
-VRAM_ON_GPU = 0.5  # Ollama: size_vram below half of size = mostly on the CPU
 LOG_EVIDENCE = 3
 START = {
     "Docker": "start the daemon (sudo systemctl start docker) and check you may use it",
@@ -108,8 +108,11 @@ def flap_period(starts: Iterable[float]) -> float | None:
 
 
 def flapping(c: ContainerFacts) -> Iterator[Finding]:
+    """A service that comes up and goes down at a steady cadence. One that is restarting
+    or exited now is a crash loop instead: Docker's restart backoff (doubling to a 1 min
+    cap) gives a crash loop a steady cadence too, but it never stays up in between."""
     period = flap_period(c.starts)
-    if period is None:
+    if period is None or c.status != "running":
         return
     hc = c.healthcheck
     budget = hc.budget_s if hc else None
@@ -178,14 +181,8 @@ def vram_full(facts: Facts) -> Iterator[Finding]:
 def gpu_fallback(c: ContainerFacts, facts: Facts) -> Iterator[Finding]:
     if not c.gpu_requested:
         return
-    evidence: list[str] = []
-    for m in facts.ollama_ps.get(c.name, ()):
-        size, vram = m.get("size") or 0, m.get("size_vram") or 0
-        if size and vram < VRAM_ON_GPU * size:
-            evidence.append(f"/api/ps: {m.get('name')} size {size} size_vram {vram}")
-    devices = facts.comfyui_devices.get(c.name, ())
-    if devices and devices[0].get("type") == "cpu":
-        evidence.append(f"/system_stats: devices[0] {devices[0].get('name')} type cpu")
+    evidence = ollama_cpu_models(facts.ollama_ps.get(c.name, ()))
+    evidence += comfyui_cpu_device(facts.comfyui_devices.get(c.name, ()))
     if c.service.startswith("whisper"):
         if c.env.get("WHISPER__INFERENCE_DEVICE", "").lower() == "cpu":
             evidence.append("env: WHISPER__INFERENCE_DEVICE=cpu")
@@ -267,6 +264,7 @@ def _worker_state(w: dict[str, object]) -> Iterator[Finding]:
             "restart its container (`python start_services.py logs` for why it stopped)",
             "status shows it alive", "nothing to roll back",
         )  # fmt: skip
+    yield from _idle_with_work(w, name)
     warnings = [str(x) for x in w.get("warnings") or ()]  # type: ignore[attr-defined]
     if w.get("thermal_blocked") or warnings:
         yield Finding(
@@ -276,3 +274,33 @@ def _worker_state(w: dict[str, object]) -> Iterator[Finding]:
             "card is rated for more",
             "status shows no warning for it", "restore the previous threshold",
         )  # fmt: skip
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _idle_with_work(w: dict[str, object], name: str) -> Iterator[Finding]:
+    """Alive, running nothing, tasks of its classes READY, and no claim for longer than the
+    brain's own patience (``idle_limit_s``: the residency wait plus a lease), so a worker
+    rightly waiting for its model's GPU is not flagged. A thermal pause has its own finding."""
+    idle, limit, ready = (
+        _number(w.get("idle_s")),
+        _number(w.get("idle_limit_s")),
+        w.get("ready_for_it"),
+    )
+    if not w.get("alive") or w.get("thermal_blocked") or w.get("running") or not limit:
+        return
+    if not isinstance(ready, int) or ready <= 0 or idle <= limit:
+        return
+    yield Finding(
+        AGENTS, name, f"worker {name} has claimed nothing for {idle:.0f}s while {ready} tasks wait",
+        (f"/v1/workers: {name} idle_s {idle:.0f} (limit {limit:.0f}), ready_for_it {ready}, "
+         f"classes {w.get('classes')}, running 0",),
+        "read its log (`python start_services.py logs <its service>`) for refused claims or a "
+        "stuck swap; if it serves classes nothing routes to it (WORKER_CLASSES / "
+        "AIRIG_CPU_WORKER_CLASSES), fix the classes; else `python start_services.py restart "
+        "<its service>`",
+        "status: its running count above 0, or triage without this finding",
+        "nothing to roll back (a restart changes no setting)",
+    )  # fmt: skip

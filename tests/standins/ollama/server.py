@@ -4,7 +4,8 @@ Run: python server.py [--host H] [--port N] [--root MODELS_DIR]
 Defaults follow Ollama: OLLAMA_HOST (127.0.0.1:11434), OLLAMA_MODELS (~/.ollama/models).
 Knobs: STANDIN_MODEL_BYTES, STANDIN_REGISTRY_MODELS, STANDIN_UNKNOWN_MODELS,
 STANDIN_FAIL_MIDSTREAM, STANDIN_LOAD_SECONDS, STANDIN_TOKENS_PER_SECOND,
-STANDIN_VRAM_FRACTION, STANDIN_PULL_CHUNK_SECONDS, STANDIN_OLLAMA_VERSION (README.md).
+STANDIN_VRAM_FRACTION, STANDIN_PULL_CHUNK_SECONDS, STANDIN_OLLAMA_VERSION, STANDIN_SCRIPT
+(README.md).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from names import (
     pull_name,
 )
 from runtime import LoadedModel, Runtime, embedding, eval_metrics, parse_keep_alive, reply_words
+from script import Script, format_error
 from store import ModelStore, PullError, is_embedding_model, stream_pull
 
 VERSION = os.environ.get("STANDIN_OLLAMA_VERSION", "0.20.6")
@@ -302,6 +304,9 @@ class Handler(BaseHTTPRequestHandler):
         """generate and chat share everything but the shape of the content field."""
         required = ApiError(400, MODEL_REQUIRED) if kind == "message" else None
         model, load_seconds, unload = self.prepare(body, required)
+        refused = format_error(body.get("format")) if self.server.script else None
+        if refused:
+            raise ApiError(500, refused)
         if kind == "response" and is_embedding_model(ModelName.parse(model.name)):
             raise ApiError(400, f'"{body.get("model")}" does not support generate')
         base = {"model": body.get("model"), "created_at": now_iso()}
@@ -316,6 +321,18 @@ class Handler(BaseHTTPRequestHandler):
             load_seconds = self.server.runtime.ensure_loaded(model, parse_keep_alive("1m"))
         limit = (body.get("options") or {}).get("num_predict")
         words = reply_words(model.name, prompt, limit)
+        scripted = self.server.script.next_answer(body) if self.server.script else None
+        if scripted is not None:
+            # The canned text, cut into pieces that keep its spaces: joined, they are it.
+            words = [scripted[i : i + 16] for i in range(0, len(scripted), 16)] or [""]
+            final = {**base, "done": True, "done_reason": "stop",
+                     **eval_metrics(prompt, words, load_seconds)}  # fmt: skip
+            if body.get("stream", True) is False:
+                self.send_json(200, {**final, **content(scripted)})
+                return
+            chunks = [{**base, **content(piece), "done": False} for piece in words]
+            self.stream_ndjson([*chunks, {**final, **content("")}])
+            return
         final = {
             **base,
             "done": True,
@@ -366,6 +383,8 @@ class OllamaServer(ThreadingHTTPServer):
         model_bytes = int(os.environ.get("STANDIN_MODEL_BYTES", str(2 * 1024 * 1024)))
         self.store = ModelStore(models, model_bytes)
         self.runtime = Runtime()
+        script = os.environ.get("STANDIN_SCRIPT")
+        self.script = Script(Path(script)) if script else None
 
 
 def default_models_dir() -> Path:

@@ -13,13 +13,15 @@
   const MAX_DAG_NODES = 300;
   const MAX_TABLE_ROWS = 500;
   const LIVE = ['READY', 'RUNNING', 'LEASED', 'RETRY_WAIT', 'PENDING'];
-  const ALL_STATES = ['PENDING', 'READY', 'LEASED', 'RUNNING', 'RETRY_WAIT', 'SUCCEEDED',
+  const ALL_STATES = ['PENDING', 'READY', 'LEASED', 'RUNNING', 'RETRY_WAIT', 'ESCALATED', 'SUCCEEDED',
     'FAILED', 'UPSTREAM_FAILED', 'CANCELLED'];
   const MEANING = { READY: 'waiting for a worker', RUNNING: 'executing now', LEASED: 'claimed, not started',
-    RETRY_WAIT: 'backing off before a retry', PENDING: 'waiting on dependencies' };
+    RETRY_WAIT: 'backing off before a retry', PENDING: 'waiting on dependencies',
+    ESCALATED: 'waiting for the external tier' };
   const EVENT_TYPES = ['task_submitted', 'task_ready', 'task_leased', 'task_started', 'task_completed',
     'task_failed', 'task_retry_scheduled', 'task_released', 'task_cancelled',
-    'task_upstream_failed', 'gpu.thermal_block', 'gpu.thermal_resume'];
+    'task_upstream_failed', 'task_escalated', 'task_escalation_waiting', 'gpu.thermal_block',
+    'gpu.thermal_resume'];
 
   const app = {
     view: null, // {name, refresh()}
@@ -345,7 +347,7 @@
     root.append(pageHead('Cluster', 'Workers, their GPUs and what they are running'), tiles, grid);
     return {
       async refresh() {
-        const queue = await api('/v1/queue');
+        const [queue, store] = await Promise.all([api('/v1/queue'), api('/v1/store')]);
         const byWorker = new Map();
         for (const t of queue.active) {
           if (!byWorker.has(t.worker_id)) byWorker.set(t.worker_id, []);
@@ -359,7 +361,9 @@
           tile('Workers alive', `${alive} / ${workers.length}`, { key: 'workers', cls: alive < workers.length ? 'tile-warn' : '' }),
           tile('GPUs', String(gpus.length), { note: hot ? `${hot} paused by thermal guard` : 'none paused', cls: hot ? 'tile-bad' : '' }),
           tile('Running', String(queue.totals.RUNNING + queue.totals.LEASED), { key: 'running' }),
-          tile('Ready', String(queue.totals.READY), { note: `oldest ${duration(queue.oldest_ready_wait_s)}` }));
+          tile('Ready', String(queue.totals.READY), { note: `oldest ${duration(queue.oldest_ready_wait_s)}` }),
+          tile('Store', bytes(store.db_bytes + store.wal_bytes), { key: 'store',
+            note: `database · results ${bytes(store.results_bytes)} · logs ${bytes(Object.values(store.logs).reduce((a, b) => a + b, 0))} · kept ${store.retention_days ? `${store.retention_days} d` : 'forever'}` }));
         fill(grid, ...(workers.length
           ? workers.map((w) => workerCard(w, byWorker.get(w.name) || []))
           : [empty('No worker has registered yet.')]));
@@ -523,7 +527,8 @@
       const t = n.t;
       const sub = [label(t.state), t.attempt > 1 ? `try ${t.attempt}` : null, t.worker_id].filter(Boolean).join(' · ');
       const tip = [`${t.id} (${t.type}, ${t.task_class})`, `state: ${t.state}`, t.model ? `model: ${t.model}` : null,
-        t.worker_id ? `worker: ${t.worker_id}` : null, t.error ? `error: ${t.error}` : null].filter(Boolean).join('\n');
+        t.worker_id ? `worker: ${t.worker_id}` : null, t.origin ? `added by: ${t.origin}` : null,
+        t.error ? `error: ${t.error}` : null].filter(Boolean).join('\n');
       svg.append(s('g', { class: `node st-${t.state}`, 'data-task': t.id, 'data-state': t.state, transform: `translate(${n.x},${n.y})` },
         s('title', { text: tip }),
         s('rect', { class: 'node-box', width: NW, height: NH, rx: 7 }),
@@ -542,7 +547,7 @@
         h('td', { class: 'mono', text: t.id }), h('td', { text: t.type }), h('td', { text: t.task_class }),
         h('td', {}, pill(t.state)), h('td', { class: 'num', text: t.attempt }),
         h('td', { class: 'mono', text: t.worker_id || '—' }), h('td', { class: 'mono', text: t.model || '—' }),
-        h('td', { class: 'num', text: took }),
+        h('td', { class: 'mono', text: t.origin || '—' }), h('td', { class: 'num', text: took }),
         h('td', { class: 'detail', text: t.error || t.reason || '' }));
     });
   }
@@ -570,7 +575,7 @@
             : h('div', { class: 'dag-scroll' }, dag(tasks)),
           h('div', { class: 'legend' }, ALL_STATES.map((st) => h('span', { class: `legend-item st-${st}`, text: label(st) }))));
         fill(list, h('h2', { text: `Tasks (${tasks.length})` }),
-          table(['Task', 'Type', 'Class', 'State', { num: 'Attempt' }, 'Worker', 'Model', { num: 'Took' }, 'Error / reason'], taskRows(tasks)),
+          table(['Task', 'Type', 'Class', 'State', { num: 'Attempt' }, 'Worker', 'Model', 'Origin', { num: 'Took' }, 'Error / reason'], taskRows(tasks)),
           tasks.length > MAX_TABLE_ROWS ? h('p', { class: 'muted small', text: `The first ${MAX_TABLE_ROWS} are shown.` }) : null);
       },
     };
@@ -667,7 +672,53 @@
     };
   }
 
-  const VIEWS = { cluster: clusterView, queue: queueView, plans: plansView, plan: planView, events: eventsView, models: modelsView };
+  // ------------------------------------------------------------------ external tier
+  function money(x) { return Number(x || 0).toFixed(4); }
+
+  function spendTile(label, spent, limit) {
+    const share = limit ? spent / limit : 1;
+    return tile(label, `${money(spent)} / ${money(limit)}`,
+      { cls: share >= 1 ? 'tile-bad' : share >= 0.8 ? 'tile-warn' : '', note: `${(share * 100).toFixed(0)}% of the budget` });
+  }
+
+  function escalationsView(root) {
+    const top = h('div', { class: 'tiles' });
+    const waiting = h('div', { class: 'card' });
+    const calls = h('div', { class: 'card' });
+    root.append(pageHead('External tier', 'Calls to the external model, the spend against the budgets, and the tasks waiting'),
+      top, waiting, calls);
+    return {
+      async refresh() {
+        const e = await api('/v1/escalations');
+        badge('#badge-escalations', e.waiting.length, '');
+        fill(top,
+          tile('Escalation', e.enabled ? 'on' : 'off', { key: 'escalation', note: e.enabled ? `if over budget: ${e.budget.over_budget}` : 'AIRIG_ESCALATION=off: nothing leaves the machine' }),
+          spendTile('Spent today (UTC)', e.budget.spent_today, e.budget.daily),
+          spendTile('Spent this month', e.budget.spent_month, e.budget.monthly),
+          tile('Calls', String(e.totals.calls), { key: 'calls', note: `${e.totals.input_tokens} tokens in · ${e.totals.output_tokens} out · limit ${e.rate_per_min}/min` }));
+        const now = Date.now() / 1000;
+        fill(waiting, h('h2', { text: `Waiting (${e.waiting.length})` }), e.waiting.length
+          ? table(['Plan', 'Task', 'Call', 'Next try', 'Reason'], e.waiting.map((t) => h('tr', { 'data-escalated': t.key },
+            h('td', {}, h('a', { href: `#plan/${encodeURIComponent(t.plan_id)}`, class: 'mono', text: clip(t.plan_id, 14) })),
+            h('td', { class: 'mono', text: t.key }), h('td', { text: t.call_state || '—' }),
+            h('td', { class: 'num', text: t.next_try_at ? duration(Math.max(0, t.next_try_at - now)) : '—' }),
+            h('td', { class: 'detail', text: t.reason || '' }))))
+          : empty('No task waits for the external tier.'));
+        fill(calls, h('h2', { text: 'Calls' }), e.calls.length
+          ? table(['When', 'Task', 'State', 'Outcome', 'Model', { num: 'In' }, { num: 'Out' }, { num: 'Cost' }, 'Error'],
+            e.calls.map((c) => h('tr', { 'data-call': c.id },
+              h('td', { class: 'muted', text: new Date(c.created_at * 1000).toLocaleString([], { hour12: false }) }),
+              h('td', { class: 'mono', text: c.task_key }), h('td', { text: c.state }), h('td', { text: c.outcome || '—' }),
+              h('td', { class: 'mono', text: c.model ? `${c.provider}/${c.model}` : '—' }),
+              h('td', { class: 'num', text: c.input_tokens }), h('td', { class: 'num', text: c.output_tokens }),
+              h('td', { class: 'num', text: money(c.cost) }), h('td', { class: 'detail', text: c.error || '' }))))
+          : empty('No call yet.'));
+      },
+    };
+  }
+
+  const VIEWS = { cluster: clusterView, queue: queueView, plans: plansView, plan: planView, events: eventsView, models: modelsView,
+    escalations: escalationsView };
 
   // ------------------------------------------------------------------ boot
   document.addEventListener('DOMContentLoaded', () => {

@@ -1,0 +1,1 @@
+"""The brain's model plans: goals drafted into plans, and `plan` tasks that grow their plan."""

@@ -1,0 +1,134 @@
+"""What a `plan` task's model may use, put into its payload by the brain when it is claimed.
+
+- task types with their payload schemas: the brain's own (``PAYLOAD_SCHEMAS``), the ones
+  its validator will check the answer against; ``resource`` is left out (loading and
+  evicting models is the scheduler's job), ``shell`` when the task runs untrusted (the
+  validator would refuse it), ``plan`` when its subtasks could not grow any further;
+- models: the ones the rig provisions and verifies (``AIRIG_OLLAMA_MODELS``,
+  ``AIRIG_WHISPER_MODELS``: 02-compute's models-ready gate holds the stack until every one
+  is pulled and verified) plus what live workers report resident;
+- input files: listed here, by the brain, under ``BRAIN_DATA_DIR`` (the data volume, which
+  the brain mounts like its workers). The brain lists rather than the worker that runs the
+  plan task because that worker may be on a joined rig whose data volume is not the one
+  the plan's tasks will read, and because a goal's folder is then checked when the goal
+  is posted (``check_inputs_dir``), with a one-line error, not minutes later on a worker.
+
+Claim time, not submit time: the models and files are those of the moment the model is
+asked, and a hand-written plan's `plan` task gets its catalogue the same way. The listing
+is bounded (``MAX_FILES`` entries, ``MAX_SCANNED`` directory entries visited), since it
+runs inside the claim's transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from airig.brain.settings import BrainSettings
+from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
+
+MAX_FILES = 200
+MAX_SCANNED = 5_000
+# Fields the brain fills, never the model: left out of the schemas it is shown.
+BRAINS_FIELDS = {"shell": {"inputs"}, "plan": {"catalogue", "previous_errors"}}
+NOT_PLANNED = {"resource"}
+
+
+def _strip_titles(value: Any) -> Any:
+    """A JSON schema without pydantic's ``title`` entries: tokens the model need not read."""
+    if isinstance(value, dict):
+        return {k: _strip_titles(v) for k, v in value.items() if k != "title"}
+    if isinstance(value, list):
+        return [_strip_titles(v) for v in value]
+    return value
+
+
+def type_catalogue(allow_shell: bool, allow_plan: bool) -> dict[str, Any]:
+    types: dict[str, Any] = {}
+    for name, schema in sorted(PAYLOAD_SCHEMAS.items()):
+        if name in NOT_PLANNED or (name == "shell" and not allow_shell):
+            continue
+        if name == "plan" and not allow_plan:
+            continue
+        body = _strip_titles(schema.model_json_schema())
+        for field in BRAINS_FIELDS.get(name, ()):
+            body.get("properties", {}).pop(field, None)
+        types[name] = {"class": DEFAULT_CLASS_FOR_TYPE.get(name, "cpu"), "payload": body}
+    return types
+
+
+def _split(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def models(conn: sqlite3.Connection, settings: BrainSettings, now: float) -> dict[str, list[str]]:
+    ollama = set(_split(settings.ollama_models))
+    rows = conn.execute(
+        "SELECT models_json FROM workers WHERE last_heartbeat >= ?", (now - 3 * settings.lease_s,)
+    ).fetchall()
+    for row in rows:
+        ollama.update(m for m in json.loads(row["models_json"]) if isinstance(m, str))
+    found = {"ollama": sorted(ollama), "whisper": _split(settings.whisper_models)}
+    return {service: names for service, names in found.items() if names}
+
+
+def check_inputs_dir(settings: BrainSettings, inputs_dir: str) -> Path:
+    """The folder under the data volume, or ValueError saying what is wrong."""
+    root = settings.data_dir.resolve()
+    folder = (root / PurePosixPath(inputs_dir)).resolve()
+    if folder != root and root not in folder.parents:
+        raise ValueError(f"{inputs_dir!r} leaves the data volume")
+    if not folder.is_dir():
+        raise ValueError(f"{inputs_dir!r} is not a folder on the data volume ({root})")
+    return folder
+
+
+def list_files(settings: BrainSettings, inputs_dir: str) -> dict[str, Any]:
+    """{"dir", "files": [[path relative to the data volume, bytes], ...], "truncated"}."""
+    try:
+        folder = check_inputs_dir(settings, inputs_dir)
+    except ValueError as exc:
+        return {"dir": inputs_dir, "files": [], "error": str(exc)}
+    root = settings.data_dir.resolve()
+    files: list[list[Any]] = []
+    scanned, truncated = 0, False
+    for current, dirs, names in os.walk(folder):  # no symlinked folder is followed
+        dirs.sort()
+        for name in sorted(names):
+            scanned += 1
+            path = Path(current) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            files.append([str(path.relative_to(root)), path.stat().st_size])
+            if len(files) >= MAX_FILES:
+                break
+        if len(files) >= MAX_FILES or scanned >= MAX_SCANNED:
+            truncated = True
+            break
+    return {"dir": inputs_dir, "files": files, "truncated": truncated}
+
+
+def fill(
+    conn: sqlite3.Connection,
+    task: sqlite3.Row,
+    payload: dict[str, Any],
+    settings: BrainSettings,
+    now: float,
+) -> dict[str, Any]:
+    """``payload`` with the brain's catalogue (and the default model) set, for a claim."""
+    draft = payload.get("mode") == "draft"
+    # A draft's tasks start at depth 0 of their own plan; grown tasks one below this task.
+    child_depth = 0 if draft else (task["depth"] or 0) + 1
+    catalogue: dict[str, Any] = {
+        "types": type_catalogue(
+            allow_shell=bool(task["trusted"]), allow_plan=child_depth < settings.plan_max_depth
+        ),
+        "models": models(conn, settings, now),
+    }
+    if payload.get("inputs_dir"):
+        catalogue["files"] = list_files(settings, payload["inputs_dir"])
+    return {**payload, "model": payload.get("model") or settings.planner_model,
+            "catalogue": catalogue}  # fmt: skip

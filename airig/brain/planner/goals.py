@@ -1,0 +1,197 @@
+"""Goals: a sentence becomes a plan the user approves (PLANS.md, "Goals").
+
+    drafting --(draft valid)--> awaiting_approval --approve--> approved (plan_id set)
+        |                               |--reject--> rejected
+        '--(drafting task failed: answers invalid twice, model down, cancelled)--> failed
+
+A goal is drafted by a plan of one `plan` task in ``draft`` mode (its "drafting plan"),
+run like any task on an llm worker. Its answer is validated as a whole plan; an invalid
+one fails the task with the validator's errors (``hook.py``), and the one retry the
+drafting task has shows them to the model. ``failed`` is read from the drafting task
+when the goal is looked at, so every way a task can end (retries used up, timeout,
+cancellation, retention) leads there without a hook in each. Nothing of the draft runs
+before ``approve``, which submits it as a normal plan.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from typing import Any
+
+from airig.brain import states
+from airig.brain.events import Outbox
+from airig.brain.plans import submit
+from airig.brain.plans.models import PlanSpec
+from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
+from airig.brain.settings import BrainSettings
+from airig.common.protocol import TaskState as S
+
+STATES = ("drafting", "awaiting_approval", "approved", "rejected", "failed")
+DRAFT_KEY = "draft"
+# One re-ask: "an invalid draft goes back to the model once, with the validator's errors".
+DRAFT_RETRIES = 1
+
+
+class GoalConflict(Exception):
+    """The goal is not in the state the request needs (HTTP 409)."""
+
+
+def draft_limits(settings: BrainSettings) -> Limits:
+    return Limits(min(settings.max_tasks, settings.plan_max_tasks), settings.max_payload_bytes)
+
+
+def create(
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    settings: BrainSettings,
+    goal: str,
+    inputs_dir: str | None,
+    now: float,
+    submitted_by: str,
+) -> str:
+    """Store the goal and its drafting plan (one `plan` task, draft mode); the goal id."""
+    payload: dict[str, Any] = {"goal": goal, "mode": "draft", "model": settings.planner_model}
+    if inputs_dir:
+        payload["inputs_dir"] = inputs_dir
+    task = {
+        "id": DRAFT_KEY, "type": "plan", "task_class": "llm", "payload": payload,
+        "retry_count": DRAFT_RETRIES, "name": "draft a plan for the goal",
+    }  # fmt: skip
+    plan, tainted = validate_plan({"name": f"goal: {goal[:60]}", "tasks": [task]}, Limits())
+    goal_id = uuid.uuid4().hex[:12]
+    drafting = submit.insert_plan(
+        conn, outbox, plan, tainted, now, submitted_by=submitted_by,
+        digest=submit.body_hash(json.dumps(task, sort_keys=True)), idempotency_key=None,
+        default_timeout_s=settings.default_timeout_s,
+    )  # fmt: skip
+    conn.execute("UPDATE tasks SET origin = ? WHERE plan_id = ?", (f"goal:{goal_id}", drafting))
+    conn.execute(
+        """INSERT INTO goals (id, goal, inputs_dir, state, drafting_plan_id, submitted_by,
+               created_at, updated_at) VALUES (?, ?, ?, 'drafting', ?, ?, ?, ?)""",
+        (goal_id, goal, inputs_dir, drafting, submitted_by, now, now),
+    )
+    return goal_id
+
+
+def validate_draft(
+    output: dict[str, Any], goal_text: str, settings: BrainSettings
+) -> tuple[PlanSpec, set[str], dict[str, Any]]:
+    """(plan, tainted ids, the draft as stored) or PlanInvalid."""
+    draft: dict[str, Any] = {"name": output.get("name") or f"goal: {goal_text[:60]}",
+                             "tasks": output.get("tasks")}  # fmt: skip
+    if not isinstance(draft["tasks"], list) or not draft["tasks"]:
+        raise PlanInvalid([{"task": None, "field": "tasks", "message": "the draft has no tasks"}])
+    plan, tainted = validate_plan(draft, draft_limits(settings))
+    return plan, tainted, draft
+
+
+def draft_done(
+    conn: sqlite3.Connection, task: sqlite3.Row, output: dict[str, Any],
+    settings: BrainSettings, now: float,
+) -> None:  # fmt: skip
+    """A drafting task answered: a valid draft awaits approval, else PlanInvalid."""
+    goal = conn.execute(
+        "SELECT * FROM goals WHERE drafting_plan_id = ?", (task["plan_id"],)
+    ).fetchone()
+    text = goal["goal"] if goal else ""
+    try:
+        _, _, draft = validate_draft(output, text, settings)
+    except PlanInvalid as exc:
+        if goal is not None:
+            conn.execute(
+                "UPDATE goals SET errors_json = ?, updated_at = ? WHERE id = ?",
+                (json.dumps(exc.errors), now, goal["id"]),
+            )
+        raise
+    if goal is not None and goal["state"] == "drafting":
+        conn.execute(
+            """UPDATE goals SET state = 'awaiting_approval', draft_json = ?, updated_at = ?
+               WHERE id = ?""",
+            (json.dumps(draft), now, goal["id"]),
+        )
+
+
+def refresh(conn: sqlite3.Connection, goal: sqlite3.Row, now: float) -> sqlite3.Row:
+    """A drafting goal whose drafting task ended without a draft is ``failed``."""
+    if goal["state"] != "drafting":
+        return goal
+    task = conn.execute(
+        "SELECT state, error FROM tasks WHERE plan_id = ? AND key = ?",
+        (goal["drafting_plan_id"], DRAFT_KEY),
+    ).fetchone()
+    if task is not None and task["state"] not in S.TERMINAL:
+        return goal
+    if task is not None and task["state"] == S.SUCCEEDED:
+        return goal  # draft_done moved it on in the same transaction; never reached
+    errors = json.loads(goal["errors_json"])
+    why = task["error"] if task is not None else "the drafting plan was deleted"
+    if not errors:
+        errors = [{"task": None, "field": "draft", "message": why}]
+    updated: sqlite3.Row = conn.execute(
+        """UPDATE goals SET state = 'failed', errors_json = ?, updated_at = ? WHERE id = ?
+           RETURNING *""",
+        (json.dumps(errors), now, goal["id"]),
+    ).fetchone()
+    return updated
+
+
+def view(conn: sqlite3.Connection, goal: sqlite3.Row) -> dict[str, Any]:
+    task = conn.execute(
+        "SELECT state, attempt, error FROM tasks WHERE plan_id = ? AND key = ?",
+        (goal["drafting_plan_id"], DRAFT_KEY),
+    ).fetchone()
+    return {
+        "id": goal["id"], "goal": goal["goal"], "inputs_dir": goal["inputs_dir"],
+        "state": goal["state"],
+        "draft": json.loads(goal["draft_json"]) if goal["draft_json"] else None,
+        "errors": json.loads(goal["errors_json"]), "plan_id": goal["plan_id"],
+        "drafting_plan_id": goal["drafting_plan_id"],
+        "drafting_task": dict(task) if task is not None else None,
+        "created_at": goal["created_at"], "updated_at": goal["updated_at"],
+    }  # fmt: skip
+
+
+def load(conn: sqlite3.Connection, goal_id: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM goals WHERE id = ?", (goal_id,)
+    ).fetchone()
+    return row
+
+
+def approve(
+    conn: sqlite3.Connection, outbox: Outbox, settings: BrainSettings, goal: sqlite3.Row,
+    now: float, submitted_by: str,
+) -> str:  # fmt: skip
+    """Submit the draft as a normal plan (validated again, as any plan); its id."""
+    if goal["state"] == "approved":
+        return str(goal["plan_id"])  # approving twice answers the same plan
+    if goal["state"] != "awaiting_approval":
+        raise GoalConflict(f"goal {goal['id']} is {goal['state']}, not awaiting_approval")
+    draft = json.loads(goal["draft_json"])
+    plan, tainted = validate_plan(draft, draft_limits(settings))
+    plan_id = submit.insert_plan(
+        conn, outbox, plan, tainted, now, submitted_by=submitted_by,
+        digest=submit.body_hash(goal["draft_json"]), idempotency_key=None,
+        default_timeout_s=settings.default_timeout_s,
+    )  # fmt: skip
+    conn.execute("UPDATE tasks SET origin = ? WHERE plan_id = ?", (f"goal:{goal['id']}", plan_id))
+    conn.execute(
+        "UPDATE goals SET state = 'approved', plan_id = ?, updated_at = ? WHERE id = ?",
+        (plan_id, now, goal["id"]),
+    )
+    return plan_id
+
+
+def reject(conn: sqlite3.Connection, outbox: Outbox, goal: sqlite3.Row, now: float) -> None:
+    """No plan will come of it; a draft still being written is cancelled."""
+    if goal["state"] == "rejected":
+        return
+    if goal["state"] not in ("awaiting_approval", "drafting"):
+        raise GoalConflict(f"goal {goal['id']} is {goal['state']}; only a draft can be rejected")
+    if goal["state"] == "drafting" and goal["drafting_plan_id"]:
+        states.cancel_plan(conn, outbox, goal["drafting_plan_id"], now)
+    conn.execute(
+        "UPDATE goals SET state = 'rejected', updated_at = ? WHERE id = ?", (now, goal["id"])
+    )

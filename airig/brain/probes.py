@@ -1,0 +1,130 @@
+"""The compute services as the brain sees them over ai-network: answering, and on the
+GPU the launcher gave them. What holds here becomes an alert (``alerts.py``), so a user
+whose ComfyUI crash-loops or whose Ollama quietly runs on the CPU is told without looking.
+
+The brain has no Docker socket (it is hardened, and a socket would be root on the host),
+so it cannot see restart counts; a service that fails ``down_after`` probes in a row is
+down or restarting, which is what a crash loop looks like from the network. ``triage``
+on the host gives the exit code and log lines.
+
+Probes run on their own thread with no database lock held: a slow service never delays
+a claim. ``holding`` is read by the alert pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from airig.common.gpu_use import comfyui_cpu_device, ollama_cpu_models
+
+log = logging.getLogger(__name__)
+
+# kind -> (health path, the path whose answer says where it runs, or None)
+PATHS = {
+    "ollama": ("/api/version", "/api/ps"),
+    "comfyui": ("/system_stats", "/system_stats"),
+    "whisper": ("/health", None),
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # ollama, comfyui, whisper
+    url: str
+    on_gpu: bool  # the launcher placed it on a GPU (AIRIG_GPU_SERVICES)
+
+
+def parse_targets(spec: str, gpu_services: str) -> tuple[Target, ...]:
+    """``ollama=http://ollama:11434,comfyui=http://comfyui:8188`` and ``comfyui,ollama``."""
+    on_gpu = {s.strip() for s in gpu_services.split(",") if s.strip()}
+    targets = []
+    for item in spec.split(","):
+        name, _, url = item.strip().partition("=")
+        if not item.strip():
+            continue
+        if name not in PATHS or not url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"BRAIN_PROBE_SERVICES item {item.strip()!r}: want NAME=http://host:port "
+                f"with NAME one of {', '.join(PATHS)}"
+            )
+        targets.append(Target(name, url.rstrip("/"), name in on_gpu))
+    return tuple(targets)
+
+
+Getter = Callable[[str, float], Any]  # url, timeout -> parsed JSON; raises on failure
+
+
+def _get_json(url: str, timeout_s: float) -> Any:
+    answer = requests.get(url, timeout=timeout_s)
+    answer.raise_for_status()
+    return answer.json() if answer.content else None
+
+
+class ServiceProbes:
+    def __init__(
+        self,
+        targets: tuple[Target, ...],
+        down_after: int = 3,
+        timeout_s: float = 5.0,
+        get: Getter = _get_json,
+    ) -> None:
+        self.targets = targets
+        self.down_after = down_after
+        self.timeout_s = timeout_s
+        self._get = get
+        self._lock = threading.Lock()
+        self._failures: dict[str, int] = {}
+        self._last_error: dict[str, str] = {}
+        self._cpu: dict[str, list[str]] = {}
+
+    def probe_once(self) -> None:
+        for target in self.targets:
+            health, placement = PATHS[target.name]
+            try:
+                body = self._get(target.url + health, self.timeout_s)
+                where = body if placement == health else None
+                if target.on_gpu and placement and where is None:
+                    where = self._get(target.url + placement, self.timeout_s)
+            except (requests.RequestException, ValueError) as exc:
+                with self._lock:
+                    self._failures[target.name] = self._failures.get(target.name, 0) + 1
+                    self._last_error[target.name] = f"{type(exc).__name__}: {exc}"[:300]
+                continue
+            evidence = self._cpu_evidence(target, where) if target.on_gpu else []
+            with self._lock:
+                self._failures[target.name] = 0
+                self._cpu[target.name] = evidence
+
+    @staticmethod
+    def _cpu_evidence(target: Target, answer: Any) -> list[str]:
+        if not isinstance(answer, dict):
+            return []
+        if target.name == "ollama":
+            return ollama_cpu_models(m for m in answer.get("models") or () if isinstance(m, dict))
+        if target.name == "comfyui":
+            return comfyui_cpu_device(d for d in answer.get("devices") or () if isinstance(d, dict))
+        return []
+
+    def holding(self) -> dict[tuple[str, str], str]:
+        """Alerts that hold now: (kind, service) -> message."""
+        found: dict[tuple[str, str], str] = {}
+        with self._lock:
+            for name, n in self._failures.items():
+                if n >= self.down_after:
+                    found[("service_down", name)] = (
+                        f"{n} probes in a row failed ({self._last_error.get(name)}); "
+                        f"run `python start_services.py triage {name}`"
+                    )
+            for name, evidence in self._cpu.items():
+                if evidence:
+                    found[("gpu_fallback", name)] = (
+                        f"given a GPU but runs on the CPU: {'; '.join(evidence)}; "
+                        f"run `python start_services.py triage {name}`"
+                    )
+        return found

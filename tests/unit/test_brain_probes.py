@@ -1,0 +1,104 @@
+"""The brain's probes of the compute services: what they read, and what becomes an alert."""
+
+from __future__ import annotations
+
+import brain_helpers as h
+import pytest
+import requests
+
+from airig.brain.probes import ServiceProbes, Target, parse_targets
+from airig.brain.service import Brain
+from airig.common.errors import ConfigError
+
+OLLAMA = Target("ollama", "http://ollama:11434", on_gpu=True)
+COMFY = Target("comfyui", "http://comfyui:8188", on_gpu=True)
+WHISPER = Target("whisper", "http://whisper:8000", on_gpu=False)
+
+
+class Answers:
+    """A fake GET: url -> JSON, or an exception to raise; records what was asked."""
+
+    def __init__(self, **by_path: object) -> None:
+        self.by_path = by_path
+        self.asked: list[str] = []
+
+    def __call__(self, url: str, timeout_s: float) -> object:
+        self.asked.append(url)
+        answer = self.by_path[url.split("/", 3)[3]]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_targets_parse_and_a_bad_item_is_refused():
+    got = parse_targets("ollama=http://ollama:11434/, whisper=http://w:8000", "ollama")
+    assert got == (
+        Target("ollama", "http://ollama:11434", True),
+        Target("whisper", "http://w:8000", False),
+    )
+    assert parse_targets("", "") == ()
+    for bad in ("redis=http://r:6379", "ollama", "ollama=ollama:11434"):
+        with pytest.raises(ValueError, match="NAME=http"):
+            parse_targets(bad, "")
+
+
+def test_a_brain_with_a_bad_probe_list_does_not_start(tmp_path):
+    with pytest.raises(ConfigError, match="BRAIN_PROBE_SERVICES"):
+        Brain(h.make_settings(tmp_path, BRAIN_PROBE_SERVICES="ollama=nope"))
+
+
+def test_ollama_on_the_gpu_with_its_model_out_of_vram_is_a_fallback():
+    ps = {"models": [{"name": "qwen2.5:7b", "size": 5_000, "size_vram": 0},
+                     {"name": "nomic", "size": 100, "size_vram": 100}]}  # fmt: skip
+    probes = ServiceProbes((OLLAMA,), get=Answers(**{"api/version": {}, "api/ps": ps}))
+    probes.probe_once()
+    assert list(probes.holding()) == [("gpu_fallback", "ollama")]
+    assert "qwen2.5:7b size 5000 size_vram 0" in probes.holding()[("gpu_fallback", "ollama")]
+
+
+def test_a_service_on_the_cpu_by_design_is_not_asked_where_it_runs():
+    get = Answers(**{"health": {}})
+    probes = ServiceProbes((WHISPER,), get=get)
+    probes.probe_once()
+    assert probes.holding() == {} and get.asked == ["http://whisper:8000/health"]
+
+
+def test_comfyui_reporting_a_cpu_device_is_a_fallback_from_one_answer():
+    stats = {"devices": [{"name": "cpu", "type": "cpu"}]}
+    get = Answers(**{"system_stats": stats})
+    probes = ServiceProbes((COMFY,), get=get)
+    probes.probe_once()
+    assert list(probes.holding()) == [("gpu_fallback", "comfyui")]
+    assert get.asked == ["http://comfyui:8188/system_stats"]  # one request serves both
+
+
+def test_down_after_n_failures_in_a_row_and_one_answer_clears_it():
+    get = Answers(**{"api/version": requests.ConnectionError("refused"), "api/ps": {"models": []}})
+    probes = ServiceProbes((OLLAMA,), down_after=3, get=get)
+    for _ in range(2):
+        probes.probe_once()
+    assert probes.holding() == {}  # a restart in progress is not yet an alert
+    probes.probe_once()
+    [(key, message)] = probes.holding().items()
+    assert key == ("service_down", "ollama") and "3 probes in a row failed" in message
+    get.by_path["api/version"] = {"version": "0.20.6"}
+    probes.probe_once()
+    assert probes.holding() == {}
+
+
+def test_probe_alerts_fire_and_clear_once_through_the_brain(tmp_path):
+    brain = Brain(h.make_settings(tmp_path))
+    brain.probes = ServiceProbes(
+        (OLLAMA,), down_after=1, get=Answers(**{"api/version": ValueError("bad json")})
+    )
+    try:
+        brain.probes.probe_once()
+        fired = brain.check_alerts(now=1000.0)
+        assert [(n.kind, n.subject, n.fired) for n in fired] == [("service_down", "ollama", True)]
+        assert brain.check_alerts(now=1001.0) == []  # once
+        brain.probes._get = Answers(**{"api/version": {}, "api/ps": {"models": []}})
+        brain.probes.probe_once()
+        cleared = brain.check_alerts(now=1002.0)
+        assert [(n.kind, n.fired) for n in cleared] == [("service_down", False)]
+    finally:
+        brain.stop()
