@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -77,8 +79,24 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         return check()
     print(json.dumps({"event": "gate.ready", "caches": [str(p) for p in _cache_paths()]}))
-    ThreadingHTTPServer((listen_host(), PORT), _Handler).serve_forever()
+    server = ThreadingHTTPServer((listen_host(), PORT), _Handler)
+    stop_on_sigterm(server)
+    server.serve_forever()
+    server.server_close()
+    print(json.dumps({"event": "gate.stopped"}), flush=True)
     return 0
+
+
+def stop_on_sigterm(server: ThreadingHTTPServer) -> None:
+    """Stop serving on SIGTERM. The gate is PID 1 in its container, and the kernel drops a
+    signal PID 1 has no handler for: without this, `docker stop` waited out the grace
+    period and SIGKILLed it (exit 137). shutdown() waits for serve_forever, which runs in
+    this same thread, so it is called from another one."""
+
+    def stop(*_: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@ first one (the file is rewritten without it, so a test can append more while the
 runs) and the request is appended as one JSON line to ``<script>.requests``, so the test
 can read what the model was asked. Once the list is empty, the deterministic reply of
 ``runtime.reply_words`` comes back as without a script. Everything upstream refuses is
-still refused first (an unknown model, an embedding model asked to generate) and, in this
-mode, a ``format`` that is neither "json" nor a JSON-schema object, as Ollama's runner
+still refused first (an unknown model, an embedding model asked to generate, and, with or
+without a script, a ``format`` that is neither "json" nor a JSON-schema object, as Ollama's runner
 does (llm/server.go, ``Completion``: ``invalid format: %q; expected "json" or a valid JSON
-Schema object``), answered like a runner error (HTTP 500).
+Schema object``), answered like a runner error (HTTP 500)).
 """
 
 from __future__ import annotations

@@ -304,7 +304,7 @@ class Handler(BaseHTTPRequestHandler):
         """generate and chat share everything but the shape of the content field."""
         required = ApiError(400, MODEL_REQUIRED) if kind == "message" else None
         model, load_seconds, unload = self.prepare(body, required)
-        refused = format_error(body.get("format")) if self.server.script else None
+        refused = format_error(body.get("format"))
         if refused:
             raise ApiError(500, refused)
         if kind == "response" and is_embedding_model(ModelName.parse(model.name)):
@@ -321,7 +321,7 @@ class Handler(BaseHTTPRequestHandler):
             load_seconds = self.server.runtime.ensure_loaded(model, parse_keep_alive("1m"))
         limit = (body.get("options") or {}).get("num_predict")
         words = reply_words(model.name, prompt, limit)
-        scripted = self.server.script.next_answer(body) if self.server.script else None
+        scripted = self.server.script.next_answer(body)
         if scripted is not None:
             # The canned text, cut into pieces that keep its spaces: joined, they are it.
             words = [scripted[i : i + 16] for i in range(0, len(scripted), 16)] or [""]
@@ -375,6 +375,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(200, {"embedding": embedding(model.name, str(body.get("prompt", "")))})
 
 
+DEFAULT_SCRIPT = "/tmp/airig-standin-script.json"
+
+
 class OllamaServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -383,8 +386,9 @@ class OllamaServer(ThreadingHTTPServer):
         model_bytes = int(os.environ.get("STANDIN_MODEL_BYTES", str(2 * 1024 * 1024)))
         self.store = ModelStore(models, model_bytes)
         self.runtime = Runtime()
-        script = os.environ.get("STANDIN_SCRIPT")
-        self.script = Script(Path(script)) if script else None
+        # Without STANDIN_SCRIPT the default file is read when it exists (an e2e test
+        # copies it into the running container); absent, the deterministic replies stay.
+        self.script = Script(Path(os.environ.get("STANDIN_SCRIPT") or DEFAULT_SCRIPT))
 
 
 def default_models_dir() -> Path:

@@ -1,0 +1,295 @@
+"""The whole kit, watched as a user would see it (issue 22).
+
+Other e2e tests check the one thing they are about. This one checks invariants of the
+whole running kit, over long enough for the kit's own timers to fire (the brain's service
+probes, its alert pass, worker heartbeats and leases, retention), and again after a plan
+that uses every executor:
+
+- no alert fired (the brain's events, and nothing delivered to the webhook that
+  ``AIRIG_ALERT_URLS`` points at on the host through ``host.docker.internal``);
+- no container restarted (``RestartCount`` 0) and no init container failed;
+- no ``ERROR`` / ``Traceback`` / ``"level": "error"`` line in any container's log;
+- ``triage`` clean and ``status`` all healthy;
+
+and then ``down``: every container stopped by its stop signal within its grace period (no
+exit 137, seen on the engine's own ``die`` events), nothing left behind (containers, the
+network, generated files under ``.airig/``, the stack folders' ``.env`` links).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import requests
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+BRAIN = "http://127.0.0.1:8080"
+PROJECTS = ("airig-infra", "airig-compute", "airig-agents")
+PROBE_INTERVAL_S = 3
+DOWN_AFTER = 3
+# Idle for more than DOWN_AFTER + 1 probe rounds, and past one worker lease (30 s), so a
+# false service_down or worker_down would have fired.
+IDLE_S = max((DOWN_AFTER + 2) * PROBE_INTERVAL_S, 40)
+# A plain-text ERROR (stand-ins, uvicorn's own format) or a JSON log line of level error;
+# not the logger name "uvicorn.error", which every uvicorn line carries.
+BAD_LINE = re.compile(r'Traceback|\bERROR\b|"level":\s*"(?i:error|critical)"')
+
+
+class Hook(BaseHTTPRequestHandler):
+    received: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            Hook.received.append(json.loads(body or b"{}"))
+        except ValueError:
+            Hook.received.append({"raw": body.decode("utf-8", "replace")})
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def webhook():
+    # On every interface: the brain reaches the host through host.docker.internal (the
+    # docker bridge's gateway address), which is on this machine.
+    server = ThreadingHTTPServer(("0.0.0.0", 0), Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def watched_kit(tmp_path_factory, test_images, webhook):
+    from conftest import Kit, copy_kit, force_clean, write_test_env
+
+    force_clean()
+    root = copy_kit(tmp_path_factory.mktemp("kit") / "airig")
+    write_test_env(
+        root,
+        AIRIG_OLLAMA_MODELS="qwen2.5:0.5b,nomic-embed-text",
+        AIRIG_WHISPER_MODELS="Systran/faster-whisper-tiny",
+        AIRIG_PLANNER_MODEL="qwen2.5:0.5b",
+        AIRIG_ALERT_URLS=f"json://host.docker.internal:{webhook}/hook",
+        BRAIN_PROBE_INTERVAL_S=str(PROBE_INTERVAL_S),
+        BRAIN_PROBE_DOWN_AFTER=str(DOWN_AFTER),
+        BRAIN_RETENTION_INTERVAL_S="10",
+    )
+    kit = Kit(root)
+    done = kit.run("--profile", "cpu")
+    assert done.returncode == 0, done.stdout + done.stderr
+    yield kit
+    kit.run("down", "--volumes", "--yes")
+    force_clean()
+
+
+def auth(kit) -> dict:
+    return {"Authorization": f"Bearer {kit.env()['BRAIN_ADMIN_TOKEN']}"}
+
+
+def alerts(kit) -> list[tuple[str, str, str, str]]:
+    found = []
+    for kind in ("alert_fired", "alert_cleared"):
+        answer = requests.get(
+            f"{BRAIN}/v1/events", params={"type": kind, "limit": 500}, headers=auth(kit),
+            timeout=10,
+        )  # fmt: skip
+        answer.raise_for_status()
+        found += [
+            (e["event_type"], e.get("alert", ""), e.get("subject", ""), e.get("message", ""))
+            for e in answer.json()["events"]
+        ]
+    return found
+
+
+def containers() -> list[dict]:
+    ids = []
+    for project in PROJECTS:
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        ids += out.split()
+    if not ids:
+        return []
+    out = subprocess.run(["docker", "inspect", *ids], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def bad_log_lines(cid: str) -> list[str]:
+    logs = subprocess.run(["docker", "logs", cid], capture_output=True, text=True)
+    return [line for line in (logs.stdout + logs.stderr).splitlines() if BAD_LINE.search(line)]
+
+
+def violations(kit) -> dict[str, object]:
+    """Everything a user would see go wrong, keyed by what it is; empty = healthy."""
+    found: dict[str, object] = {}
+    if fired := alerts(kit):
+        found["alerts"] = fired
+    if Hook.received:
+        found["delivered"] = list(Hook.received)
+    for c in containers():
+        name, state = c["Name"].lstrip("/"), c["State"]
+        service = c["Config"]["Labels"].get("com.docker.compose.service", "")
+        if c.get("RestartCount"):
+            found[f"{name} restarts"] = c["RestartCount"]
+        if service.endswith("-init") or service == "volumes-init":
+            if state["Status"] != "exited" or state["ExitCode"] != 0:
+                found[f"{name} state"] = (state["Status"], state["ExitCode"])
+        elif state["Status"] != "running":
+            found[f"{name} state"] = (state["Status"], state["ExitCode"])
+        if lines := bad_log_lines(c["Id"]):
+            found[f"{name} log"] = lines[:5]
+    triage = kit.run("triage", "--json", timeout=300)
+    report = json.loads(triage.stdout or "{}")
+    if triage.returncode != 0 or report.get("findings"):
+        found["triage"] = report.get("findings") or triage.stdout + triage.stderr
+    for row in kit.status():
+        if row["service"].endswith("-init"):
+            continue
+        if (row["state"], row["health"]) not in (("running", "healthy"), ("running", "-")):
+            found[f"status {row['service']}"] = (row["state"], row["health"])
+    return found
+
+
+def test_an_idle_kit_stays_healthy_past_its_timers(watched_kit):
+    # past the first probe rounds, a lease and a retention tick, as a user's first minute
+    time.sleep(IDLE_S)
+    assert violations(watched_kit) == {}
+
+
+PLAN_PROPOSAL = {
+    "name": "grown",
+    "tasks": [{"id": "grown", "type": "noop", "payload": {"echo": "added by the plan task"}}],
+}
+
+
+def every_executor_plan() -> str:
+    """One task of each type the workers run (airig/executors)."""
+    return """
+name: every executor
+tasks:
+  - {id: transcribe, type: transcribe, model: Systran/faster-whisper-tiny,
+     payload: {audio: inputs/watch.wav}}
+  - {id: summarise, type: llm, model: qwen2.5:0.5b, depends_on: [transcribe],
+     payload: {prompt: "Summarise: {{ tasks.transcribe.output }}"}}
+  - {id: embed, type: embed, model: nomic-embed-text, depends_on: [summarise],
+     payload: {input: "{{ tasks.summarise.output }}"}}
+  - {id: picture, type: image,
+     payload: {prompt: a lighthouse, checkpoint: watch.safetensors, steps: 2}}
+  - {id: size, type: shell, payload: {command: "wc -c inputs/watch.wav"}}
+  - {id: wait, type: noop, payload: {sleep_s: 1, echo: ok}}
+  - {id: grow, type: plan, model: qwen2.5:0.5b,
+     payload: {goal: "add one noop task that echoes a line"}}
+  - {id: unload, type: resource, depends_on: [embed, grow],
+     payload: {action: unload, service: ollama, model: qwen2.5:0.5b}}
+"""
+
+
+def service_container(service: str) -> str:
+    for c in containers():
+        if c["Config"]["Labels"].get("com.docker.compose.service") == service:
+            return c["Id"]
+    raise AssertionError(f"no {service} container")
+
+
+def put_inputs(kit, tmp_path: Path) -> None:
+    import wave
+
+    path = tmp_path / "watch.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes(b"\x00\x01" * 16000)
+    r = requests.put(
+        "http://127.0.0.1:8090/files/inputs/watch.wav", data=path.read_bytes(),
+        headers=auth(kit), timeout=30,
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    # A checkpoint dropped into ComfyUI's models folder, as a user copies one in.
+    comfy = service_container("comfyui-cpu")
+    put = "mkdir -p /root/ComfyUI/models/checkpoints && head -c 4096 /dev/urandom > /root/ComfyUI/models/checkpoints/watch.safetensors"  # noqa: E501
+    done = subprocess.run(["docker", "exec", comfy, "sh", "-c", put], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    # The Ollama stand-in answers the plan task with this proposal (its script file).
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([json.dumps(PLAN_PROPOSAL)]))
+    ollama = service_container("ollama-cpu")
+    done = subprocess.run(
+        ["docker", "cp", str(script), f"{ollama}:/tmp/airig-standin-script.json"],
+        capture_output=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def wait_plan(kit, plan_id: str, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        plan = requests.get(f"{BRAIN}/v1/plans/{plan_id}", headers=auth(kit), timeout=10).json()
+        if plan["status"] != "running":
+            return plan
+        time.sleep(1)
+    raise AssertionError(f"plan {plan_id} still running after {timeout}s")
+
+
+def test_a_plan_through_every_executor_leaves_the_kit_healthy(watched_kit, tmp_path):
+    put_inputs(watched_kit, tmp_path)
+    r = requests.post(
+        f"{BRAIN}/v1/plans", data=every_executor_plan(), timeout=10,
+        headers={**auth(watched_kit), "Content-Type": "application/yaml"},
+    )  # fmt: skip
+    assert r.status_code in (200, 201), r.text
+    plan = wait_plan(watched_kit, r.json()["id"])
+    states = {t["id"]: (t["state"], t.get("error")) for t in plan["tasks"]}
+    assert {s for s, _ in states.values()} == {"SUCCEEDED"}, states
+    types = {t["type"] for t in plan["tasks"]}
+    assert types >= {"transcribe", "llm", "embed", "image", "shell", "noop", "plan", "resource"}
+    assert any(t["id"].startswith("grow__") for t in plan["tasks"]), states
+    # the timers again, after the work: a probe round past the last unload
+    time.sleep((DOWN_AFTER + 2) * PROBE_INTERVAL_S)
+    assert violations(watched_kit) == {}
+
+
+def test_down_stops_every_container_gracefully_and_leaves_nothing(watched_kit):
+    from conftest import airig_leftovers
+
+    events = subprocess.Popen(
+        ["docker", "events", "--filter", "type=container", "--filter", "event=die",
+         "--format", "{{json .}}"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        done = watched_kit.run("down")
+        assert done.returncode == 0, done.stdout + done.stderr
+        time.sleep(2)  # the last die events reach the stream
+    finally:
+        events.terminate()
+        out, _ = events.communicate(timeout=30)
+    died = [json.loads(line) for line in out.splitlines() if line.strip()]
+    labels = "com.docker.compose.project"
+    kit_died = [e for e in died if e["Actor"]["Attributes"].get(labels) in PROJECTS]
+    assert kit_died, "down stopped no container"
+    killed = {
+        e["Actor"]["Attributes"]["name"]: e["Actor"]["Attributes"].get("exitCode")
+        for e in kit_died
+        if e["Actor"]["Attributes"].get("exitCode") == "137"
+    }
+    assert killed == {}, "SIGKILLed at the end of the grace period"
+    left = airig_leftovers()
+    assert (left["containers"], left["networks"]) == ([], [])
+    root = watched_kit.root
+    generated = root / ".airig"  # rglob of a missing folder yields nothing
+    leftovers = [str(p.relative_to(root)) for p in generated.rglob("*")]
+    # what `down` keeps on purpose is the user's own history (tune's log), nothing generated
+    assert [p for p in leftovers if not p.endswith("tuning.log")] == []
+    links = [str(p) for p in root.glob("0*/.env") if p.is_symlink() or p.exists()]
+    assert links == []
