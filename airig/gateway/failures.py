@@ -111,17 +111,44 @@ def retry_after(headers: Any) -> float | None:
         return None
 
 
+# A run of this many characters of the key, anywhere in a text, is redacted: a provider
+# error that quotes a prefix of the key, or the key with one character changed, must not
+# pass on the rest. Keys are random, so ordinary text does not share 8 characters in a row
+# with one (a key's public prefix like "sk-ant-a" may be redacted too: harmless).
+FRAGMENT = 8
+
+
 @dataclass(frozen=True)
 class Scrubber:
-    """Removes the provider's key from any text before it is logged or answered."""
+    """Removes the provider's key, and any long fragment of it, from any text before it
+    is logged or answered."""
 
     secret: str
 
     def __call__(self, text: str) -> str:
-        if self.secret and self.secret in text:
-            text = text.replace(self.secret, "[redacted]")
+        text = self.full(text)
         return text[:MAX_MESSAGE] if len(text) > MAX_MESSAGE else text
 
     def full(self, text: str) -> str:
         """The same, without the length bound (whole log lines)."""
-        return text.replace(self.secret, "[redacted]") if self.secret else text
+        if not self.secret:
+            return text
+        width = min(FRAGMENT, len(self.secret))
+        pieces = _fragments(self.secret, width)
+        hidden = [False] * len(text)
+        for start in range(len(text) - width + 1):
+            if text[start : start + width] in pieces:
+                hidden[start : start + width] = [True] * width
+        if not any(hidden):
+            return text
+        out: list[str] = []
+        for i, ch in enumerate(text):
+            if not hidden[i]:
+                out.append(ch)
+            elif i == 0 or not hidden[i - 1]:
+                out.append("[redacted]")
+        return "".join(out)
+
+
+def _fragments(secret: str, width: int) -> frozenset[str]:
+    return frozenset(secret[i : i + width] for i in range(len(secret) - width + 1))

@@ -92,3 +92,16 @@ def test_anything_else_is_not_retryable_and_the_key_is_scrubbed():
     assert KEY not in scrub(failure.message) and "[redacted]" in scrub(failure.message)
     assert len(scrub("x" * 1000)) == 300  # one line, bounded
     assert Scrubber("")("nothing to hide") == "nothing to hide"
+
+
+def test_fragments_of_the_key_are_scrubbed_too():
+    """A provider error that quotes most of the key (a prefix, the key minus a character,
+    the key with one character changed) passes on no run of 8 of its characters."""
+    scrub = Scrubber(KEY)
+    for quoted in (KEY[:-1], KEY[1:], KEY[:12], KEY[:10] + "X" + KEY[11:], KEY[-9:]):
+        text = f"Incorrect API key provided: {quoted}. You can find your key at ..."
+        for cleaned in (scrub(text), scrub.full(text)):
+            assert all(KEY[i : i + 8] not in cleaned for i in range(len(KEY) - 7)), cleaned
+            assert cleaned.startswith("Incorrect API key provided: [redacted]"), cleaned
+    assert scrub("a normal error: model not found") == "a normal error: model not found"
+    assert Scrubber("short")("the key: short!") == "the key: [redacted]!"
