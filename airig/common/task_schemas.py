@@ -52,6 +52,9 @@ class Payload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+NAME_MAX = 255
+
+
 def relative_data_path(value: str) -> str:
     """Accept only a path inside the shared data volume (no absolute path, no `..`)."""
     path = PurePosixPath(value)
@@ -59,6 +62,10 @@ def relative_data_path(value: str) -> str:
         raise ValueError("must be a relative path inside the data volume")
     if ".." in path.parts:
         raise ValueError("must not contain '..'")
+    # The file system's own limit on one name (NAME_MAX, bytes): past it every look-up is
+    # an OSError, which must not become a 500 where the path is checked.
+    if any(len(part.encode()) > NAME_MAX for part in path.parts):
+        raise ValueError(f"has a name longer than {NAME_MAX} bytes")
     return value
 
 
