@@ -36,6 +36,24 @@ def parse_urls(text: str) -> list[str]:
     return [url for url in re.split(r"[\s,]+", text) if url]
 
 
+# A notice quotes names and errors that reach the brain from outside (a joined rig's
+# worker names, a service's error text). Receivers read their own markup: Slack's
+# <!channel> and <@U…>, Discord's and Matrix's @everyone / @room, Markdown links. Apprise
+# escapes plain text only for HTML receivers, so the rest is neutralised here: one line,
+# no control characters, mentions broken by a zero-width space, and the brackets of
+# links and Slack's control sequences replaced by look-alikes.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
+_LOOK_ALIKES = str.maketrans({"<": "‹", ">": "›", "[": "⟦", "]": "⟧"})
+MAX_NOTICE_CHARS = 1000
+
+
+def for_receivers(text: str) -> str:
+    """``text`` made safe to show in any receiver's markup, as one bounded line."""
+    text = _CONTROL.sub(" ", text).translate(_LOOK_ALIKES)
+    text = text.replace("@", "@\u200b")
+    return text[:MAX_NOTICE_CHARS]
+
+
 def apprise_sender(url: str) -> Callable[[Notice], bool]:
     """One target's send function; False when Apprise could not deliver."""
     target = apprise.Apprise()
@@ -50,7 +68,15 @@ def apprise_sender(url: str) -> Callable[[Notice], bool]:
 
     def send(notice: Notice) -> bool:
         kind = apprise.NotifyType.FAILURE if notice.fired else apprise.NotifyType.SUCCESS
-        return bool(target.notify(title=notice.title, body=notice.message, notify_type=kind))
+        return bool(
+            target.notify(
+                title=for_receivers(notice.title),
+                body=for_receivers(notice.message),
+                notify_type=kind,
+                # Plain text in: Apprise escapes it for receivers that read HTML.
+                body_format=apprise.NotifyFormat.TEXT,
+            )
+        )
 
     return send
 

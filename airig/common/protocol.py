@@ -115,8 +115,13 @@ def rig_name(text: str) -> str:
     return name or "rig"
 
 
+# A worker's name is quoted in alerts, notices, the dashboard and `status`: one strict
+# pattern, so a joined rig cannot put newlines, mentions or markup there.
+WORKER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
 class RegisterRequest(Inbound):
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=128, pattern=WORKER_NAME_PATTERN)
     # Empty from a worker that predates rigs; the brain shows it as unknown.
     host: str = Field(default="", max_length=63, pattern=f"{HOST_PATTERN}|^$")
     classes: list[str] = Field(default_factory=lambda: ["cpu"])

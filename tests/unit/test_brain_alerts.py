@@ -217,3 +217,24 @@ def test_every_alert_kind_has_a_prometheus_rule():
     exprs = [r["expr"] for group in rules["groups"] for r in group["rules"]]
     covered = {m for e in exprs for m in re.findall(r'alert="(\w+)"', e)}
     assert covered == set(KINDS)
+
+
+def test_a_notice_quotes_outside_text_safely_for_every_receivers_markup(monkeypatch):
+    """A joined rig named a worker with a newline, @everyone, Slack's <!channel> and a
+    Markdown link; one hot heartbeat put that into the delivered title (issue 23 §5)."""
+    import apprise
+
+    from airig.brain.alerts import Notice
+    from airig.brain.notify import apprise_sender
+
+    sent: list[dict] = []
+    monkeypatch.setattr(apprise.Apprise, "notify", lambda self, **kw: sent.append(kw) or True)
+    hostile = "w1\n@everyone <!channel> [click](http://evil.example)\x07"
+    notice = Notice("gpu_temperature", hostile, True, f"{hostile} at 99 C", "2026-11-24T00:00Z")
+    assert apprise_sender("json://127.0.0.1:9/hook")(notice)
+    [kw] = sent
+    for text in (kw["title"], kw["body"]):
+        assert "\n" not in text and "\x07" not in text
+        assert "@everyone" not in text and "<!channel>" not in text and "](" not in text
+        assert "w1" in text and "evil.example" in text  # still says what it was
+    assert kw["body_format"] == apprise.NotifyFormat.TEXT

@@ -379,3 +379,16 @@ def test_a_worker_reporting_thousands_of_gpus_is_a_422(client):
     many = [{**REAL_GPU, "index": i} for i in range(1000)]
     answer = client.post("/v1/workers/register", headers=BOOT, json={"name": "w1", "gpus": many})
     assert answer.status_code == 422, answer.text[:200]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["w1\n@everyone", "<!channel>", "[click](http://evil.example)", "-w", "w 1", "w/1", "x" * 129],
+)
+def test_a_worker_name_outside_the_one_pattern_is_refused(client, name):
+    """Worker names reach alert titles and notices: newlines, mentions and markup never
+    get there (issue 23 §5). Names like `cpu-1`, `rig2-gpu0` or a container id pass."""
+    answer = client.post("/v1/workers/register", headers=BOOT, json={"name": name})
+    assert answer.status_code == 422, answer.text
+    for good in ("cpu-1", "rig2-gpu0", "3f2a9c1b0d4e", "rig.local-cpu_2"):
+        register(client, good)
