@@ -38,6 +38,18 @@ class Principal:
     token_id: str | None = None  # a stored token's id (admin, submit, metrics, join)
 
 
+def owner_of(who: Principal) -> str:
+    """What a plan or goal records as its owner: the stored token's id, so two tokens
+    with the same name own apart; the settings' admin token has no id."""
+    return f"token:{who.token_id}" if who.token_id else f"{who.scope}:{who.name}"
+
+
+def may_act_on(who: Principal, owner: str | None) -> bool:
+    """Admin acts on everything; a submit token only on what it submitted (a plan from
+    before owners were recorded, ``owner`` NULL, is admin's alone)."""
+    return who.scope == "admin" or (owner is not None and owner == owner_of(who))
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(32)
 

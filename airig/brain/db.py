@@ -158,6 +158,9 @@ ADDED_COLUMNS = (
     ("tasks", "depth", "INTEGER NOT NULL DEFAULT 0"),
     # when the worker last leased a task (NULL: never): triage's "registered, idle, work waits"
     ("workers", "last_claim_at", "REAL"),
+    # who may act on a plan or goal besides admin: auth.owner_of of the submitting token
+    ("plans", "owner", "TEXT"),
+    ("goals", "owner", "TEXT"),
 )
 # Indexes on added columns: created after the columns exist.
 ADDED_INDEXES = (

@@ -32,13 +32,15 @@ def insert_plan(
     digest: str,
     idempotency_key: str | None,
     default_timeout_s: float,
+    owner: str | None = None,
 ) -> str:
     plan_id = uuid.uuid4().hex[:12]
     conn.execute(
         """INSERT INTO plans (id, name, idempotency_key, body_hash, submitted_by, created_at,
-               fixes_json) VALUES (?, ?, ?, ?, ?, ?, ?)""",
-        (plan_id, plan.name, idempotency_key, digest, submitted_by, now, json.dumps(plan.fixes)),
-    )
+               fixes_json, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+        (plan_id, plan.name, idempotency_key, digest, submitted_by, now,
+         json.dumps(plan.fixes), owner),
+    )  # fmt: skip
     ids: dict[str, int] = {}
     for spec in plan.tasks:
         state = S.PENDING if spec.depends_on else S.READY

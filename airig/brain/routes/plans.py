@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from pydantic import Field
 
 from airig.brain import results, states
+from airig.brain.auth import Principal, may_act_on, owner_of
 from airig.brain.deps import AdminDep, BrainDep, SubmitterDep
 from airig.brain.events import Outbox
 from airig.brain.plans import submit
@@ -82,11 +83,13 @@ def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> 
     return view
 
 
-def _load_plan(conn: sqlite3.Connection, plan_id: str) -> sqlite3.Row:
+def _load_plan(conn: sqlite3.Connection, plan_id: str, who: Principal) -> sqlite3.Row:
+    """The plan, when ``who`` may act on it; another submitter's plan is a 404 like a
+    missing one, so plan ids are not confirmed to those who do not own them."""
     plan: sqlite3.Row | None = conn.execute(
         "SELECT * FROM plans WHERE id = ?", (plan_id,)
     ).fetchone()
-    if plan is None:
+    if plan is None or not may_act_on(who, plan["owner"]):
         raise HTTPException(404, f"no plan {plan_id}")
     return plan
 
@@ -113,6 +116,13 @@ _PLAN_RESPONSES: Responses = {
           "content": _ERROR_OR_PLAN_ERROR},
     422: {"model": PlanErrorBody, "description": "the plan is not readable or not valid"},
 }  # fmt: skip
+
+
+def _same_submitter(who: Principal, known: sqlite3.Row) -> None:
+    """An Idempotency-Key another submitter used answers as a key used for another plan:
+    their plan is never shown."""
+    if not may_act_on(who, known["owner"]):
+        raise HTTPException(409, "Idempotency-Key was used for a different plan")
 
 
 def _plan_error(status: int, message: str, errors: list[dict[str, Any]] | None = None,
@@ -152,47 +162,59 @@ async def submit_plan(
         with brain.db.read() as conn:
             known = submit.find_by_idempotency_key(conn, idempotency_key)
             if known is not None:
+                _same_submitter(who, known)
                 if known["body_hash"] != digest:
                     raise HTTPException(409, "Idempotency-Key was used for a different plan")
                 return JSONResponse(plan_view(conn, known, with_tasks=True), status_code=200)
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, Any]:
         if idempotency_key and (known := submit.find_by_idempotency_key(conn, idempotency_key)):
+            _same_submitter(who, known)
             return plan_view(conn, known, with_tasks=True)  # a concurrent twin won the race
         plan_id = submit.insert_plan(
             conn, outbox, plan, tainted, now, submitted_by=who.name, digest=digest,
             idempotency_key=idempotency_key, default_timeout_s=brain.settings.default_timeout_s,
+            owner=owner_of(who),
         )  # fmt: skip
-        return plan_view(conn, _load_plan(conn, plan_id), with_tasks=True)
+        return plan_view(conn, _load_plan(conn, plan_id, who), with_tasks=True)
 
     return await anyio.to_thread.run_sync(brain.write, change)
 
 
 @router.get("/plans")
-def list_plans(brain: BrainDep, _: SubmitterDep, limit: int = 50) -> dict[str, Any]:
+def list_plans(brain: BrainDep, who: SubmitterDep, limit: int = 50) -> dict[str, Any]:
+    """The newest plans: all of them for admin, a submit token's own for it."""
+    limit = max(1, min(limit, 500))
     with brain.db.read() as conn:
-        rows = conn.execute(
-            "SELECT * FROM plans ORDER BY created_at DESC LIMIT ?", (max(1, min(limit, 500)),)
-        ).fetchall()
+        if who.scope == "admin":
+            rows = conn.execute(
+                "SELECT * FROM plans ORDER BY created_at DESC LIMIT ?", (limit,)
+            ).fetchall()
+        else:
+            rows = conn.execute(
+                "SELECT * FROM plans WHERE owner = ? ORDER BY created_at DESC LIMIT ?",
+                (owner_of(who), limit),
+            ).fetchall()
         return {"plans": [plan_view(conn, row, with_tasks=False) for row in rows]}
 
 
 @router.get("/plans/{plan_id}", responses=NOT_FOUND)
-def get_plan(plan_id: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+def get_plan(plan_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
     with brain.db.read() as conn:
-        return plan_view(conn, _load_plan(conn, plan_id), with_tasks=True)
+        return plan_view(conn, _load_plan(conn, plan_id, who), with_tasks=True)
 
 
 @router.post("/plans/{plan_id}/cancel", responses=NOT_FOUND)
-def cancel_plan(plan_id: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+def cancel_plan(plan_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, int]:
-        _load_plan(conn, plan_id)
+        _load_plan(conn, plan_id, who)
         return {"cancelled": states.cancel_plan(conn, outbox, plan_id, now)}
 
     return brain.write(change)
 
 
-def _task_row(conn: sqlite3.Connection, plan_id: str, key: str) -> sqlite3.Row:
+def _task_row(conn: sqlite3.Connection, plan_id: str, key: str, who: Principal) -> sqlite3.Row:
+    _load_plan(conn, plan_id, who)
     row: sqlite3.Row | None = conn.execute(
         "SELECT * FROM tasks WHERE plan_id = ? AND key = ?", (plan_id, key)
     ).fetchone()
@@ -202,9 +224,9 @@ def _task_row(conn: sqlite3.Connection, plan_id: str, key: str) -> sqlite3.Row:
 
 
 @router.post("/plans/{plan_id}/tasks/{key}/cancel", responses=NOT_FOUND)
-def cancel_task(plan_id: str, key: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+def cancel_task(plan_id: str, key: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, bool]:
-        task = _task_row(conn, plan_id, key)
+        task = _task_row(conn, plan_id, key, who)
         return {"cancelled": states.cancel_task(conn, outbox, task, now, "cancelled by user")}
 
     return brain.write(change)
@@ -214,9 +236,9 @@ def cancel_task(plan_id: str, key: str, brain: BrainDep, _: SubmitterDep) -> dic
     "/plans/{plan_id}/tasks/{key}/result",
     responses={**NOT_FOUND, 409: {"model": ErrorBody, "description": "not SUCCEEDED"}},
 )
-def task_result(plan_id: str, key: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+def task_result(plan_id: str, key: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
     with brain.db.read() as conn:
-        row = _task_row(conn, plan_id, key)
+        row = _task_row(conn, plan_id, key, who)
     if row["state"] != S.SUCCEEDED:
         raise HTTPException(409, f"task {key} is {row['state']}, not SUCCEEDED")
     output = results.load_output(brain.settings.results_dir, row["output_json"], row["output_file"])
@@ -228,11 +250,13 @@ def task_result(plan_id: str, key: str, brain: BrainDep, _: SubmitterDep) -> dic
     response_class=FileResponse,
     responses={200: {"content": {"application/octet-stream": {}}}, **NOT_FOUND},
 )
-def task_file(plan_id: str, key: str, name: str, brain: BrainDep, _: SubmitterDep) -> FileResponse:
+def task_file(
+    plan_id: str, key: str, name: str, brain: BrainDep, who: SubmitterDep
+) -> FileResponse:
     """A file the task stored. Only a known task of a known plan, by its recorded
     plan id and key: the request's own text never becomes a path."""
     with brain.db.read() as conn:
-        row = _task_row(conn, plan_id, key)
+        row = _task_row(conn, plan_id, key, who)
     path = results.task_file(brain.settings.results_dir, row["plan_id"], row["key"], name)
     if path is None:
         raise HTTPException(404, "no such file")
@@ -240,9 +264,9 @@ def task_file(plan_id: str, key: str, name: str, brain: BrainDep, _: SubmitterDe
 
 
 @router.get("/plans/{plan_id}/events", responses=NOT_FOUND)
-def plan_events(plan_id: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+def plan_events(plan_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
     with brain.db.read() as conn:
-        _load_plan(conn, plan_id)
+        _load_plan(conn, plan_id, who)
         rows = conn.execute(
             "SELECT body_json FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)
         ).fetchall()
