@@ -40,7 +40,12 @@ def test_the_gate_binds_loopback_unless_told(monkeypatch, env, host):
         def serve_forever(self):
             pass
 
+        def server_close(self):
+            pass
+
     monkeypatch.setattr(gate, "ThreadingHTTPServer", Server)
+    # not this test process's SIGTERM handler (tests/integration/test_service_stop.py)
+    monkeypatch.setattr(gate, "stop_on_sigterm", lambda server: None)
     assert gate.main([]) == 0
     assert bound == [(host, gate.PORT)]
 
