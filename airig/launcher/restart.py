@@ -1,8 +1,9 @@
 """`restart SERVICE`: restart one service in its stack, wait until it is healthy, say so.
 
-The lookup is `logs`' (``ollama`` finds the active variant). ``recreate`` (what `tune`
-uses) runs ``up --no-deps`` for that service instead of ``restart``: a restarted container
-keeps its old environment, a recreated one reads the changed .env.
+The lookup is `logs`' and `triage`'s (``service_names.py``: ``ollama`` finds the active
+variant). ``recreate`` (what `tune` uses) runs ``up --no-deps`` for that service instead
+of ``restart``: a restarted container keeps its old environment, a recreated one reads the
+changed .env.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from typing import Protocol
 
 from rich.markup import escape
 
-from airig.common.errors import ConfigError
 from airig.launcher.docker import Docker, ServiceState, docker_errors
-from airig.launcher.logs import matches_service
 from airig.launcher.plan import ComposePlan, StackPlan
+from airig.launcher.service_names import locate
 
 WAIT_TIMEOUT_S = 180.0
 POLL_S = 2.0
@@ -58,17 +58,10 @@ class Outcome:
 
 def find_service(plan: ComposePlan, docker: Services, name: str) -> tuple[StackPlan, str]:
     """The stack running ``name`` and the service's exact name (``ollama`` → ``ollama-cpu``)."""
-    known: set[str] = set()
-    for stack in plan.stacks:
-        names = sorted({s.service for s in docker.services(stack)})
-        known.update(names)
-        for service in names:
-            if matches_service(service, name):
-                return stack, service
-    raise ConfigError(
-        f"no running service named {name!r}",
-        f"one of: {', '.join(sorted(known))}" if known else "nothing is running: start it first",
-    )
+    stacks = {stack.name: stack for stack in plan.stacks}
+    by_stack = {key: [s.service for s in docker.services(st)] for key, st in stacks.items()}
+    stack_name, service = locate(by_stack, name)
+    return stacks[stack_name], service
 
 
 def wait_healthy(

@@ -155,6 +155,14 @@ class Settings(BaseSettings):
     whisper_image_cuda: str = knob(
         "", "WHISPER_IMAGE_CUDA", "02-compute", f"Whisper's (speaches) CUDA image; {PICKED}."
     )
+    image_registry: str = knob(
+        "", "AIRIG_IMAGE_REGISTRY", "02-compute",
+        "Registry the compute images are pulled from, under their upstream paths (a mirror "
+        "or pull-through cache, e.g. 127.0.0.1:5000); empty = each image's own registry.",
+        pattern=r"^$|^[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9._-]+)*/?$",
+        problem="is not a registry address",
+        fix="set {key} to host[:port][/path] (no http://), e.g. 127.0.0.1:5000, or empty it",
+    )  # fmt: skip
     ollama_port: int = knob(11434, "OLLAMA_PORT", "02-compute", "Host port of Ollama.", **PORT)
     comfyui_port: int = knob(8188, "COMFYUI_PORT", "02-compute", "Host port of ComfyUI.", **PORT)
     whisper_port: int = knob(8000, "WHISPER_PORT", "02-compute", "Host port of Whisper.", **PORT)

@@ -59,8 +59,10 @@ def _row(svc: ServiceState) -> dict[str, Any]:
 
 def services_table(rows: list[dict[str, Any]], title: str = "airig services") -> Table:
     table = Table(title=title)
+    # overflow fold: at 80 columns a URL wraps onto the next line instead of losing its
+    # port to an ellipsis
     for col in ("stack", "service", "state", "health", "url"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in rows:
         ok = (r["state"] == "running" and r["health"] in ("healthy", "-")) or (
             r["state"] == "exited" and r["exit_code"] == 0

@@ -1,7 +1,8 @@
 """`up` and `down`: the launcher's sequence, with rollback.
 
-up:   .env → detect → choose profile (say which source won) → preflight → network →
-      build the kit's image → stacks in order with `compose up --wait` → summary.
+up:   .env → detect → choose profile (say which source won) → preflight → pull the
+      images it lacks (pull.py) → network → build the kit's image → stacks in order with
+      `compose up --wait` → summary.
 The GPU judgement comes before any build: on a first run the probe has no local image,
 so the base image (which the build starts FROM anyway) is pulled to probe with.
 A failed stack names the failing service, shows its last log lines and takes down what
@@ -20,6 +21,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import DockerError, PreflightError
+from airig.launcher.comfy_volumes import COMPUTE_STACK, LEGACY_VOLUME, MODELS_VOLUME, USER_VOLUMES
+from airig.launcher.comfy_volumes import prepare as prepare_comfyui
 from airig.launcher.docker import Docker, ServiceState, engine_errors
 from airig.launcher.hardware.choice import Choice, choose_profile, probe_images
 from airig.launcher.image_source import image_hash, source_hash
@@ -29,7 +32,6 @@ from airig.launcher.plan import (
     ComposePlan,
     StackPlan,
     build_plan,
-    generated_paths,
     project_names,
 )
 from airig.launcher.preflight import (
@@ -40,12 +42,16 @@ from airig.launcher.preflight import (
     escalation_check,
     port_checks,
 )
-from airig.launcher.settings import STACKS, Settings
+from airig.launcher.pull import pull_missing
+from airig.launcher.settings import Settings
+from airig.launcher.stack_env import remove_written, stack_env_path, stack_env_text
 
 # The shared volumes, named "<AIRIG_PROJECT_PREFIX>-<name>" (see 01-infra/compose.yaml).
 VOLUMES = {
-    "data": ["data", "results", "brain-state"],
-    "models": ["ollama-models", "comfyui-data", "whisper-models"],
+    "data": ["data", "results", "brain-state", *USER_VOLUMES],
+    # comfyui-data: an older kit's volume on ComfyUI's /root, models inside until `up`
+    # moves them (comfy_volumes.py)
+    "models": ["ollama-models", MODELS_VOLUME, LEGACY_VOLUME, "whisper-models"],
 }
 # The service whose build: makes the kit's image; a joined rig has no brain, and its
 # workers' build: is the same (the x-airig anchor).
@@ -101,9 +107,18 @@ class Launcher:
             return result
         _require(self.preflight())
         self.write_generated(plan)
+        # before the network, the build and any container: a bad tag or a registry that is
+        # down stops `up` with one line and nothing started
+        pull_missing(self.docker, plan, images, self.settings.image_registry, self.console)
         self.docker.ensure_network(plan.network)
         self._build(plan)
         for stack in plan.stacks:
+            if stack.name == COMPUTE_STACK:  # its volumes exist now (01-infra made them)
+                try:
+                    prepare_comfyui(self.settings, self.docker, stack, images, self.console)
+                except DockerError:
+                    self.rollback([s for s in plan.stacks if s.name in result.started])
+                    raise
             self.console.print(f"[bold]Starting[/] {escape(stack.name)} …")
             self._up_stack(plan, stack, result)
         self._retire_gateway(plan)
@@ -145,6 +160,9 @@ class Launcher:
         stack_envs = [stack_env_path(self.settings, s.name) for s in plan.stacks]
         for path in [*plan.generated, *stack_envs]:
             lines.append(f"# write {path.relative_to(self.settings.root)}")
+        for stack in plan.stacks:  # launcher/pull.py: which services, from compose config
+            pull = self.docker.command(stack, "pull", "--policy", "missing", "SERVICE")
+            lines.append(f"{pull}   # per image it runs that the engine lacks, one at a time")
         build = plan.stack(IMAGE_SERVICE[0])
         lines.append(
             self.docker.command(
@@ -212,6 +230,9 @@ class Launcher:
         largest = max((g.vram_bytes for g in choice.gpus), default=0)
         for warning in check_fit(models, [largest] if largest else []):
             self.console.print(f"  [yellow]⚠ {escape(warning)}[/]")
+        unprovisioned = planner_warning(self.settings)
+        if unprovisioned:
+            self.console.print(f"  [yellow]⚠ {escape(unprovisioned)}[/]", soft_wrap=True)
 
     def _say_images(self, images: ImageSelection, dry_run: bool) -> None:
         """Which image each compute service runs and why; a fallback to CPU or a pin that
@@ -317,39 +338,31 @@ class Launcher:
             names = [f"{self.settings.project_prefix}-{v}" for v in VOLUMES["data"] + kept]
             done += [f"volume {v} removed" for v in self.docker.remove_volumes(names)]
         done.append(self.docker.remove_network(plan.network))
-        for path in written_paths(self.settings):
-            if path.exists():
-                os.remove(path)
+        remove_written(self.settings)
         return done
 
 
-def stack_env_path(settings: Settings, stack: str) -> Path:
-    """The file behind ``<stack>/.env`` (what `up` ran, for docker compose by hand)."""
-    return settings.state_dir / "env" / f"{stack}.env"
+def planner_warning(settings: Settings) -> str | None:
+    """AIRIG_PLANNER_MODEL drafts every goal's plan, but only AIRIG_OLLAMA_MODELS is
+    pulled: said at `up`, not left for the first goal to fail on. Said, not pulled
+    behind the user's back: a model is gigabytes, and the fix is one of two edits."""
+    from airig.common.errors import ConfigError
+    from airig.common.ollama_names import OllamaName
 
-
-def written_paths(settings: Settings) -> list[Path]:
-    """Every file an `up` of any profile writes: the plan's generated files and each
-    stack's env file."""
-    return [*generated_paths(settings), *(stack_env_path(settings, s) for s in STACKS)]
-
-
-def stack_env_text(stack: StackPlan) -> str:
-    """A stack folder's .env: the env files `up` passed, verbatim and in order (a later
-    key wins, as between --env-file files), then COMPOSE_PROJECT_NAME / _PROFILES / _FILE,
-    which Compose reads from that file. Verbatim, so Compose reads every value exactly as
-    it did in `up` (quotes, escapes, ${...})."""
-    parts = ["# Generated by airig at `up` for running docker compose in this folder.\n"]
-    for path in stack.env_files:
-        if path.exists():
-            text = path.read_text()
-            parts.append(f"# ---- {path.name}\n{text}{'' if text.endswith(chr(10)) else chr(10)}")
-    parts.append(
-        f"# ---- the project `up` ran\nCOMPOSE_PROJECT_NAME={stack.project}\n"
-        f"COMPOSE_PROFILES={','.join(stack.profiles)}\n"
-        f"COMPOSE_FILE={os.pathsep.join(str(f) for f in stack.files)}\n"
+    if settings.source_of("AIRIG_OLLAMA_MODELS") == "default":
+        return None  # no .env yet: `up` makes it from .env.example, whose lists agree
+    try:
+        wanted = OllamaName.parse(settings.planner_model).display
+        pulled = {OllamaName.parse(m).display for m in settings.ollama_models}
+    except ConfigError as exc:
+        return exc.message
+    if wanted in pulled:
+        return None
+    return (
+        f"AIRIG_PLANNER_MODEL {settings.planner_model} is not in AIRIG_OLLAMA_MODELS, so it "
+        "is not pulled and `submit --goal` and `plan` tasks will fail: add it to "
+        "AIRIG_OLLAMA_MODELS in .env, or set AIRIG_PLANNER_MODEL to one listed there"
     )
-    return "".join(parts)
 
 
 def image_lines(images: ImageSelection) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -97,8 +98,12 @@ class VerifyCache:
         return dict(self._models)
 
     def save(self) -> None:
-        """Write the cache if it changed; drop entries whose file is gone."""
-        if self.path is None or not self._dirty:
+        """Write the cache if it changed; drop entries whose file is gone. Either way its
+        folder is made traversable (a volume an earlier kit left 0700 too)."""
+        if self.path is None:
+            return
+        traversable(self.path.parent)
+        if not self._dirty:
             return
         self._entries = {p: e for p, e in self._entries.items() if os.path.lexists(p)}
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,3 +122,20 @@ class VerifyCache:
             Path(tmp).unlink(missing_ok=True)
             raise
         self._dirty = False
+
+
+def traversable(folder: Path) -> None:
+    """Let other users through ``folder`` to the cache (the gate reads it as uid 10001).
+    The cache sits at a model volume's root, and a fresh named volume mounted where the
+    image has a folder takes that folder's mode (moby's copyOwnership, daemon/volumes_unix.go:
+    "copies the permissions and uid:gid of the source"): yanwk/comfyui-boot's /root is
+    0700, so the dashboard's Models page said `comfyui unreadable: Permission denied`.
+    Search (x) only: the cache is opened by name, the folder's listing stays private.
+    A folder this root (no CAP_FOWNER) does not own is left as is: its owner made it."""
+    try:
+        mode = folder.stat().st_mode
+        wanted = mode | stat.S_IXGRP | stat.S_IXOTH
+        if wanted != mode:
+            os.chmod(folder, stat.S_IMODE(wanted))
+    except OSError:
+        pass

@@ -88,10 +88,15 @@ class ComfyUIProvisioner(ServerProvisioner):
         report = lambda done: self.emitter.progress(entry.name, done, entry.size)  # noqa: E731
         try:
             with GrowthWatcher(lambda: partial_bytes(partial), report):
-                fetch(self.root, str(entry.url), entry.folder, partial, entry.size, report)
+                tool, why = fetch(
+                    self.root, str(entry.url), entry.folder, partial, entry.size, report
+                )
         except ProvisionError as exc:
             exc.message = f"comfyui model {entry.name!r}: {exc.message}"
             raise
+        # Which tool brought the bytes, and why not comfy-cli: a fallback on every
+        # download is a fault to see, not a detail to hide.
+        self.emitter.downloader(entry.name, tool, why)
         self.emitter.progress(entry.name, partial.stat().st_size, entry.size, final=True)
         self._publish(entry, partial, final)
 

@@ -21,6 +21,7 @@ import errno
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,17 +89,24 @@ def partial_bytes(partial: Path) -> int:
 
 
 def run_comfy_cli(root: Path, url: str, folder: str, filename: str) -> str | None:
-    """Run comfy-cli; None on success, else the last line it printed (the reason)."""
+    """Run comfy-cli; None on success, else the last line it printed (the reason).
+
+    comfy-cli 1.23 creates ``~/.config/comfy-cli/tmp`` before any command
+    (``config_manager.py`` ``ConfigManager.load``, the path from ``constants.py``
+    ``DEFAULT_CONFIG``), and the init container's root file system, ``/root`` included,
+    is read-only: it gets a private HOME in the temporary directory (a tmpfs there).
+    """
     if shutil.which("comfy") is None:
         return "comfy-cli is not installed"
-    env = {**os.environ, "DO_NOT_TRACK": "1"}
-    result = subprocess.run(
-        comfy_command(root, url, folder, filename),
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory(prefix="comfy-cli-home-") as home:
+        env = {**os.environ, "DO_NOT_TRACK": "1", "HOME": home}
+        result = subprocess.run(
+            comfy_command(root, url, folder, filename),
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     if result.returncode == 0:
         return None
     lines = (result.stdout + result.stderr).strip().splitlines()
@@ -157,6 +165,10 @@ def range_download(
         )
 
 
+COMFY_CLI = "comfy-cli"
+RANGE = "range"
+
+
 def fetch(
     root: Path,
     url: str,
@@ -164,14 +176,22 @@ def fetch(
     partial: Path,
     expected_size: int,
     progress: Progress,
-) -> None:
-    """Bring ``partial`` to ``expected_size`` bytes: comfy-cli first, Range resume after."""
+) -> tuple[str, str | None]:
+    """Bring ``partial`` to ``expected_size`` bytes: comfy-cli first, Range resume after.
+
+    Returns which downloader brought the file (``COMFY_CLI`` or ``RANGE``) and, for
+    ``RANGE``, why comfy-cli did not.
+    """
     partial.parent.mkdir(parents=True, exist_ok=True)
     adopt_orphans(partial)
-    if not partial.exists():
+    if partial.exists():
+        reason: str | None = "a partial download is left over: resuming it"
+    else:
         reason = run_comfy_cli(root, url, folder, partial.name)
         adopt_orphans(partial)  # a comfy-cli killed mid-way leaves its .part behind
         if reason is None and partial.exists():
             progress(partial.stat().st_size)
-            return
+            return COMFY_CLI, None
+        reason = reason or "comfy-cli exited 0 but wrote no file"
     range_download(url, partial, expected_size, progress)
+    return RANGE, reason

@@ -8,6 +8,8 @@ The init containers speak only through these lines; the launcher (through
 - ``{"event": "verified", "service", "model", "size", "files", "cached"}``
 - ``{"event": "failed", "service", "model", "error"}``
 - ``{"event": "listed", "service", "model", "size", "configured", "present"}``
+- ``{"event": "downloader", "service", "model", "tool", "reason"}`` (ComfyUI: which tool
+  fetched the file, ``comfy-cli`` or ``range``; ``reason``: why not comfy-cli, or null)
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class Emitter:
 
     def failed(self, model: str | None, error: str) -> None:
         self.emit("failed", model, error=error)
+
+    def downloader(self, model: str, tool: str, reason: str | None) -> None:
+        self.emit("downloader", model, tool=tool, reason=reason)
 
     def listed(self, model: str, size: int | None, configured: bool, present: bool) -> None:
         self.emit("listed", model, size=size, configured=configured, present=present)

@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_json_logging()
     try:
         make_undumpable()  # first: tasks run as this user and could read /proc/<pid>/environ
-        settings = WorkerSettings()
+        # The healthcheck reads the state file only: no name to look up (naming.py's DNS).
+        settings = WorkerSettings(WORKER_NAME="check") if args.check else WorkerSettings()
         if args.check:
             return check(settings, args.max_age)
         settings.require_secrets()

@@ -18,7 +18,10 @@ class WorkerSettings(BaseSettings):
 
     brain_url: str = Field("http://brain:8080", alias="BRAIN_URL")
     bootstrap_token: str = Field("", alias="WORKER_BOOTSTRAP_TOKEN")
-    name: str = Field(default_factory=socket.gethostname, alias="WORKER_NAME")
+    # Empty: the Compose slot of WORKER_SERVICE (worker-cpu's second replica is `cpu-2`,
+    # naming.py), else the hostname. GPU workers are named by the launcher (`gpu0`).
+    name: str = Field("", alias="WORKER_NAME")
+    service: str = Field("", alias="WORKER_SERVICE")
     # A joined rig's workers are named "<rig>-<name>" (the launcher sets "<rig>-"), so
     # two rigs' `gpu0` or containers never claim one name at the brain.
     name_prefix: str = Field("", alias="WORKER_NAME_PREFIX")
@@ -42,6 +45,10 @@ class WorkerSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _rig(self) -> WorkerSettings:
+        if not self.name:
+            from airig.worker.naming import slot_name
+
+            self.name = (self.service and slot_name(self.service)) or socket.gethostname()
         if self.name_prefix and not self.name.startswith(self.name_prefix):
             self.name = f"{self.name_prefix}{self.name}"
         self.host = rig_name(self.host or socket.gethostname())

@@ -1,8 +1,10 @@
 """Fixtures for tests on the real Docker engine.
 
-They run the real launcher on a copy of the kit, with the third-party images replaced by
-the stand-ins through `.env` (the only thing tests change), and the kit's own image built
-from its real Dockerfile with the test base image and the local wheelhouse.
+They run the real launcher on a copy of the kit, and the kit's own image built from its
+real Dockerfile with the test base image and the local wheelhouse. The third-party images
+are the stand-ins, pushed under their upstream names to a real registry on 127.0.0.1
+(tests/images/registry.sh): `.env` names that registry in AIRIG_IMAGE_REGISTRY and pins no
+image, so `up` picks the images as for a user and pulls them through `docker compose pull`.
 """
 
 from __future__ import annotations
@@ -52,17 +54,44 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-def _run_script(*args: str) -> None:
+def _run_script(*args: str) -> str:
     done = subprocess.run(["bash", *args], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
+    return done.stdout
 
 
 @pytest.fixture(scope="session")
 def test_images() -> None:
-    """Base image, wheelhouse and stand-ins (each cached; .ci/run builds them first)."""
+    """Base image, wheelhouse and stand-ins (each cached; .ci/run builds them first), and
+    the stand-ins pushed to the test registry under every name of 02-compute/images.yaml."""
     _run_script("tests/images/build-base.sh")
     _run_script("tests/images/wheelhouse.sh")
     _run_script("tests/standins/build.sh")
+    _run_script("tests/images/registry.sh", "push")
+
+
+def registry() -> str:
+    """The test registry's address (127.0.0.1:PORT), started if it is not running."""
+    return _run_script("tests/images/registry.sh", "start").strip()
+
+
+def forget_pulled() -> None:
+    """Untag every image pulled from the test registry, so the next `up` pulls it again
+    through the registry (the stand-in's own airig-test/... tag keeps the layers)."""
+    running = subprocess.run(
+        ["bash", "tests/images/registry.sh", "address"], cwd=ROOT, capture_output=True, text=True
+    )
+    if running.returncode != 0:
+        return  # no registry, nothing pulled from it
+    prefix = f"{running.stdout.strip()}/"
+    listed = subprocess.run(
+        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    pulled = [ref for ref in listed if ref.startswith(prefix)]
+    if pulled:
+        subprocess.run(["docker", "rmi", *pulled], capture_output=True)
 
 
 @dataclass
@@ -96,14 +125,13 @@ class Kit:
 
 
 def write_test_env(root: Path, **overrides: str) -> None:
-    """The user's .env.example with images swapped for local ones (what tests may change)."""
+    """The user's .env.example with the kit's image built from local parts and the compute
+    images pulled from the test registry (what tests may change)."""
     values = {
         "AIRIG_IMAGE": "airig/airig:e2e",
         "AIRIG_BASE_IMAGE": BASE_IMAGE,
         "AIRIG_PIP_INSTALL_ARGS": "--no-index --find-links /tmp/wheels",
-        "OLLAMA_IMAGE": "airig-test/ollama:test",
-        "COMFYUI_IMAGE_CPU": "airig-test/comfyui:test",
-        "WHISPER_IMAGE_CPU": "airig-test/whisper:test",
+        "AIRIG_IMAGE_REGISTRY": registry(),
         "AIRIG_MIN_FREE_DISK_GB": "1",
         "AIRIG_WAIT_TIMEOUT": "300",
         **overrides,
@@ -160,7 +188,8 @@ def airig_leftovers() -> dict[str, list[str]]:
 
 
 def force_clean() -> None:
-    """Remove anything a failed test left, so the next test starts clean."""
+    """Remove anything a failed test left, so the next test starts clean (and pulls its
+    compute images from the registry again)."""
     for project in ("airig-agents", "airig-compute", "airig-infra"):
         ids = subprocess.run(
             ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
@@ -172,6 +201,7 @@ def force_clean() -> None:
     subprocess.run(["docker", "network", "rm", "ai-network"], capture_output=True)
     for v in airig_leftovers()["volumes"]:
         subprocess.run(["docker", "volume", "rm", "-f", v], capture_output=True)
+    forget_pulled()
 
 
 @pytest.fixture

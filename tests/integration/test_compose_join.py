@@ -94,7 +94,8 @@ def test_a_second_kit_on_one_engine_shares_nothing_by_name(kit):
     assert infra["networks"]["ai"]["name"] == "ai-network-b"
     assert {v["name"] for v in infra["volumes"].values()} == {
         f"rigb-{v}" for v in ("data", "results", "brain-state", "ollama-models",
-                              "comfyui-data", "whisper-models")
+                              "comfyui-models", "comfyui-custom-nodes", "comfyui-input",
+                              "comfyui-output", "comfyui-user", "whisper-models")
     }  # fmt: skip
     for stack in plan.stacks[1:]:
         model = config(stack)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -260,20 +261,22 @@ def test_comfyui_entrypoint_appends_cli_args_last(tmp_path):
     env = {
         **clean,
         "STANDIN_HOME": str(tmp_path),
-        "STANDIN_COMFYUI_ROOT": str(tmp_path / "ComfyUI"),
+        "STANDIN_BUNDLE": str(helpers.STANDINS_DIR / "comfyui"),
         "CLI_ARGS": f"--cpu  --listen 127.0.0.1 --port {port}",
     }
+    # python is bash's child (no exec, as upstream): stop the whole session, not just bash
     process = subprocess.Popen(["bash", str(entrypoint)], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+                               stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
     try:
         stats = wait_stats(process, f"http://127.0.0.1:{port}")
-        assert stats["system"]["argv"][1:] == [
-            "--root", env["STANDIN_COMFYUI_ROOT"], "--listen", "--port", "8188",
+        assert stats["system"]["argv"] == [
+            "./ComfyUI/main.py", "--listen", "--port", "8188",
             "--cpu", "--listen", "127.0.0.1", "--port", str(port),
         ]  # fmt: skip
         assert stats["devices"][0]["type"] == "cpu"
     finally:
-        process.terminate()
+        os.killpg(process.pid, signal.SIGTERM)
         process.communicate(timeout=5)
     empty = subprocess.run(["bash", str(entrypoint)], env={**env, "CLI_ARGS": ""},
                            capture_output=True, text=True, timeout=20)  # fmt: skip

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import brain_helpers as h
 import pytest
 import requests
 
+from airig.brain import probes as probes_module
 from airig.brain.probes import ServiceProbes, Target, parse_targets
 from airig.brain.service import Brain
 from airig.common.errors import ConfigError
@@ -16,18 +19,19 @@ WHISPER = Target("whisper", "http://whisper:8000", on_gpu=False)
 
 
 class Answers:
-    """A fake GET: url -> JSON, or an exception to raise; records what was asked."""
+    """A fake GET: url -> a 2xx body (a str as is, anything else as JSON text), or an
+    exception to raise; records what was asked."""
 
     def __init__(self, **by_path: object) -> None:
         self.by_path = by_path
         self.asked: list[str] = []
 
-    def __call__(self, url: str, timeout_s: float) -> object:
+    def __call__(self, url: str, timeout_s: float) -> str:
         self.asked.append(url)
         answer = self.by_path[url.split("/", 3)[3]]
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return answer if isinstance(answer, str) else json.dumps(answer)
 
 
 def test_targets_parse_and_a_bad_item_is_refused():
@@ -89,7 +93,7 @@ def test_down_after_n_failures_in_a_row_and_one_answer_clears_it():
 def test_probe_alerts_fire_and_clear_once_through_the_brain(tmp_path):
     brain = Brain(h.make_settings(tmp_path))
     brain.probes = ServiceProbes(
-        (OLLAMA,), down_after=1, get=Answers(**{"api/version": ValueError("bad json")})
+        (OLLAMA,), down_after=1, get=Answers(**{"api/version": requests.ConnectionError("refused")})
     )
     try:
         brain.probes.probe_once()
@@ -102,3 +106,43 @@ def test_probe_alerts_fire_and_clear_once_through_the_brain(tmp_path):
         assert [(n.kind, n.fired) for n in cleared] == [("service_down", False)]
     finally:
         brain.stop()
+
+
+def test_whisper_answering_its_plain_text_ok_is_up(monkeypatch):
+    """speaches v0.8.3 answers GET /health with the text `OK` (src/speaches/routers/misc.py):
+    the probe read it as JSON and called a healthy whisper down for good."""
+    monkeypatch.setattr(requests, "get", lambda url, timeout: response(200, "OK", url))
+    probes = ServiceProbes((WHISPER,), down_after=1)  # the real getter
+    for _ in range(3):
+        probes.probe_once()
+    assert probes.holding() == {}
+
+
+def test_ollama_health_is_its_status_alone_and_a_bad_placement_answer_says_nothing():
+    """Ollama's `GET /api/version` may be any 2xx body; a /api/ps that is not JSON leaves
+    where it runs unknown, which is no outage."""
+    get = Answers(**{"api/version": "", "api/ps": "<html>proxy</html>"})
+    probes = ServiceProbes((OLLAMA,), down_after=1, get=get)
+    probes.probe_once()
+    assert probes.holding() == {}
+
+
+def response(status: int, text: str, url: str = "http://w:8000/health") -> requests.Response:
+    """A real requests.Response, as the wire would give it (no Content-Type, as speaches)."""
+    answer = requests.Response()
+    answer.status_code, answer._content, answer.url = status, text.encode(), url
+    answer.reason = "Reason"
+    return answer
+
+
+@pytest.mark.parametrize(("status", "text"), [(200, "OK"), (204, ""), (200, '{"a": 1}')])
+def test_the_real_getter_takes_any_2xx_body(monkeypatch, status, text):
+    monkeypatch.setattr(requests, "get", lambda url, timeout: response(status, text))
+    assert probes_module._get_text("http://w:8000/health", 1.0) == text
+
+
+@pytest.mark.parametrize("status", [301, 404, 500, 503])
+def test_the_real_getter_refuses_anything_else(monkeypatch, status):
+    monkeypatch.setattr(requests, "get", lambda url, timeout: response(status, "OK"))
+    with pytest.raises(requests.HTTPError, match=f"{status} Reason for http://w:8000/health"):
+        probes_module._get_text("http://w:8000/health", 1.0)

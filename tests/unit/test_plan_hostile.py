@@ -10,10 +10,13 @@ import tracemalloc
 
 import brain_helpers as h
 import pytest
+import yaml
 from fastapi.testclient import TestClient
+from yaml.scanner import ScannerError
 
 from airig.brain import results
 from airig.brain.app import create_app
+from airig.brain.plans import readers
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError, parse_plan
 from airig.brain.plans.validate import MAX_REPORTED_ERRORS, Limits, PlanInvalid
@@ -98,6 +101,27 @@ def nested(levels: int) -> str:
 )  # fmt: skip
 def test_deep_nesting_is_refused_in_every_format(body, content_type):
     assert "nested deeper than 64 levels" in refusal(body, content_type)
+
+
+class ScannerWithANestingLimit(yaml.SafeLoader):
+    """A parser that gives up on its own while looking ahead, as the libyaml in PyYAML
+    6.0.4's wheels does past 1000 levels ("exceeded maximum nesting depth")."""
+
+    def fetch_flow_collection_start(self, TokenClass):
+        if self.flow_level >= 100:
+            raise ScannerError(None, None, "exceeded maximum nesting depth", self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
+
+
+def test_deep_yaml_gets_the_kits_refusal_whatever_the_parser_says(monkeypatch):
+    # Without the fix PyYAML 6.0.4 answered "not valid yaml: ... exceeded maximum nesting
+    # depth (while increasing flow level)": its limit fired before the kit's event walk.
+    monkeypatch.setattr(readers, "_PlanLoader", ScannerWithANestingLimit)
+    message = refusal(yaml_plan(f"{{echo: {nested(500)}}}"), "application/yaml")
+    assert message == "line 5: nested deeper than 64 levels"
+    # invalid before it nests too deep: the parser's own error stands
+    message = refusal(f"name: p: q\nx: {nested(500)}\n".encode(), "application/yaml")
+    assert message.startswith("not valid yaml: line 1, column 8: mapping values are not allowed")
 
 
 # ------------------------------------------------- 8. YAML types that are not JSON

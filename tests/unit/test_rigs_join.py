@@ -355,7 +355,10 @@ def test_own_ports_and_down_see_only_this_rigs_projects(kit):
     # another rig's 8080 on this engine is a clash, not "already up"
     assert launcher.own_ports() == {18090}
     launcher.down(build_plan(settings, "cpu", []), volumes=True, keep_models=True)
-    assert engine.removed == ["rigb-data", "rigb-results", "rigb-brain-state"]
+    assert engine.removed == [
+        "rigb-data", "rigb-results", "rigb-brain-state", "rigb-comfyui-custom-nodes",
+        "rigb-comfyui-input", "rigb-comfyui-output", "rigb-comfyui-user",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

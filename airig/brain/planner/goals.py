@@ -138,8 +138,10 @@ def refresh(conn: sqlite3.Connection, goal: sqlite3.Row, now: float) -> sqlite3.
 
 
 def view(conn: sqlite3.Connection, goal: sqlite3.Row) -> dict[str, Any]:
+    # error_type and model: the CLI's fix for a failed goal (a model not pulled is no
+    # reason to reword the goal)
     task = conn.execute(
-        "SELECT state, attempt, error FROM tasks WHERE plan_id = ? AND key = ?",
+        "SELECT state, attempt, error, error_type, model FROM tasks WHERE plan_id = ? AND key = ?",
         (goal["drafting_plan_id"], DRAFT_KEY),
     ).fetchone()
     return {

@@ -81,13 +81,32 @@ class _PlanLoader(_BASE_LOADER):  # type: ignore[valid-type,misc]
 _PlanLoader.add_constructor(_TAG + "int", _bounded_int)
 for _name in _NOT_JSON_TAGS:
     _PlanLoader.add_constructor(_TAG + _name, _refuse_tag)
+# Walks events only (_check_events): the scanner and parser are what differ.
+_PurePlanLoader = _PlanLoader if _BASE_LOADER is yaml.SafeLoader else yaml.SafeLoader
 
 
 def _check_events(text: str) -> None:
     """Refuse anchors, aliases and deep nesting from the event stream, before the
-    composer recurses into the document or an alias is expanded."""
+    composer recurses into the document or an alias is expanded.
+
+    The parser may give up first: libyaml (bundled with PyYAML 6.0.4 wheels) stops at its
+    own nesting limit while its scanner looks ahead, before the stream reaches depth
+    ``MAX_DEPTH``. Only then the pure-Python parser, which has no such limit and looks
+    ahead 1024 characters at most, walks the text again, so a deep document gets the
+    kit's refusal whichever parser and version is installed; a YAML error still stands
+    where the text is invalid before it nests too deep."""
+    try:
+        _walk_events(text, _PlanLoader)
+    except yaml.YAMLError:
+        if _PlanLoader is _PurePlanLoader:
+            raise
+        _walk_events(text, _PurePlanLoader)
+        raise
+
+
+def _walk_events(text: str, loader: type) -> None:
     depth = 0
-    for event in yaml.parse(text, Loader=_PlanLoader):
+    for event in yaml.parse(text, Loader=loader):
         line = event.start_mark.line + 1 if event.start_mark else "?"
         if isinstance(event, AliasEvent) or (isinstance(event, NodeEvent) and event.anchor):
             raise DocumentError(

@@ -158,6 +158,40 @@ def deregister(brain: BrainDep, worker: WorkerDep) -> dict[str, Any]:
     return {"ok": True}
 
 
+@router.delete(
+    "/{name}",
+    responses={
+        404: {"model": ErrorBody, "description": "no worker has this name"},
+        409: {"model": ErrorBody, "description": "the worker is alive"},
+    },
+)
+def forget_worker(name: str, brain: BrainDep, _: AdminDep) -> dict[str, Any]:
+    """Forget a worker that is gone for good (a container removed, a slot scaled away):
+    its row, its token and the alerts about it (cleared and delivered now, as the
+    reaper's pass would). A live worker is refused: it would only register again. Its
+    name is free afterwards, for any rig."""
+    lease_s = brain.settings.lease_s
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+        row = conn.execute("SELECT last_heartbeat FROM workers WHERE id = ?", (name,)).fetchone()
+        if row is None:
+            raise HTTPException(404, f"no worker {name!r}; list them with `status`")
+        silent_s = now - row["last_heartbeat"]
+        if silent_s <= lease_s:
+            wait = int(lease_s - silent_s) + 1
+            raise HTTPException(
+                409,
+                f"worker {name!r} is alive (heartbeat {silent_s:.0f} s ago); stop its "
+                f"container first, or retry in {wait} s if it is already stopped",
+            )
+        drop_leases(conn, outbox, brain.retry, name, now, "was forgotten")
+        conn.execute("DELETE FROM workers WHERE id = ?", (name,))
+
+    brain.write(change)
+    brain.check_alerts()
+    return {"ok": True, "forgotten": name}
+
+
 @router.get("")
 def list_workers(brain: BrainDep, _: AdminDep) -> dict[str, Any]:
     settings = brain.settings

@@ -309,6 +309,9 @@ def _mount_subcommands() -> None:
     from airig.launcher.cli.escalations import build_escalations_app
 
     app.add_typer(build_escalations_app(_settings), name="escalations")  # the external tier
+    from airig.launcher.cli.workers import build_workers_app
+
+    app.add_typer(build_workers_app(_settings), name="workers")  # list, forget NAME
     register(app)
     register_runbook(app)  # restart, tune
     from airig.launcher.cli.triage import register as register_triage

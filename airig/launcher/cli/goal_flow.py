@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
 import typer
@@ -17,8 +18,9 @@ from rich.status import Status
 from rich.table import Table
 
 from airig.common.errors import AirigError
-from airig.launcher.brain_client import BrainClient
+from airig.launcher.brain_client import BrainClient, url_host
 from airig.launcher.console import console
+from airig.launcher.settings import Settings
 
 
 def draft_table(goal: dict[str, Any]) -> Table:
@@ -55,6 +57,62 @@ def _progress(goal: dict[str, Any]) -> str:
     return f"goal {goal['id']}: the brain's model is drafting a plan · {state}{again}"
 
 
+# The drafting task's failures that no rewording fixes (executors/ollama_common.py)
+NOT_PULLED = "model_not_found"
+MODEL_DOWN = ("service_unavailable", "timeout", "oom")
+
+
+def failure(goal: dict[str, Any], planner_model: str = "") -> AirigError:
+    """Why no plan was drafted, and the fix that fits: a model that is not pulled is
+    named with the setting that provisions it; only an invalid draft asks to reword."""
+    task = goal.get("drafting_task") or {}
+    kind = task.get("error_type") or ""
+    model = task.get("model") or planner_model or "AIRIG_PLANNER_MODEL"
+    stopped = f"goal {goal['id']} is {goal['state']}: no plan was drafted"
+    if kind == NOT_PULLED:
+        return AirigError(
+            f"{stopped}: the brain's model {model} is not on its Ollama",
+            f"add {model} to AIRIG_OLLAMA_MODELS in .env and run `up` (it pulls it), or "
+            "set AIRIG_PLANNER_MODEL to a model AIRIG_OLLAMA_MODELS lists; then submit again",
+        )
+    if kind in MODEL_DOWN:
+        return AirigError(
+            f"{stopped}: the brain's model {model} did not answer ({kind})",
+            "see `status` and `triage`, then submit the goal again",
+        )
+    invalid = any(e.get("field") != "draft" for e in goal.get("errors") or [])
+    if invalid or kind in ("", "invalid_plan"):
+        return AirigError(
+            stopped, "reword the goal, or write the plan yourself and `submit plan.yaml`"
+        )
+    return AirigError(
+        f"{stopped}: the drafting task failed ({kind})",
+        f"see `plan {goal.get('drafting_plan_id')} draft`, then submit the goal again",
+    )
+
+
+def host_inputs_refusal(inputs_dir: str, settings: Settings) -> AirigError | None:
+    """--inputs-dir names a folder on the data volume, which workers read; a path on this
+    machine (absolute, or ~) is refused here with the way to put its files there: the
+    file service of 01-infra (README, "Submit work")."""
+    if not inputs_dir.startswith(("/", "~")) and not PureWindowsPath(inputs_dir).drive:
+        return None
+    folder = Path(inputs_dir).expanduser()
+    name = folder.name or "mine"
+    address = settings.bind_address or "127.0.0.1"
+    if address in ("0.0.0.0", "::", "[::]"):
+        address = "127.0.0.1"
+    files = f"http://{url_host(address)}:{settings.files_port}/files/inputs/{name}"
+    return AirigError(
+        f"--inputs-dir {inputs_dir} is a path on this machine; the workers read the data "
+        "volume, where it is not",
+        "upload its files through the file service, in the airig folder: `TOKEN=$(grep "
+        f"^BRAIN_ADMIN_TOKEN= .env | cut -d= -f2); for f in {folder}/*; do curl -fsS -H "
+        f'"Authorization: Bearer $TOKEN" -T "$f" {files}/; done`; then give --inputs-dir '
+        f"inputs/{name}",
+    )
+
+
 def wait_for_draft(client: BrainClient, goal_id: str, interval_s: float) -> dict[str, Any]:
     goal = client.goal(goal_id)
     with Status(escape(_progress(goal)), console=console) as status:
@@ -73,17 +131,17 @@ def run(
     watch_plan: bool,
     watch: Callable[[BrainClient, str], dict[str, Any]],
     interval_s: float = 1.0,
+    planner_model: str = "",
 ) -> None:
+    """``planner_model``: this checkout's AIRIG_PLANNER_MODEL, named when the brain's
+    drafting task had no model to say."""
     goal = client.create_goal(text, inputs_dir)
     console.print(f"goal [bold]{escape(goal['id'])}[/] submitted; nothing runs before you approve")
     goal = wait_for_draft(client, goal["id"], interval_s)
     if goal["state"] != "awaiting_approval":
         if goal["errors"]:
             console.print(problems_table(goal["errors"]))
-        raise AirigError(
-            f"goal {goal['id']} is {goal['state']}: no plan was drafted",
-            "reword the goal, or write the plan yourself and `submit plan.yaml`",
-        )
+        raise failure(goal, planner_model)
     console.print(draft_table(goal))
     if not yes and not typer.confirm("Run this plan?", default=False):
         client.reject_goal(goal["id"])

@@ -113,7 +113,7 @@ def _show_log(entries: list[dict[str, Any]], as_json: bool) -> None:
         return
     table = Table(title="tuning log (.airig/tuning.log)")
     for column in ("id", "time", "knob", "before", "after", "why", "healthy", "triage"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrapped, never cut (80 columns)
     for e in entries:
         undo = f" (rollback of {e['rollback_of']})" if e.get("rollback_of") else ""
         triage = f"{e.get('triage_before') or '-'} → {e.get('triage_after') or '-'}"

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from airig.common.protocol import TaskState as S
 from airig.launcher.brain_client import BrainClient, PlanRefused
-from airig.launcher.cli import goal_flow
+from airig.launcher.cli import goal_flow, task_view
 from airig.launcher.console import console
 from airig.launcher.settings import checkout_settings
 
@@ -39,16 +39,19 @@ STATE_STYLE = {
 
 
 def tasks_table(plan: dict[str, Any]) -> Table:
+    """Every task; a long error wraps (folded mid-word where it has no space), never cut:
+    `plan ID TASK` shows one task whole, with its output."""
     table = Table(title=escape(f"plan {plan['id']} · {plan['name']} · {plan['status']}"))
-    for column in ("task", "type", "class", "state", "attempt", "worker", "note"):
-        table.add_column(column)
+    for column in ("task", "type", "class", "state", "attempt", "worker"):
+        table.add_column(column, overflow="fold")
+    table.add_column("note", overflow="fold", ratio=1, min_width=20)
     for task in plan.get("tasks", []):
         style = STATE_STYLE.get(task["state"], "white")
         note = task.get("error") or task.get("reason") or ""
         table.add_row(
             escape(task["id"]), escape(task["type"]), escape(task["task_class"]),
             f"[{style}]{escape(task['state'])}[/]", str(task["attempt"]),
-            escape(task.get("worker_id") or ""), escape(note[:60]),
+            escape(task.get("worker_id") or ""), escape(note),
         )  # fmt: skip
     return table
 
@@ -120,11 +123,18 @@ def submit(
         raise typer.BadParameter("give PLAN_FILE or --goal TEXT (one of them)")
     if goal is None and (inputs_dir or yes):
         raise typer.BadParameter("--inputs-dir and --yes go with --goal")
-    client = brain()
+    settings = checkout_settings()
+    client = BrainClient.from_settings(settings)
     if goal is not None:
         if idempotency_key:
             raise typer.BadParameter("--idempotency-key goes with a plan file")
-        goal_flow.run(client, goal, inputs_dir, yes, watch_plan, watch)
+        refusal = inputs_dir and goal_flow.host_inputs_refusal(inputs_dir, settings)
+        if refusal:
+            raise refusal
+        goal_flow.run(
+            client, goal, inputs_dir, yes, watch_plan, watch,
+            planner_model=settings.planner_model,
+        )  # fmt: skip
         return
     assert plan_file is not None  # checked above: exactly one of the two
     try:
@@ -168,9 +178,24 @@ def plans(
     prune_plans(older_than, dry_run)
 
 
-def plan(plan_id: Annotated[str, typer.Argument(help="Plan id")]) -> None:
-    """Show one plan and its tasks."""
-    console.print(tasks_table(brain().plan(plan_id)))
+def plan(
+    plan_id: Annotated[str, typer.Argument(help="Plan id")],
+    task: Annotated[
+        str | None, typer.Argument(help="A task id: show it whole, with its output.")
+    ] = None,
+) -> None:
+    """Show one plan and its tasks, or one task whole with its output."""
+    client = brain()
+    shown = client.plan(plan_id)
+    if task is None:
+        console.print(tasks_table(shown))
+        return
+    one = next((t for t in shown.get("tasks", []) if t["id"] == task), None)
+    if one is None:
+        known = ", ".join(t["id"] for t in shown.get("tasks", [])[:20])
+        raise typer.BadParameter(f"plan {plan_id} has no task {task!r} (its tasks: {known})")
+    result = client.task_result(plan_id, task) if one["state"] == S.SUCCEEDED else None
+    task_view.show(one, result)
 
 
 def cancel(target: Annotated[str, typer.Argument(help="PLAN_ID, or PLAN_ID/TASK_ID")]) -> None:

@@ -97,6 +97,7 @@ def select_images(settings: Settings, report: HardwareReport, profile: str) -> I
         profile_gpus(report, profile),
         pins_from(settings.value_of),
         settings.hsa_override_gfx_version.strip(),
+        settings.image_registry,
     )
 
 

@@ -15,7 +15,7 @@ matrix of fixture hosts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airig.common.errors import ConfigError, HardwareError
@@ -33,6 +33,7 @@ from airig.launcher.images.catalog import (
     misfit,
     version_tuple,
 )
+from airig.launcher.images.registry import mirrored
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,11 @@ def choose_images(
     gpus: list[GpuInfo],
     pins: dict[str, str],
     hsa_override: str = "",
+    registry: str = "",
 ) -> ImageSelection:
     """``gpus``: the GPUs the profile's services use (every usable card of its vendor).
-    ``pins``: non-empty image variables from flag / environment / .env."""
+    ``pins``: non-empty image variables from flag / environment / .env. ``registry``:
+    AIRIG_IMAGE_REGISTRY, applied last, so fit and pins are judged on upstream names."""
     vendor = VENDOR_OF_PROFILE.get(profile)
     choices = tuple(
         _choose(catalog, service, vendor, gpus, pins, hsa_override) for service in SERVICES
@@ -95,7 +98,17 @@ def choose_images(
     env = _defaults(catalog, pins)
     for choice in choices:
         env[choice.variable] = choice.image
-    return ImageSelection(profile, choices, env)
+    return through_registry(ImageSelection(profile, choices, env), registry)
+
+
+def through_registry(selection: ImageSelection, registry: str) -> ImageSelection:
+    """Every image of ``selection`` (the chosen ones and each variable compose
+    interpolates) pulled from ``registry`` (AIRIG_IMAGE_REGISTRY, images/registry.py)."""
+    if not registry.strip():
+        return selection
+    choices = tuple(replace(c, image=mirrored(c.image, registry)) for c in selection.choices)
+    env = {name: mirrored(image, registry) for name, image in selection.env.items()}
+    return replace(selection, choices=choices, env=env)
 
 
 def _defaults(catalog: Catalog, pins: dict[str, str]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import cli_args
+from comfyui_version import __version__
 from devices import (
     TORCH_VERSIONS,
     Device,
@@ -165,7 +166,9 @@ class Handler(BaseHTTPRequestHandler):
             "os": sys.platform,
             "ram_total": ram_total,
             "ram_free": ram_free,
-            "comfyui_version": "0.28.0",
+            # upstream: `from comfyui_version import __version__` (server.py): the version of the
+            # code that runs, which the image copies into /root/ComfyUI (entrypoint.sh)
+            "comfyui_version": __version__,
             "python_version": sys.version,
             "pytorch_version": TORCH_VERSIONS[torch_build()],
             "embedded_python": False,

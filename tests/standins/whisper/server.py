@@ -76,6 +76,7 @@ class Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         cache = self.server.cache
         if path == "/health":
+            # misc.py health(): Response(status_code=200, content="OK"), plain text, not JSON
             self.send_text(200, "OK")
         elif path == "/api/ps":
             self.send_json(200, {"models": list(self.server.models.loaded)})
