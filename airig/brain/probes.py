@@ -13,6 +13,7 @@ a claim. ``holding`` is read by the alert pass.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -25,7 +26,10 @@ from airig.common.gpu_use import comfyui_cpu_device, ollama_cpu_models
 
 log = logging.getLogger(__name__)
 
-# kind -> (health path, the path whose answer says where it runs, or None)
+# kind -> (health path, the path whose answer says where it runs, or None). A health
+# path counts as answered on any 2xx, whatever its body: speaches' /health is the plain
+# text `OK` (v0.8.3 src/speaches/routers/misc.py, `Response(status_code=200,
+# content="OK")`). Only a placement answer is read as JSON.
 PATHS = {
     "ollama": ("/api/version", "/api/ps"),
     "comfyui": ("/system_stats", "/system_stats"),
@@ -57,13 +61,24 @@ def parse_targets(spec: str, gpu_services: str) -> tuple[Target, ...]:
     return tuple(targets)
 
 
-Getter = Callable[[str, float], Any]  # url, timeout -> parsed JSON; raises on failure
+Getter = Callable[[str, float], str]  # url, timeout -> the 2xx body's text; raises else
 
 
-def _get_json(url: str, timeout_s: float) -> Any:
+def _get_text(url: str, timeout_s: float) -> str:
     answer = requests.get(url, timeout=timeout_s)
-    answer.raise_for_status()
-    return answer.json() if answer.content else None
+    if not 200 <= answer.status_code < 300:
+        raise requests.HTTPError(f"{answer.status_code} {answer.reason} for {url}", response=answer)
+    return answer.text
+
+
+def _placement(text: str) -> Any:
+    """A placement answer as JSON; None when it is not JSON, so the probe says nothing
+    about where the service runs rather than calling an answering service down."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        log.warning("probe: a placement answer that is not JSON: %.80r", text)
+        return None
 
 
 class ServiceProbes:
@@ -72,7 +87,7 @@ class ServiceProbes:
         targets: tuple[Target, ...],
         down_after: int = 3,
         timeout_s: float = 5.0,
-        get: Getter = _get_json,
+        get: Getter = _get_text,
     ) -> None:
         self.targets = targets
         self.down_after = down_after
@@ -88,10 +103,13 @@ class ServiceProbes:
             health, placement = PATHS[target.name]
             try:
                 body = self._get(target.url + health, self.timeout_s)
-                where = body if placement == health else None
-                if target.on_gpu and placement and where is None:
-                    where = self._get(target.url + placement, self.timeout_s)
-            except (requests.RequestException, ValueError) as exc:
+                where = None
+                if target.on_gpu and placement:
+                    same = placement == health
+                    where = _placement(
+                        body if same else self._get(target.url + placement, self.timeout_s)
+                    )
+            except requests.RequestException as exc:
                 with self._lock:
                     self._failures[target.name] = self._failures.get(target.name, 0) + 1
                     self._last_error[target.name] = f"{type(exc).__name__}: {exc}"[:300]

@@ -59,11 +59,13 @@ def test_the_collector_reads_state_health_gpu_and_ports():
             "Healthcheck": {"Test": ["CMD", "ollama", "list"], "Interval": 10 * NS,
                             "Timeout": 10 * NS, "Retries": 12, "StartPeriod": 30 * NS},
         },
-        "HostConfig": {"DeviceRequests": [{"Driver": "nvidia", "Count": -1}]},
+        "HostConfig": {"DeviceRequests": [{"Driver": "nvidia", "Count": -1}],
+                       "RestartPolicy": {"Name": "unless-stopped"}},
         "NetworkSettings": {"Ports": {"11434/tcp": [{"HostIp": "0.0.0.0", "HostPort": "1"}]}},
     }  # fmt: skip
     container = SimpleNamespace(name="c1", id="id1", attrs=attrs, logs=lambda tail: b"a\nb\n")
-    events = [{"time": 100}, {"time": 250}]
+    events = [{"Action": "start", "time": 100}, {"Action": "stop", "time": 200},
+              {"status": "start", "time": 250}]  # fmt: skip
     docker = SimpleNamespace(sdk=lambda: SimpleNamespace(events=lambda **kw: iter(events)))
     facts = collect._facts("02-compute", container, docker, 3600)  # type: ignore[arg-type]
     assert (facts.service, facts.status, facts.health) == (
@@ -74,7 +76,8 @@ def test_the_collector_reads_state_health_gpu_and_ports():
     assert (facts.restart_count, facts.gpu_requested, facts.hostname) == (4, True, "abc")
     assert facts.env == {"OLLAMA_HOST": "0.0.0.0", "WHISPER__INFERENCE_DEVICE": "cuda"}
     assert facts.healthcheck == Healthcheck(10, 10, 12, 30)
-    assert facts.starts == (100.0, 250.0)
+    assert (facts.starts, facts.stops) == ((100.0, 250.0), (200.0,))
+    assert facts.restart_policy == "unless-stopped"
     assert facts.log_tail == ("a", "b")
     assert facts.health_log == ("refused",)
     assert facts.published == {"11434/tcp": "http://127.0.0.1:1"}

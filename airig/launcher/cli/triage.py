@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
 
 def triage(
     service: Annotated[
-        str | None, typer.Argument(help="Only this service (e.g. ollama-cpu, brain).")
+        str | None,
+        typer.Argument(help="Only this service: whisper (its active variant), ollama-cpu, brain …"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
     since: Annotated[
@@ -27,8 +28,9 @@ def triage(
         bool, typer.Option("--verify/--no-verify", help="Also run `models verify` (slower).")
     ] = True,
 ) -> None:
-    """Sort what is wrong into classes (crash, flapping, OOM, CPU fallback, models, agents),
-    each with its evidence, the first action, a check and the rollback."""
+    """Sort what is wrong into classes (crash, stop, flapping, OOM, CPU fallback, models,
+    agents, the brain's alerts), each with its evidence, the first action, a check and the
+    rollback."""
     from airig.launcher.docker import Docker
     from airig.launcher.settings import checkout_settings
     from airig.launcher.triage import classify

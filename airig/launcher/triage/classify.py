@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from statistics import median
 
 from airig.common.gpu_use import comfyui_cpu_device, ollama_cpu_models
+from airig.common.jsonlog import utc_iso
+from airig.launcher.triage.alerts import with_alerts, with_model_sync
 from airig.launcher.triage.facts import (
     AGENTS,
     FLAPPING,
@@ -18,11 +20,13 @@ from airig.launcher.triage.facts import (
     MEMORY,
     MODEL_SYNC,
     STARTUP_CRASH,
+    STOPPED,
     UNREACHABLE,
     ContainerFacts,
     Facts,
     Finding,
 )
+from airig.launcher.triage.match import runs_worker, worker_container, worker_fix, worker_name
 
 OOM_LINE = re.compile(
     r"out of memory|OutOfMemory|cudaMalloc failed|hipErrorOutOfMemory|"
@@ -30,6 +34,20 @@ OOM_LINE = re.compile(
     re.I,
 )
 CPU_DEVICE_LINE = re.compile(r"(device\W{0,3}cpu\b|fall(?:ing|s)? back to cpu)", re.I)
+# A successful request's access line: the common log format (Python's http.server, the
+# stand-ins), uvicorn's and aiohttp's (speaches, ComfyUI), quotes JSON-escaped or not; and
+# Ollama's gin line (`[GIN] … | 200 | … | GET "/api/version"`).
+ACCESS_LINE = re.compile(
+    r'\\?"(?:GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) \S+ HTTP/[\d.]+\\?" [123]\d\d\b'
+    r"|\[GIN\][^|]*\|\s*[123]\d\d\s*\|"
+)
+ERROR_LINE = re.compile(
+    r"error|exception|traceback|fatal|panic|fail|cannot|can't|refused|denied|not found|"
+    r"killed|abort|invalid|unable",
+    re.I,
+)
+STOP_EXITS = (0, 137, 143)
+RESTARTING_POLICIES = ("always", "unless-stopped")
 MIN_STARTS = 3  # a cadence needs at least two gaps
 STEADY = 0.25  # every gap within 25 % of the median gap
 MATCH = 0.2  # a period within 20 % of a timeout "matches" it
@@ -43,22 +61,47 @@ START = {
 
 
 def classify(facts: Facts) -> list[Finding]:
-    """Every finding, in the runbook's order; [] for a healthy kit."""
+    """Every finding, in the runbook's order; [] for a healthy kit and only then. The
+    brain's active alerts join the finding of their cause, or stand as their own; a model
+    that failed verification because its service is down joins that service's finding."""
     found: list[Finding] = list(unreachable(facts))
     for c in facts.containers:
+        found += stopped(c)
         found += crash(c)
         found += flapping(c)
         found += memory(c)
         found += gpu_fallback(c, facts)
     found += vram_full(facts)
-    found += model_sync(facts)
     found += agents(facts)
-    return found
+    found = with_alerts(found, facts)
+    return with_model_sync(found, facts, model_sync(facts))
 
 
 def _last(lines: Iterable[str], n: int = LOG_EVIDENCE) -> tuple[str, ...]:
     kept = [line.strip() for line in lines if line.strip()]
     return tuple(kept[-n:])
+
+
+def telling(lines: Iterable[str], n: int = LOG_EVIDENCE) -> tuple[str, ...]:
+    """The log lines that can show a failure: never a successful request's access line
+    (a healthcheck's `GET /health 200` says the service answered); the last error lines
+    when there are any, else the last lines."""
+    kept = [line for line in lines if not ACCESS_LINE.search(line)]
+    errors = [line for line in kept if ERROR_LINE.search(line)]
+    return _last(errors or kept, n)
+
+
+def stopped_by_user(c: ContainerFacts) -> bool:
+    """Not running, with the exit a stop gives (0: it exited on SIGTERM, 143: killed by
+    SIGTERM, 137: SIGKILL at the end of the stop timeout, no OOM kill), after a `stop`
+    event (docker stop, compose stop) later than its last start; or, the stop before the
+    window, under a restart policy that would have started it again had it exited by
+    itself."""
+    if c.status != "exited" or c.oom_killed or c.exit_code not in STOP_EXITS:
+        return False
+    if c.stops:
+        return max(c.stops) >= max(c.starts, default=0.0)
+    return c.restart_policy in RESTARTING_POLICIES
 
 
 def unreachable(facts: Facts) -> Iterator[Finding]:
@@ -70,19 +113,37 @@ def unreachable(facts: Facts) -> Iterator[Finding]:
         )  # fmt: skip
 
 
+def stopped(c: ContainerFacts) -> Iterator[Finding]:
+    if not stopped_by_user(c):
+        return
+    if c.stops:
+        when = f" at {utc_iso(max(c.stops))}"
+        why = f"after a `stop` event{when}"
+    else:
+        when = ""
+        why = f"and restart policy {c.restart_policy} did not start it again"
+    yield Finding(
+        STOPPED, c.service, f"{c.service} was stopped{when}, it did not crash",
+        (f"state {c.status}, exit code {c.exit_code} {why}",),
+        f"if it should run, start it: `python start_services.py restart {c.service}`",
+        f"python start_services.py status: {c.service} running and healthy",
+        f"stop it again if that was meant: docker stop {c.name}",
+    )  # fmt: skip
+
+
 def crash(c: ContainerFacts) -> Iterator[Finding]:
     """Exited with an error, restarting, unhealthy or restarted within the window (an OOM
-    kill is `memory`)."""
+    kill is `memory`, a stop is `stopped`)."""
     failed_exit = c.status in ("exited", "dead") and c.exit_code not in (0, None)
     broken = c.status == "restarting" or failed_exit or c.health == "unhealthy"
     restarted = c.restart_count > 0 and bool(c.starts)  # restarted within --since
-    if c.oom_killed or not (broken or restarted):
+    if c.oom_killed or stopped_by_user(c) or not (broken or restarted):
         return
     state = c.status + (f" ({c.health})" if c.health else "")
     evidence = (
         f"state {state}, exit code {c.exit_code}, restart count {c.restart_count}",
         *(f"health: {line}" for line in _last(c.health_log, 1)),
-        *(f"log: {line}" for line in _last(c.log_tail)),
+        *(f"log: {line}" for line in telling(c.log_tail)),
     )
     yield Finding(
         STARTUP_CRASH, c.service, f"{c.service} {state}, restarted {c.restart_count}×",
@@ -137,7 +198,7 @@ def flapping(c: ContainerFacts) -> Iterator[Finding]:
         )
     yield Finding(
         FLAPPING, c.service, f"{c.service} flaps: {figures.split(';')[0]}",
-        (figures, *(f"log: {line}" for line in _last(c.log_tail))), action,
+        (figures, *(f"log: {line}" for line in telling(c.log_tail))), action,
         f"triage --since 1h shows no flapping for {c.service} after a full period",
         f"restore the previous value in {c.stack}/compose.yaml or .env and run `up`",
     )  # fmt: skip
@@ -224,21 +285,20 @@ def agents(facts: Facts) -> Iterator[Finding]:
     for c in facts.containers:
         if not c.service.startswith("worker") or c.status != "running":
             continue
-        own = c.env.get("WORKER_NAME") or c.hostname
-        expected = c.env.get("WORKER_NAME_PREFIX", "") + own
-        if expected not in names and not any(own and n.endswith(own) for n in names):
+        expected = worker_name(c)
+        if not any(runs_worker(c, n) for n in names):
             yield Finding(
                 AGENTS, c.service, f"{c.service} runs but is not registered at the brain",
                 (f"container {c.name} (worker name {expected}) is not in the brain's "
                  f"{len(workers)} workers",
-                 *(f"log: {line}" for line in _last(c.log_tail))),
+                 *(f"log: {line}" for line in telling(c.log_tail))),
                 "read its log for the brain URL or token it was refused with; fix "
                 "the brain URL or worker token in .env (AIRIG_JOIN_BRAIN_URL on a joined rig)",
                 "status lists the worker",
                 "restore the .env line and run `up`",
             )  # fmt: skip
     for w in workers:
-        yield from _worker_state(w)
+        yield from _worker_state(w, worker_container(str(w.get("name")), facts.containers))
 
 
 def _missing_workers(facts: Facts) -> Iterator[Finding]:
@@ -255,16 +315,21 @@ def _missing_workers(facts: Facts) -> Iterator[Finding]:
             )  # fmt: skip
 
 
-def _worker_state(w: dict[str, object]) -> Iterator[Finding]:
+def _worker_state(w: dict[str, object], c: ContainerFacts | None) -> Iterator[Finding]:
     name = str(w.get("name"))
     if not w.get("alive"):
+        fix = (
+            "read why it stopped (`python start_services.py logs {service}`), then "
+            "`python start_services.py restart {service}`"
+        )
         yield Finding(
             AGENTS, name, f"worker {name} is silent (no heartbeat within the lease)",
-            (f"last_heartbeat {w.get('last_heartbeat')}",),
-            "restart its container (`python start_services.py logs` for why it stopped)",
+            (f"last_heartbeat {w.get('last_heartbeat')}",
+             *((f"container {c.name} ({c.service}) {c.status}",) if c else ())),
+            worker_fix(w, c, fix),
             "status shows it alive", "nothing to roll back",
         )  # fmt: skip
-    yield from _idle_with_work(w, name)
+    yield from _idle_with_work(w, name, c)
     warnings = [str(x) for x in w.get("warnings") or ()]  # type: ignore[attr-defined]
     if w.get("thermal_blocked") or warnings:
         yield Finding(
@@ -280,7 +345,7 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
-def _idle_with_work(w: dict[str, object], name: str) -> Iterator[Finding]:
+def _idle_with_work(w: dict[str, object], name: str, c: ContainerFacts | None) -> Iterator[Finding]:
     """Alive, running nothing, tasks of its classes READY, and no claim for longer than the
     brain's own patience (``idle_limit_s``: the residency wait plus a lease), so a worker
     rightly waiting for its model's GPU is not flagged. A thermal pause has its own finding."""
@@ -297,10 +362,11 @@ def _idle_with_work(w: dict[str, object], name: str) -> Iterator[Finding]:
         AGENTS, name, f"worker {name} has claimed nothing for {idle:.0f}s while {ready} tasks wait",
         (f"/v1/workers: {name} idle_s {idle:.0f} (limit {limit:.0f}), ready_for_it {ready}, "
          f"classes {w.get('classes')}, running 0",),
-        "read its log (`python start_services.py logs <its service>`) for refused claims or a "
-        "stuck swap; if it serves classes nothing routes to it (WORKER_CLASSES / "
-        "AIRIG_CPU_WORKER_CLASSES), fix the classes; else `python start_services.py restart "
-        "<its service>`",
+        worker_fix(w, c,
+            "read its log (`python start_services.py logs {service}`) for refused claims or a "
+            "stuck swap; if it serves classes nothing routes to it (WORKER_CLASSES / "
+            "AIRIG_CPU_WORKER_CLASSES), fix the classes; else `python start_services.py "
+            "restart {service}`"),
         "status: its running count above 0, or triage without this finding",
         "nothing to roll back (a restart changes no setting)",
     )  # fmt: skip

@@ -1,18 +1,23 @@
-"""Gather triage's facts: containers (docker SDK via the adapter), restart events,
-Ollama / ComfyUI probes, the brain's workers, and `models verify` (the provisioners' own
-check). Every collector turns its failure into an ``unreachable`` entry, never a raise.
+"""Gather triage's facts: containers (docker SDK via the adapter), start and stop events,
+Ollama / ComfyUI probes, the brain's workers and active alerts, and `models verify` (the
+provisioners' own check). Every collector turns its failure into an ``unreachable``
+entry, never a raise.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airig.common.errors import AirigError, ConfigError
 from airig.launcher.docker import Docker, engine_errors
 from airig.launcher.plan import plan_for_running
+from airig.launcher.service_names import matches_service, matching, resolve
 from airig.launcher.settings import Settings
 from airig.launcher.triage.facts import ContainerFacts, Facts, Healthcheck
+
+if TYPE_CHECKING:
+    from airig.launcher.brain_client import BrainClient
 
 NS = 1e9
 LOG_LINES = 40
@@ -41,14 +46,18 @@ def collect(
     if not containers:
         why = "no container of this rig's projects: start it with python start_services.py"
         return Facts(unreachable=(("the kit", why),))
-    chosen = tuple(c for c in containers if service in (None, c.service))
-    if not chosen:
-        names = ", ".join(sorted({c.service for c in containers}))
-        raise ConfigError(f"no service {service!r} in the running kit", f"one of: {names}")
+    names = {c.service for c in containers}
+    brain = _brain_client(settings, containers, unreachable)
+    alerts = _alerts(brain, unreachable) if brain else None
+    wanted = names if service is None else set(matching(names, service))
+    # a name only an alert knows (its service's containers are gone) is still asked about
+    if not wanted and not any(a.get("subject") == service for a in alerts or ()):
+        resolve(names, service or "")  # the one-line refusal, naming what runs
+    chosen = tuple(c for c in containers if c.service in wanted)
     ollama = {c.name: p for c in chosen if (p := _ollama_ps(c)) is not None}
     comfy = {c.name: p for c in chosen if (p := _comfy_devices(c)) is not None}
-    agents = service is None or service == "brain" or service.startswith("worker")
-    workers = _workers(settings, containers, unreachable) if agents else None
+    agents = service is None or any(n == "brain" or n.startswith("worker") for n in wanted)
+    workers = _workers(brain, unreachable) if agents and brain else None
     bad_models = _bad_models(chosen, unreachable) if verify else None
     return Facts(
         containers=chosen,
@@ -58,6 +67,7 @@ def collect(
         expected_workers=expected_workers(settings) if agents else {},
         bad_models=bad_models,
         unreachable=tuple(unreachable),
+        alerts=None if alerts is None else relevant_alerts(alerts, service, chosen, agents),
     )
 
 
@@ -79,6 +89,7 @@ def _facts(stack: str, container: Any, docker: Docker, since_s: float) -> Contai
     host = attrs.get("HostConfig") or {}
     health = state.get("Health") or {}
     env = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
+    starts, stops = _events(container, docker, since_s)
     return ContainerFacts(
         stack=stack,
         service=(config.get("Labels") or {}).get("com.docker.compose.service", container.name),
@@ -94,7 +105,9 @@ def _facts(stack: str, container: Any, docker: Docker, since_s: float) -> Contai
         published=_published(attrs),
         env={k: v for k, v in env.items() if k in KEPT_ENV or k.startswith("WHISPER__")},
         healthcheck=_healthcheck(config.get("Healthcheck")),
-        starts=_starts(container, docker, since_s),
+        starts=tuple(starts),
+        stops=tuple(stops),
+        restart_policy=(host.get("RestartPolicy") or {}).get("Name") or "",
         log_tail=_log_tail(container),
         health_log=tuple(str(e.get("Output", "")).strip() for e in health.get("Log") or []),
     )
@@ -111,17 +124,23 @@ def _healthcheck(raw: dict[str, Any] | None) -> Healthcheck | None:
     )
 
 
-def _starts(container: Any, docker: Docker, since_s: float) -> tuple[float, ...]:
+def _events(container: Any, docker: Docker, since_s: float) -> tuple[list[float], list[float]]:
+    """Epoch seconds of the container's `start` and `stop` events within the window."""
     now = time.time()
+    starts: list[float] = []
+    stops: list[float] = []
     try:
         with engine_errors("reading events"):
             events = docker.sdk().events(
                 since=int(now - since_s), until=int(now), decode=True,
-                filters={"container": container.id, "event": "start"},
+                filters={"container": container.id, "event": ["start", "stop"]},
             )  # fmt: skip
-            return tuple(float(e.get("time", 0)) for e in events)
+            for e in events:
+                action = e.get("Action") or e.get("status")
+                (stops if action == "stop" else starts).append(float(e.get("time", 0)))
     except AirigError:
-        return ()
+        pass
+    return starts, stops
 
 
 def _log_tail(container: Any) -> tuple[str, ...]:
@@ -193,20 +212,71 @@ def expected_workers(settings: Settings) -> dict[str, int]:
     return expected
 
 
-def _workers(
+def _brain_client(
     settings: Settings, containers: list[ContainerFacts], unreachable: list[tuple[str, str]]
-) -> tuple[dict[str, Any], ...] | None:
+) -> BrainClient | None:
+    """The brain's client when this rig runs the brain (a joined rig's brain is elsewhere)."""
     if settings.joined or not any(c.service == "brain" for c in containers):
         return None
     from airig.launcher.brain_client import BrainClient
 
     try:
         client = BrainClient.from_settings(settings)
-        client.timeout_s = PROBE_TIMEOUT_S
-        return tuple(client.workers())
     except AirigError as exc:
         unreachable.append(("the brain", exc.message))
         return None
+    client.timeout_s = PROBE_TIMEOUT_S
+    return client
+
+
+def _workers(
+    client: BrainClient, unreachable: list[tuple[str, str]]
+) -> tuple[dict[str, Any], ...] | None:
+    try:
+        return tuple(client.workers())
+    except AirigError as exc:
+        _once(unreachable, ("the brain", exc.message))
+        return None
+
+
+def _alerts(
+    client: BrainClient, unreachable: list[tuple[str, str]]
+) -> tuple[dict[str, Any], ...] | None:
+    try:
+        return tuple(client.alerts())
+    except AirigError as exc:
+        _once(unreachable, ("the brain", exc.message))
+        return None
+
+
+def _once(unreachable: list[tuple[str, str]], entry: tuple[str, str]) -> None:
+    if entry not in unreachable:
+        unreachable.append(entry)
+
+
+# alert kinds whose subject is a compute service (the brain's probes), the rest are agents'
+SERVICE_ALERTS = frozenset({"service_down", "gpu_fallback"})
+
+
+def relevant_alerts(
+    alerts: tuple[dict[str, Any], ...],
+    service: str | None,
+    chosen: tuple[ContainerFacts, ...],
+    agents: bool,
+) -> tuple[dict[str, Any], ...]:
+    """Every alert for a whole-kit triage; for `triage SERVICE`, those about that service
+    (`whisper` the alert's subject, `whisper-cpu` its variant) and, for the brain or a
+    worker, the agents' own."""
+    if service is None:
+        return alerts
+
+    def about(alert: dict[str, Any]) -> bool:
+        subject = str(alert.get("subject"))
+        if alert.get("kind") not in SERVICE_ALERTS:
+            return agents
+        return subject == service or any(matches_service(c.service, subject) for c in chosen)
+
+    return tuple(a for a in alerts if about(a))
 
 
 def _bad_models(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# The SKILL's classes (compute runbook §3), plus the kit's own two.
+# The SKILL's classes (compute runbook §3), plus the kit's own.
 STARTUP_CRASH = "startup crash"
 FLAPPING = "flapping"
 MEMORY = "memory pressure / OOM"
@@ -17,6 +17,8 @@ GPU_FALLBACK = "wrong GPU/CPU fallback"
 MODEL_SYNC = "model sync / file visibility"
 AGENTS = "agents"
 UNREACHABLE = "cannot look"  # Docker or the brain does not answer: triage cannot see
+STOPPED = "stopped"  # `docker stop` (or `down` of one service): not a crash
+SERVICE_DOWN = "service down"  # the brain's probes get no answer, and nothing here says why
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class ContainerFacts:
     published: dict[str, str] = field(default_factory=dict)  # "11434/tcp" → host URL
     healthcheck: Healthcheck | None = None
     starts: tuple[float, ...] = ()  # epoch seconds of each `start` event in the window
+    stops: tuple[float, ...] = ()  # … and of each `stop` event (a user's or Compose's stop)
+    restart_policy: str = ""  # HostConfig.RestartPolicy.Name: unless-stopped, always, no …
     log_tail: tuple[str, ...] = ()
     health_log: tuple[str, ...] = ()  # the last healthcheck outputs
 
@@ -64,6 +68,9 @@ class Facts:
     expected_workers: dict[str, int] = field(default_factory=dict)  # service → replicas
     bad_models: tuple[dict[str, Any], ...] | None = None  # `models verify` rows that failed
     unreachable: tuple[tuple[str, str], ...] = ()  # (what, why) a collector could not read
+    # the brain's alerts that hold now (GET /v1/alerts: kind, subject, fired_at, message);
+    # None: not read (no brain here, or it did not answer: then an `unreachable` entry)
+    alerts: tuple[dict[str, Any], ...] | None = None
     vram_full_fraction: float = 0.95
 
 
