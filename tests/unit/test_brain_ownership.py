@@ -62,3 +62,25 @@ def test_an_idempotency_key_does_not_show_another_submitters_plan(client):
     again = client.post("/v1/plans", headers={**mallory, **key}, json=PLAN)
     assert again.status_code == 409 and "different plan" in again.json()["detail"]
     assert client.post("/v1/plans", headers={**alice, **key}, json=PLAN).status_code == 200
+
+
+def test_a_submit_token_approves_rejects_and_reads_only_its_own_goals(client, tmp_path):
+    alice, mallory = submit_token(client), submit_token(client, "mallory")
+    made = client.post("/v1/goals", headers=alice, json={"goal": "sort the scans"})
+    assert made.status_code == 201, made.text
+    goal = made.json()["id"]
+    for method, path in (
+        ("GET", f"/v1/goals/{goal}"),
+        ("POST", f"/v1/goals/{goal}/approve"),
+        ("POST", f"/v1/goals/{goal}/reject"),
+    ):
+        answer = client.request(method, path, headers=mallory)
+        assert answer.status_code == 404, (path, answer.text)
+        assert answer.json()["detail"] == f"no goal {goal}"
+    assert client.get("/v1/goals", headers=mallory).json()["goals"] == []
+    assert [g["id"] for g in client.get("/v1/goals", headers=alice).json()["goals"]] == [goal]
+    assert client.get(f"/v1/goals/{goal}", headers=alice).json()["state"] == "drafting"
+    # the drafting plan is alice's too: mallory cannot cancel it
+    drafting = client.get(f"/v1/goals/{goal}", headers=alice).json()["drafting_plan_id"]
+    assert client.post(f"/v1/plans/{drafting}/cancel", headers=mallory).status_code == 404
+    assert client.post(f"/v1/goals/{goal}/reject", headers=ADMIN).json()["state"] == "rejected"

@@ -50,8 +50,10 @@ def create(
     inputs_dir: str | None,
     now: float,
     submitted_by: str,
+    owner: str | None = None,
 ) -> str:
-    """Store the goal and its drafting plan (one `plan` task, draft mode); the goal id."""
+    """Store the goal and its drafting plan (one `plan` task, draft mode); the goal id.
+    ``owner`` (auth.owner_of the submitting token) owns both, and the approved plan."""
     payload: dict[str, Any] = {"goal": goal, "mode": "draft", "model": settings.planner_model}
     if inputs_dir:
         payload["inputs_dir"] = inputs_dir
@@ -64,13 +66,13 @@ def create(
     drafting = submit.insert_plan(
         conn, outbox, plan, tainted, now, submitted_by=submitted_by,
         digest=submit.body_hash(json.dumps(task, sort_keys=True)), idempotency_key=None,
-        default_timeout_s=settings.default_timeout_s,
+        default_timeout_s=settings.default_timeout_s, owner=owner,
     )  # fmt: skip
     conn.execute("UPDATE tasks SET origin = ? WHERE plan_id = ?", (f"goal:{goal_id}", drafting))
     conn.execute(
         """INSERT INTO goals (id, goal, inputs_dir, state, drafting_plan_id, submitted_by,
-               created_at, updated_at) VALUES (?, ?, ?, 'drafting', ?, ?, ?, ?)""",
-        (goal_id, goal, inputs_dir, drafting, submitted_by, now, now),
+               created_at, updated_at, owner) VALUES (?, ?, ?, 'drafting', ?, ?, ?, ?, ?)""",
+        (goal_id, goal, inputs_dir, drafting, submitted_by, now, now, owner),
     )
     return goal_id
 
@@ -176,7 +178,7 @@ def approve(
     plan_id = submit.insert_plan(
         conn, outbox, plan, tainted, now, submitted_by=submitted_by,
         digest=submit.body_hash(goal["draft_json"]), idempotency_key=None,
-        default_timeout_s=settings.default_timeout_s,
+        default_timeout_s=settings.default_timeout_s, owner=goal["owner"],
     )  # fmt: skip
     conn.execute("UPDATE tasks SET origin = ? WHERE plan_id = ?", (f"goal:{goal['id']}", plan_id))
     conn.execute(

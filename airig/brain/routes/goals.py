@@ -9,6 +9,7 @@ import anyio.to_thread
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from airig.brain.auth import Principal, may_act_on, owner_of
 from airig.brain.deps import BrainDep, SubmitterDep
 from airig.brain.events import Outbox
 from airig.brain.planner import catalogue, goals
@@ -55,9 +56,11 @@ class GoalRequest(BaseModel):
         return value
 
 
-def _load(conn: sqlite3.Connection, goal_id: str) -> sqlite3.Row:
+def _load(conn: sqlite3.Connection, goal_id: str, who: Principal) -> sqlite3.Row:
+    """The goal, when ``who`` may act on it (its submitter or admin); any other goal is
+    a 404 like a missing one, so goal ids are not confirmed."""
     goal = goals.load(conn, goal_id)
-    if goal is None:
+    if goal is None or not may_act_on(who, goal["owner"]):
         raise HTTPException(404, f"no goal {goal_id}")
     return goal
 
@@ -76,18 +79,24 @@ async def create_goal(body: GoalRequest, brain: BrainDep, who: SubmitterDep) -> 
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, Any]:
         goal_id = goals.create(
-            conn, outbox, brain.settings, body.goal, body.inputs_dir, now, who.name
-        )
-        return goals.view(conn, _load(conn, goal_id))
+            conn, outbox, brain.settings, body.goal, body.inputs_dir, now, who.name,
+            owner_of(who),
+        )  # fmt: skip
+        return goals.view(conn, _load(conn, goal_id, who))
 
     return await anyio.to_thread.run_sync(brain.write, change)
 
 
 @router.get("/goals")
-def list_goals(brain: BrainDep, _: SubmitterDep, limit: int = 50) -> dict[str, Any]:
+def list_goals(brain: BrainDep, who: SubmitterDep, limit: int = 50) -> dict[str, Any]:
+    """The newest goals: all for admin, a submit token's own for it."""
+    mine = "" if who.scope == "admin" else "WHERE owner = ?"
+    params: tuple[Any, ...] = () if who.scope == "admin" else (owner_of(who),)
+
     def change(conn: sqlite3.Connection, _o: Outbox, now: float) -> dict[str, Any]:
         rows = conn.execute(
-            "SELECT * FROM goals ORDER BY created_at DESC LIMIT ?", (max(1, min(limit, 500)),)
+            f"SELECT * FROM goals {mine} ORDER BY created_at DESC LIMIT ?",
+            (*params, max(1, min(limit, 500))),
         ).fetchall()
         return {"goals": [goals.view(conn, goals.refresh(conn, row, now)) for row in rows]}
 
@@ -95,10 +104,10 @@ def list_goals(brain: BrainDep, _: SubmitterDep, limit: int = 50) -> dict[str, A
 
 
 @router.get("/goals/{goal_id}", responses=NOT_FOUND)
-def get_goal(goal_id: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+def get_goal(goal_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
     # A write: a drafting goal whose drafting task has ended is marked failed here.
     return brain.write(
-        lambda conn, _o, now: goals.view(conn, goals.refresh(conn, _load(conn, goal_id), now))
+        lambda conn, _o, now: goals.view(conn, goals.refresh(conn, _load(conn, goal_id, who), now))
     )
 
 
@@ -107,9 +116,9 @@ def approve_goal(goal_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, 
     """Submit the draft as a normal plan; answers its id (the same one when repeated)."""
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, Any]:
-        goal = goals.refresh(conn, _load(conn, goal_id), now)
+        goal = goals.refresh(conn, _load(conn, goal_id, who), now)
         plan_id = goals.approve(conn, outbox, brain.settings, goal, now, who.name)
-        return {"plan_id": plan_id, "goal": goals.view(conn, _load(conn, goal_id))}
+        return {"plan_id": plan_id, "goal": goals.view(conn, _load(conn, goal_id, who))}
 
     try:
         return brain.write(change)
@@ -121,10 +130,10 @@ def approve_goal(goal_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, 
 
 
 @router.post("/goals/{goal_id}/reject", responses={**NOT_FOUND, **CONFLICT})
-def reject_goal(goal_id: str, brain: BrainDep, _: SubmitterDep) -> dict[str, Any]:
+def reject_goal(goal_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, Any]:
-        goals.reject(conn, outbox, goals.refresh(conn, _load(conn, goal_id), now), now)
-        return goals.view(conn, _load(conn, goal_id))
+        goals.reject(conn, outbox, goals.refresh(conn, _load(conn, goal_id, who), now), now)
+        return goals.view(conn, _load(conn, goal_id, who))
 
     try:
         return brain.write(change)
