@@ -16,11 +16,12 @@ hence the few lines of DNS below.
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import socket
 import struct
 from pathlib import Path
+
+from airig.common.worker_names import slot_of
 
 log = logging.getLogger("airig.worker")
 # Docker's embedded DNS server on a user-defined network (what /etc/resolv.conf names)
@@ -44,16 +45,6 @@ def slot_name(service: str, timeout_s: float = 1.0) -> str | None:
             return slot
     log.warning("no slot name from DNS; using the hostname", extra={"names": names})
     return None
-
-
-def slot_of(container_dns_name: str, service: str) -> str | None:
-    """``airig-agents-worker-cpu-2.ai-network`` + ``worker-cpu`` → ``cpu-2``. A compose
-    project or service name holds no dot, so the container name ends at the first one."""
-    container = container_dns_name.split(".", 1)[0]
-    match = re.fullmatch(rf".+-{re.escape(service)}-(\d+)", container)
-    if match is None:
-        return None
-    return f"{service.removeprefix('worker-')}-{match[1]}"
 
 
 def reverse_names(address: str, server: str, timeout_s: float) -> list[str]:

@@ -208,6 +208,19 @@ def test_a_gpu_worker_is_known_by_its_worker_name():
     )
 
 
+def test_a_cpu_worker_is_known_by_its_compose_slot():
+    """A CPU worker names itself by its slot (`cpu-1`, airig/common/worker_names.py), not
+    its container id: triage expects the same name (the whole-kit e2e found it calling a
+    registered worker `not registered`)."""
+    slot = replace(WORKER, env={"WORKER_SERVICE": "worker-cpu"})
+    assert classify(Facts(containers=(slot,), workers=({**REGISTERED, "name": "cpu-1"},))) == []
+    joined = replace(slot, env={"WORKER_SERVICE": "worker-cpu", "WORKER_NAME_PREFIX": "rig2-"})
+    known = ({**REGISTERED, "name": "rig2-cpu-1"},)
+    assert classify(Facts(containers=(joined,), workers=known)) == []
+    [finding] = classify(Facts(containers=(slot,), workers=(REGISTERED,)))
+    assert "(worker name cpu-1)" in finding.evidence[0]
+
+
 def test_a_worker_the_plan_has_but_docker_does_not():
     expected = {"worker-cpu": 2, "worker-gpu0": 1}
     facts = Facts(containers=(WORKER,), workers=(REGISTERED,), expected_workers=expected)

@@ -23,7 +23,7 @@ NS = 1e9
 LOG_LINES = 40
 PROBE_TIMEOUT_S = 3.0
 # what the classifiers read from a container's environment (never its secrets)
-KEPT_ENV = frozenset({"WORKER_NAME", "WORKER_NAME_PREFIX", "OLLAMA_HOST"})
+KEPT_ENV = frozenset({"WORKER_NAME", "WORKER_NAME_PREFIX", "WORKER_SERVICE", "OLLAMA_HOST"})
 
 
 def parse_since(text: str) -> float:

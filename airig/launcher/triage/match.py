@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from airig.common.worker_names import slot_of
 from airig.launcher.service_names import matches_service
 from airig.launcher.triage.facts import ContainerFacts
 
@@ -14,13 +15,21 @@ def service_containers(subject: str, containers: Iterable[ContainerFacts]) -> li
     return [c for c in containers if matches_service(c.service, subject)]
 
 
+def own_name(c: ContainerFacts) -> str:
+    """The name the worker in ``c`` gives itself, by the worker's own rule (its settings):
+    WORKER_NAME, else the Compose slot of WORKER_SERVICE (``cpu-2``), else the hostname."""
+    service = c.env.get("WORKER_SERVICE", "")
+    slot = slot_of(c.name.lstrip("/"), service) if service else None
+    return c.env.get("WORKER_NAME") or slot or c.hostname
+
+
 def worker_name(c: ContainerFacts) -> str:
-    return c.env.get("WORKER_NAME_PREFIX", "") + (c.env.get("WORKER_NAME") or c.hostname)
+    return c.env.get("WORKER_NAME_PREFIX", "") + own_name(c)
 
 
 def runs_worker(c: ContainerFacts, name: str) -> bool:
     """Container ``c`` is the worker the brain knows as ``name``."""
-    own = c.env.get("WORKER_NAME") or c.hostname
+    own = own_name(c)
     return name == worker_name(c) or bool(own) and name.endswith(own)
 
 
