@@ -26,10 +26,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def settings(tmp_path, env=""):
     (tmp_path / ".env").write_text(env)
-    catalog = ROOT / "02-compute" / "images.yaml"  # build_plan reads the image catalog
-    if catalog.exists():
-        (tmp_path / "02-compute").mkdir(exist_ok=True)
-        shutil.copy(catalog, tmp_path / "02-compute" / "images.yaml")
+    # build_plan reads the image catalog, and the shared Ollama's environment that the
+    # per-GPU Ollamas repeat (02-compute/compose.yaml)
+    (tmp_path / "02-compute").mkdir(exist_ok=True)
+    for name in ("images.yaml", "compose.yaml"):
+        shutil.copy(ROOT / "02-compute" / name, tmp_path / "02-compute" / name)
     return load_settings(tmp_path)
 
 
@@ -67,7 +68,7 @@ def test_gpu_layout_one_worker_per_gpu_pinned(tmp_path):
     # each GPU worker drives its own Ollama, which never unloads on a timer
     assert worker["environment"]["OLLAMA_URL"] == "http://ollama-gpu3:11434"
     assert worker["depends_on"] == {"ollama-gpu3": {"condition": "service_healthy"}}
-    assert ollama["environment"]["OLLAMA_KEEP_ALIVE"] == "-1"
+    assert ollama["environment"]["OLLAMA_KEEP_ALIVE"] == "${OLLAMA_KEEP_ALIVE:--1}"
     assert ollama["environment"]["OLLAMA_NOPRUNE"] == "1"
     assert ollama["networks"] == ["ai"]  # no `ollama` alias: that name is the shared one
 
