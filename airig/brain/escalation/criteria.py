@@ -35,6 +35,7 @@ from airig.common.protocol import TaskState as S
 ESCALATE_AFTER_FAILURES = 2
 OFF = "escalation is off (AIRIG_ESCALATION=off)"
 SENSITIVE = "the task is sensitive and does not set allow_external"
+SENSITIVE_UPSTREAM = "it depends on sensitive tasks and does not set allow_external"
 # Must repeat the WHERE of the partial index ledger.SCHEMA makes, word for word: SQLite
 # uses a partial index only for a query that holds its condition.
 DUE_WHERE = """escalate = 'always' OR (escalate = 'on_failure'
@@ -44,13 +45,32 @@ CONTEXT_TYPES = frozenset({"llm"})  # types whose payload is a model's prompt
 REVIEW_HOLD_S = 60.0
 
 
-def blocked(task: sqlite3.Row, settings: BrainSettings) -> str | None:
-    """Why this task may not be sent, or None."""
+def blocked(conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings) -> str | None:
+    """Why this task may not be sent, or None. Checked when it would be sent, whatever
+    submission said: tasks a planner, the external tier or a fan-out added arrive later,
+    and a handoff carries what every upstream task produced."""
     if not settings.escalation:
         return OFF
-    if task["sensitive"] and not task["allow_external"]:
+    if task["allow_external"]:
+        return None
+    if task["sensitive"]:
         return SENSITIVE
+    if producers := sensitive_upstream(conn, task["id"]):
+        return f"{SENSITIVE_UPSTREAM} ({', '.join(producers)})"
     return None
+
+
+def sensitive_upstream(conn: sqlite3.Connection, task_id: int) -> list[str]:
+    """Keys of the sensitive tasks ``task_id`` depends on, directly or through others."""
+    rows = conn.execute(
+        """WITH RECURSIVE up(id) AS (
+               SELECT depends_on FROM deps WHERE task_id = ?
+               UNION SELECT d.depends_on FROM deps d JOIN up ON d.task_id = up.id)
+           SELECT t.key FROM tasks t JOIN up ON t.id = up.id
+           WHERE t.sensitive = 1 ORDER BY t.key""",
+        (task_id,),
+    ).fetchall()
+    return [str(row[0]) for row in rows]
 
 
 def prompt_tokens(payload: Any) -> int:
@@ -98,7 +118,7 @@ def on_failure(
         return None
     failures = task["task_errors"] + 1
     will_retry = policy.decide(TASK, failures, task["retry_count"], error_type, retryable)
-    stop = blocked(task, settings)
+    stop = blocked(conn, task, settings)
     if failures < ESCALATE_AFTER_FAILURES and will_retry:
         if failures == 1 and settings.escalation_review and not stop:
             return _held_for_review(conn, outbox, task, now, policy, error_type, message,
@@ -152,7 +172,7 @@ def divert(
     rows = conn.execute(f"SELECT * FROM tasks WHERE state = 'READY' AND ({DUE_WHERE})").fetchall()
     moved = 0
     for task in rows:
-        stop = blocked(task, settings)
+        stop = blocked(conn, task, settings)
         if task["escalate"] == "always":
             if stop:
                 states.fail_terminal(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from airig.brain import results
+from airig.brain.escalation import criteria
 from airig.common.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
 
 # Bounds of what one handoff carries, so a huge upstream result cannot make a huge call.
@@ -94,7 +95,14 @@ def upstream(conn: sqlite3.Connection, task_id: int, results_dir: Path) -> list[
 def build(
     conn: sqlite3.Connection, task: sqlite3.Row, why: str, results_dir: Path, max_tokens: int
 ) -> dict[str, Any]:
-    """The gateway request body (without its request_id) for ``task``."""
+    """The gateway request body (without its request_id) for ``task``. Refused when it
+    would carry what a sensitive task produced and the task does not allow that: the
+    criteria checked it before the task became ESCALATED; this is the last check before
+    anything leaves, for whatever path got it here."""
+    if not task["allow_external"] and (
+        task["sensitive"] or criteria.sensitive_upstream(conn, task["id"])
+    ):
+        raise HandoffRefused("it would send sensitive data and does not set allow_external")
     payload = json.loads(task["payload_json"])
     payload_text = json.dumps(payload, indent=1, ensure_ascii=False)
     if not task["trusted"] or "untrusted_input" in payload:

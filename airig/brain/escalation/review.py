@@ -130,7 +130,7 @@ def apply(
     if verdict is not None:
         body.update(verdict=verdict.escalate, why=verdict.why)
     record(conn, outbox, "task_reviewed", task, now, **body)
-    stays = verdict is None or not verdict.escalate or criteria.blocked(task, settings)
+    stays = verdict is None or not verdict.escalate or criteria.blocked(conn, task, settings)
     if stays or verdict is None or task["state"] not in (S.RETRY_WAIT, S.READY):
         if task["state"] == S.RETRY_WAIT:  # held for the verdict: free to retry now
             conn.execute(

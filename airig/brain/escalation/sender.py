@@ -164,7 +164,7 @@ class Sender(threading.Thread):
             gone = task["state"] if task is not None else "deleted"
             ledger.update(conn, request_id, state="failed", error=f"task {gone}", next_try_at=None)
             return None
-        stop = criteria.blocked(task, self.settings)
+        stop = criteria.blocked(conn, task, self.settings)
         if stop:
             ledger.update(conn, request_id, state="failed", error=stop, next_try_at=None)
             _fail(conn, outbox, task, now, "not_escalated", f"not escalated: {stop}")

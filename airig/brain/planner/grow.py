@@ -142,6 +142,10 @@ def _namespaced(
             task["trust"] = "untrusted"  # the validator then refuses any shell task too
         if parent["sensitive"]:
             task["sensitive"] = True  # made from the parent's data
+        if task.get("allow_external") and not parent["allow_external"]:
+            # A model's proposal cannot widen what may leave the machine: only a task whose
+            # own plan allowed sending sensitive data passes that on to what it adds.
+            task["allow_external"] = False
         if external and task.get("type") == "shell":
             errors.append(_error(raw.get("id"), "type", (
                 "the external tier cannot add shell tasks; a command never comes from outside"
@@ -249,14 +253,15 @@ def _insert(
         cursor = conn.execute(
             """INSERT INTO tasks (plan_id, key, name, type, task_class, payload_json, model,
                    priority, trusted, sensitive, timeout_s, retry_count, state, created_at,
-                   ready_at, origin, depth)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   ready_at, origin, depth, escalate, allow_external)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
                 parent["plan_id"], spec.id, spec.name, spec.type, spec.task_class,
                 json.dumps(spec.payload), spec.model, spec.priority,
                 int(spec.id not in tainted), int(spec.sensitive),
                 spec.timeout_s or settings.default_timeout_s, spec.retry_count, state, now,
-                now if state == S.READY else None, origin, depth,
+                now if state == S.READY else None, origin, depth, spec.escalate,
+                int(spec.allow_external),
             ),
         )  # fmt: skip
         ids[spec.id] = cast(int, cursor.lastrowid)  # set by the INSERT that just ran

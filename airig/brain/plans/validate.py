@@ -248,14 +248,39 @@ def _propagate_sensitive(specs: dict[str, TaskSpec], order: list[str], fixes: li
 
 
 def _check_external(specs: list[TaskSpec], errors: list) -> None:
-    """A sensitive task's data never leaves the machine unless the task itself says so
-    (checked after sensitivity has followed the data)."""
+    """A sensitive task's data never leaves the machine unless the task that would send it
+    says so (checked after sensitivity has followed the data). The rule is about what is
+    *sent*: a handoff carries the outputs of the tasks the escalating one depends on, so a
+    sensitive producer anywhere upstream (through depends_on, template or not) needs
+    allow_external on the escalating task as much as its own sensitivity does."""
+    by_id = {s.id: s for s in specs}
     for spec in specs:
-        if spec.sensitive and spec.escalate != "never" and not spec.allow_external:
+        if spec.escalate == "never" or spec.allow_external:
+            continue
+        if spec.sensitive:
             errors.append(_error(spec.id, "escalate", (
                 f"a sensitive task is never sent to the external tier (escalate: "
                 f"{spec.escalate}); set allow_external: true to send it, or escalate: never"
             )))  # fmt: skip
+        elif producers := sensitive_upstream(spec.id, by_id):
+            errors.append(_error(spec.id, "escalate", (
+                f"escalate: {spec.escalate} would send what sensitive "
+                f"{_names('task', producers)} produced; set allow_external: true on this "
+                "task to allow that, or escalate: never"
+            )))  # fmt: skip
+
+
+def sensitive_upstream(task_id: str, specs: dict[str, TaskSpec]) -> list[str]:
+    """The sensitive tasks ``task_id`` depends on, directly or through others."""
+    seen: set[str] = set()
+    todo = list(specs[task_id].depends_on) if task_id in specs else []
+    while todo:
+        dep = todo.pop()
+        if dep in seen or dep not in specs:
+            continue
+        seen.add(dep)
+        todo.extend(specs[dep].depends_on)
+    return sorted(d for d in seen if specs[d].sensitive)
 
 
 def validate_plan(data: dict[str, Any], limits: Limits) -> tuple[PlanSpec, set[str]]:
