@@ -30,13 +30,14 @@ _NEXT_HEAD = """SELECT id, priority, ready_at FROM tasks WHERE state = 'READY'
 _GROUP_SIZE = """SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE state = 'READY'
                  AND task_class = ? AND model IS ? AND priority = ? {only} LIMIT ?)"""
 # (next head, group size) for a trusted worker (covered by the index: no row is read)
-# and for one that may not see sensitive tasks (each probed row is read for the flag).
+# and for a worker of an untrusted rig (each probed row is read for its flags): no
+# sensitive task, and no `plan` task: a plan task's answer becomes tasks of this rig (a
+# goal's draft is approved into a plan, a grown plan runs its tasks), so only the brain's
+# own rig and `--trust full` rigs draft or grow plans.
+_UNTRUSTED = "AND NOT sensitive AND type <> 'plan'"
 _QUERIES = {
     True: (_NEXT_HEAD.format(only=""), _GROUP_SIZE.format(only="")),
-    False: (
-        _NEXT_HEAD.format(only="AND NOT sensitive"),
-        _GROUP_SIZE.format(only="AND NOT sensitive"),
-    ),
+    False: (_NEXT_HEAD.format(only=_UNTRUSTED), _GROUP_SIZE.format(only=_UNTRUSTED)),
 }
 
 

@@ -161,6 +161,8 @@ ADDED_COLUMNS = (
     # who may act on a plan or goal besides admin: auth.owner_of of the submitting token
     ("plans", "owner", "TEXT"),
     ("goals", "owner", "TEXT"),
+    # who drafted a goal's plan: {"worker", "rig", "trusted"} (planner/goals.py)
+    ("goals", "draft_origin", "TEXT"),
 )
 # Indexes on added columns: created after the columns exist.
 ADDED_INDEXES = (

@@ -97,3 +97,12 @@ def manifest_names(models_dir: Path) -> list[tuple[OllamaName, Path]]:
         elif len(parts) == 5:
             found.append((OllamaName(parts[0], parts[1], parts[3], parts[4], parts[2]), path))
     return found
+
+
+def valid_ollama_name(text: str) -> bool:
+    """``text`` is a model name by Ollama's own rules (what a worker may report)."""
+    try:
+        OllamaName.parse(text)
+    except ConfigError:
+        return False
+    return True

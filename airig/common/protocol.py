@@ -10,9 +10,17 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from airig.common.jsonsafe import check_json_value
+from airig.common.ollama_names import valid_ollama_name
 
 TASK_CLASSES = ("cpu", "script", "llm", "resource")
 TRUST_LEVELS = ("trusted", "untrusted")
@@ -85,6 +93,20 @@ class Inbound(Wire):
 MAX_GPU_INDEX = 4096
 MAX_VRAM_MB = 4 * 1024 * 1024
 MAX_GPUS = 64  # per worker; a whole machine's cards when it runs on the bare host
+MAX_RESIDENT = 256  # models one worker reports loaded (Ollama loads a handful)
+
+
+def _ollama_name(text: str) -> str:
+    if not valid_ollama_name(text):
+        raise ValueError(f"{text[:80]!r} is not an Ollama model name")
+    return text
+
+
+# What a worker reports resident: Ollama's own names, so anything else is refused (a
+# joined rig writes them, and the planner's prompt quotes them).
+ResidentModels = Annotated[
+    list[Annotated[str, AfterValidator(_ollama_name)]], Field(max_length=MAX_RESIDENT)
+]
 
 
 class GpuInfo(Wire):
@@ -127,7 +149,7 @@ class RegisterRequest(Inbound):
     classes: list[str] = Field(default_factory=lambda: ["cpu"])
     gpu_index: int | None = Field(default=None, ge=0, le=MAX_GPU_INDEX)
     gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS)
-    resident_models: list[str] = Field(default_factory=list)
+    resident_models: ResidentModels = Field(default_factory=list)
     # The token this worker held, when it registers again (after a 401): proves it is
     # the same worker, so it may take its name back while its last heartbeat is fresh.
     previous_token: str | None = Field(default=None, max_length=256)
@@ -143,12 +165,12 @@ class RegisterResponse(Wire):
 
 class HeartbeatRequest(Inbound):
     gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS)
-    resident_models: list[str] = Field(default_factory=list)
+    resident_models: ResidentModels = Field(default_factory=list)
 
 
 class ClaimRequest(Inbound):
     wait_s: float = Field(default=20.0, ge=0, le=120)
-    resident_models: list[str] = Field(default_factory=list)
+    resident_models: ResidentModels = Field(default_factory=list)
     # Start the first task in the claim's own write (LEASED -> RUNNING): one round trip
     # less. Only for a worker that runs it at once; prefetched tasks start when they run.
     start: bool = False

@@ -82,6 +82,8 @@ def build_messages(payload: PlanPayload, trusted: bool) -> list[dict[str, str]]:
     """System rules + the brain's catalogue + the goal; outside data wrapped."""
     catalogue = dict(payload.catalogue or {})
     files = catalogue.pop("files", None)
+    # Names workers reported (a joined rig writes them): data, never instructions.
+    reported = catalogue.pop("reported_models", None)
     wanted = "a whole plan: {name, tasks}" if payload.mode == "draft" else "{tasks}"
     parts = [
         f"Answer with {wanted}.",
@@ -89,6 +91,8 @@ def build_messages(payload: PlanPayload, trusted: bool) -> list[dict[str, str]]:
         + json.dumps(catalogue, sort_keys=True),
     ]
     outside: list[str] = []
+    if reported:
+        outside.append("Further Ollama models the workers report loaded:\n" + json.dumps(reported))
     if files is not None:
         outside.append("Input files that exist (path, bytes):\n" + json.dumps(files))
     goal = f"Goal:\n{payload.goal}"

@@ -59,10 +59,12 @@ def test_a_claim_carries_the_brains_catalogue(brain):
     assert {"llm", "noop", "transcribe", "shell", "plan"} <= set(cat["types"])
     assert "resource" not in cat["types"]
     assert "inputs" not in cat["types"]["shell"]["payload"]["properties"]
+    # what .env provisions is the brain's own; what a worker reported is data, apart
     assert cat["models"] == {
-        "ollama": ["nomic-embed-text", "qwen2.5:7b", "resident:3b"],
+        "ollama": ["nomic-embed-text", "qwen2.5:7b"],
         "whisper": ["Systran/faster-whisper-small"],
     }
+    assert cat["reported_models"] == ["resident:3b"]
     assert cat["files"]["files"] == [["talks/a.wav", 10], ["talks/b.wav", 1]]
     assert state_of(brain, plan_id) == {"p": "LEASED"}
 

@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from airig.brain.settings import BrainSettings
+from airig.common.ollama_names import valid_ollama_name
 from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 
 MAX_FILES = 200
@@ -65,14 +66,25 @@ def _split(value: str) -> list[str]:
 
 
 def models(conn: sqlite3.Connection, settings: BrainSettings, now: float) -> dict[str, list[str]]:
-    ollama = set(_split(settings.ollama_models))
+    """The models this rig provisions (.env's lists): the brain's own configuration."""
+    found = {"ollama": _split(settings.ollama_models), "whisper": _split(settings.whisper_models)}
+    return {service: sorted(names) for service, names in found.items() if names}
+
+
+def reported_models(
+    conn: sqlite3.Connection, settings: BrainSettings, now: float, known: list[str]
+) -> list[str]:
+    """Ollama models live workers report resident that .env does not list. A rig writes
+    these names (a joined one included), so they are outside data: the plan executor
+    wraps them as untrusted, never in the catalogue's instructions; names that break
+    Ollama's own rules are dropped (the brain refuses them at heartbeat too)."""
     rows = conn.execute(
         "SELECT models_json FROM workers WHERE last_heartbeat >= ?", (now - 3 * settings.lease_s,)
     ).fetchall()
+    reported: set[str] = set()
     for row in rows:
-        ollama.update(m for m in json.loads(row["models_json"]) if isinstance(m, str))
-    found = {"ollama": sorted(ollama), "whisper": _split(settings.whisper_models)}
-    return {service: names for service, names in found.items() if names}
+        reported.update(m for m in json.loads(row["models_json"]) if isinstance(m, str))
+    return sorted(m for m in reported - set(known) if valid_ollama_name(m))
 
 
 def check_inputs_dir(settings: BrainSettings, inputs_dir: str) -> Path:
@@ -128,6 +140,9 @@ def fill(
         ),
         "models": models(conn, settings, now),
     }
+    reported = reported_models(conn, settings, now, catalogue["models"].get("ollama", []))
+    if reported:
+        catalogue["reported_models"] = reported
     if payload.get("inputs_dir"):
         catalogue["files"] = list_files(settings, payload["inputs_dir"])
     return {**payload, "model": payload.get("model") or settings.planner_model,

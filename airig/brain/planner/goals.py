@@ -78,28 +78,35 @@ def create(
 
 
 def validate_draft(
-    output: dict[str, Any], goal_text: str, settings: BrainSettings
+    output: dict[str, Any], goal_text: str, settings: BrainSettings, tainted: bool = False
 ) -> tuple[PlanSpec, set[str], dict[str, Any]]:
-    """(plan, tainted ids, the draft as stored) or PlanInvalid."""
+    """(plan, tainted ids, the draft as stored) or PlanInvalid. A ``tainted`` draft (its
+    drafting task read untrusted data, or ran on a worker the brain does not trust) runs
+    untrusted: every task is marked so, and the validator refuses shell tasks in it."""
     draft: dict[str, Any] = {"name": output.get("name") or f"goal: {goal_text[:60]}",
                              "tasks": output.get("tasks")}  # fmt: skip
     if not isinstance(draft["tasks"], list) or not draft["tasks"]:
         raise PlanInvalid([{"task": None, "field": "tasks", "message": "the draft has no tasks"}])
-    plan, tainted = validate_plan(draft, draft_limits(settings))
-    return plan, tainted, draft
+    if tainted:
+        draft["tasks"] = [
+            {**t, "trust": "untrusted"} if isinstance(t, dict) else t for t in draft["tasks"]
+        ]
+    plan, tainted_ids = validate_plan(draft, draft_limits(settings))
+    return plan, tainted_ids, draft
 
 
 def draft_done(
     conn: sqlite3.Connection, task: sqlite3.Row, output: dict[str, Any],
-    settings: BrainSettings, now: float,
+    settings: BrainSettings, now: float, tainted: bool = False,
 ) -> None:  # fmt: skip
-    """A drafting task answered: a valid draft awaits approval, else PlanInvalid."""
+    """A drafting task answered: a valid draft awaits approval, else PlanInvalid. Where
+    it came from (worker, rig, trusted or not) is kept with it for the approval screen."""
     goal = conn.execute(
         "SELECT * FROM goals WHERE drafting_plan_id = ?", (task["plan_id"],)
     ).fetchone()
     text = goal["goal"] if goal else ""
     try:
-        _, _, draft = validate_draft(output, text, settings)
+        _, _, draft = validate_draft(output, text, settings, tainted)
     except PlanInvalid as exc:
         if goal is not None:
             conn.execute(
@@ -108,11 +115,21 @@ def draft_done(
             )
         raise
     if goal is not None and goal["state"] == "drafting":
+        origin = draft_origin(conn, task["worker_id"], tainted)
         conn.execute(
-            """UPDATE goals SET state = 'awaiting_approval', draft_json = ?, updated_at = ?
-               WHERE id = ?""",
-            (json.dumps(draft), now, goal["id"]),
+            """UPDATE goals SET state = 'awaiting_approval', draft_json = ?, updated_at = ?,
+               draft_origin = ? WHERE id = ?""",
+            (json.dumps(draft), now, json.dumps(origin), goal["id"]),
         )
+
+
+def draft_origin(conn: sqlite3.Connection, worker_id: str | None, tainted: bool) -> dict[str, Any]:
+    """Who drafted: the worker, its rig, and whether the draft runs trusted."""
+    row = conn.execute("SELECT host FROM workers WHERE id = ?", (worker_id,)).fetchone()
+    return {
+        "worker": worker_id, "rig": row["host"] if row is not None else None,
+        "trusted": not tainted,
+    }  # fmt: skip
 
 
 def refresh(conn: sqlite3.Connection, goal: sqlite3.Row, now: float) -> sqlite3.Row:
@@ -153,6 +170,7 @@ def view(conn: sqlite3.Connection, goal: sqlite3.Row) -> dict[str, Any]:
         "errors": json.loads(goal["errors_json"]), "plan_id": goal["plan_id"],
         "drafting_plan_id": goal["drafting_plan_id"],
         "drafting_task": dict(task) if task is not None else None,
+        "draft_origin": json.loads(goal["draft_origin"]) if goal["draft_origin"] else None,
         "created_at": goal["created_at"], "updated_at": goal["updated_at"],
     }  # fmt: skip
 

@@ -53,7 +53,7 @@ def accept(
     payload = json.loads(task["payload_json"])
     try:
         if payload.get("mode") == "draft":
-            goals.draft_done(conn, task, output, settings, now)
+            goals.draft_done(conn, task, output, settings, now, tainted)
         else:
             # as the worker sent it: add_subtasks refuses anything but a list of tasks
             proposed = cast(list[dict[str, Any]], output.get("tasks"))

@@ -38,6 +38,17 @@ def draft_table(goal: dict[str, Any]) -> Table:
     return table
 
 
+def origin_line(goal: dict[str, Any]) -> str:
+    """Where the draft came from, shown before the question: a draft from a worker the
+    brain does not trust runs untrusted (no shell task), and the approver should know."""
+    origin = goal.get("draft_origin") or {}
+    if not origin:
+        return "drafted by: unknown (a goal drafted before origins were recorded)"
+    trust = "trusted" if origin.get("trusted") else "UNTRUSTED: its tasks run untrusted"
+    rig = origin.get("rig") or "?"
+    return f"drafted by worker {origin.get('worker') or '?'} on rig {rig} ({trust})"
+
+
 def problems_table(errors: list[dict[str, Any]]) -> Table:
     table = Table(title="the validator's last errors")
     for column in ("task", "field", "problem"):
@@ -143,6 +154,7 @@ def run(
             console.print(problems_table(goal["errors"]))
         raise failure(goal, planner_model)
     console.print(draft_table(goal))
+    console.print(escape(origin_line(goal)))
     if not yes and not typer.confirm("Run this plan?", default=False):
         client.reject_goal(goal["id"])
         console.print(f"goal {escape(goal['id'])} rejected; nothing ran")
