@@ -2,7 +2,8 @@
 
 Usage: python benchmarks/templates.py [--readers 32] [--repeats 15,4]
                                       [--result-bytes 1000000] [--claims 4] [--plans N]
-                                      [--max-tasks 32] [--before REF | --no-before]
+                                      [--max-tasks 32] [--wait-s 5] [--inflight BYTES]
+                                      [--before REF | --no-before]
                                       [--json results/templates.json]
 
 The attack (issue 15): a small plan, task ``a`` plus ``--readers`` tasks whose payload
@@ -11,7 +12,10 @@ names ``{{ tasks.a.output }}`` ``--repeats`` times each. A real brain
 (default one per claiming worker, so no claim comes back empty because another took every
 reader); one worker claims every ``a`` and completes each with a ``--result-bytes`` text;
 then ``--claims`` workers, registered beforehand, claim at once through
-``POST /v1/exchange``, each asking for ``--max-tasks`` (32, the most a claim may ask for).
+``POST /v1/exchange``, each asking for ``--max-tasks`` (32, the most a claim may ask for)
+and long-polling ``--wait-s`` as an idle worker does (5 s, ``BRAIN_CLAIM_WAIT_S``): a
+claim the brain-wide bound (``BRAIN_MAX_INFLIGHT_BYTES``, ``--inflight`` sets it) turns
+away waits in it for room, so "served" counts the claims that got a task.
 Reported: the brain's peak resident memory over its whole life (``VmHWM``), what the
 claims carried, and where the readers ended.
 
@@ -20,8 +24,9 @@ before the bound (``--before``, default: the parent of the commit that added
 ``MAX_CLAIM_BYTES`` to ``airig/brain/results.py``, or ``HEAD`` while it is uncommitted),
 extracted with ``git archive`` into a temporary tree. Repeats 15 is the issue's attack
 (15 MB per reader: over the per-task bound); 4 renders 4 MB per reader, just under
-``BRAIN_MAX_RENDERED_BYTES`` (4 MiB), so the claims themselves carry it. Target: the
-brain's peak < 300 MB under every scenario with this checkout.
+``BRAIN_MAX_RENDERED_BYTES`` (4 MiB), so the claims themselves carry it; with
+``--claims 64`` that is issue 23's case (64 such answers at once). Target: the brain's
+peak < 300 MB under every scenario with this checkout.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -94,10 +100,11 @@ def plan_body(readers: int, repeats: int) -> bytes:
 
 
 def claim(
-    url: str, worker: dict[str, str], max_tasks: int, start: threading.Barrier, out: dict
-) -> None:
+    url: str, worker: dict[str, str], max_tasks: int, wait_s: float,
+    start: threading.Barrier, out: dict,
+) -> None:  # fmt: skip
     """One exchange asking for ``max_tasks``; the answer is streamed and counted, not kept."""
-    body = {"reports": [], "claim": {"max_tasks": max_tasks, "wait_s": 0}}
+    body = {"reports": [], "claim": {"max_tasks": max_tasks, "wait_s": wait_s}}
     start.wait()
     began = time.perf_counter()
     size, tasks, tail = 0, 0, b""
@@ -114,7 +121,7 @@ def claim(
 
 def attack(
     url: str, readers: int, repeats: int, result_bytes: int, claims: int, max_tasks: int,
-    plans: int,
+    plans: int, wait_s: float, peak: Callable[[], float],
 ) -> dict:  # fmt: skip
     admin = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
     workers = [register(url, f"hostile-{n}") for n in range(claims)]
@@ -126,14 +133,21 @@ def attack(
         answer = requests.post(f"{url}/v1/plans", data=body, headers=admin, timeout=60)
         answer.raise_for_status()
         ids.append(answer.json()["id"])
-    ask = {"max_tasks": plans, "wait_s": 0}
-    got = requests.post(exchange, headers=upstream, json={"reports": [], "claim": ask}, timeout=60)
+    upstreams: list[dict] = []
+    while len(upstreams) < plans:  # a claim asks for at most 32 tasks
+        ask = {"max_tasks": min(plans - len(upstreams), 32), "wait_s": 0}
+        got = requests.post(exchange, headers=upstream, json={"reports": [], "claim": ask},
+                            timeout=60)  # fmt: skip
+        got.raise_for_status()
+        if not got.json()["assignments"]:
+            break  # the assert below says what is missing
+        upstreams += got.json()["assignments"]
     reports = [
         {"action": "complete", "task_id": task["task_id"], "attempt": task["attempt"],
          "lease_id": task["lease_id"], "output": {"text": FILL["fill"] * result_bytes}}
-        for task in got.json()["assignments"]
+        for task in upstreams
     ]  # fmt: skip
-    assert [task["key"] for task in got.json()["assignments"]] == ["a"] * plans
+    assert [task["key"] for task in upstreams] == ["a"] * plans
     complete_s = 0.0
     for report in reports:  # one per exchange: a request body holds at most 16 MiB
         began = time.perf_counter()
@@ -142,10 +156,11 @@ def attack(
         done.raise_for_status()
         assert done.json()["results"][0]["status"] == 200, done.text
         complete_s = max(complete_s, time.perf_counter() - began)
+    before_claims = peak()  # the results stored; what follows is the claims' alone
     start = threading.Barrier(claims)
     outs: list[dict] = [{} for _ in range(claims)]
     threads = [
-        threading.Thread(target=claim, args=(url, worker, max_tasks, start, out))
+        threading.Thread(target=claim, args=(url, worker, max_tasks, wait_s, start, out))
         for worker, out in zip(workers, outs, strict=True)
     ]
     for thread in threads:
@@ -160,8 +175,10 @@ def attack(
                 readers_by_state[row["state"]] = readers_by_state.get(row["state"], 0) + 1
     return {
         "plan_kb": round(len(body) / 1024, 1),
+        "before_claims_mb": round(before_claims, 1),
         "complete_s": round(complete_s, 2),
         "claimed": [out.get("tasks") for out in outs],
+        "served": sum(bool(out.get("tasks")) for out in outs),
         "claim_mb": [round(out.get("bytes", 0) / 1e6, 1) for out in outs],
         "claim_s": round(max(out.get("seconds", 0.0) for out in outs), 2),
         "statuses": sorted({out.get("status") for out in outs}),
@@ -170,13 +187,15 @@ def attack(
 
 
 def measure(code: Path, label: str, readers: int, repeats: int, result_bytes: int,
-            claims: int, max_tasks: int, plans: int) -> dict:  # fmt: skip
+            claims: int, max_tasks: int, plans: int, wait_s: float,
+            env: dict[str, str]) -> dict:  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="airig-templates-") as tmp:
-        brain = Brain(Path(tmp), {"BRAIN_LEASE_S": "600"}, code=code)
+        brain = Brain(Path(tmp), {"BRAIN_LEASE_S": "600", **env}, code=code)
         try:
             brain.start()
             idle = peak_mb(brain.pid)
-            row = attack(brain.url, readers, repeats, result_bytes, claims, max_tasks, plans)
+            row = attack(brain.url, readers, repeats, result_bytes, claims, max_tasks, plans,
+                         wait_s, lambda: peak_mb(brain.pid))  # fmt: skip
             row["peak_mb"] = round(peak_mb(brain.pid), 1)
         finally:
             brain.stop()
@@ -187,16 +206,16 @@ def measure(code: Path, label: str, readers: int, repeats: int, result_bytes: in
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| code | readers x repeats | plan KB | result MB | peak RSS MB | tasks per claim "
-        "| MB per claim | slowest claim s | readers after |",
-        "|---|---|---:|---:|---:|---|---|---:|---|",
+        "| code | readers x repeats | plan KB | result MB | peak RSS MB | claims served "
+        "| tasks per claim | MB per claim | slowest claim s | readers after |",
+        "|---|---|---:|---:|---:|---|---|---|---:|---|",
     ]
     for r in rows:
         after = ", ".join(f"{n} {state}" for state, n in sorted(r["after"].items()))
         lines.append(
             f"| {r['code']} | {r['readers']} x {r['repeats']} | {r['plan_kb']} "
-            f"| {r['result_mb']} | {r['peak_mb']} | {r['claimed']} | {r['claim_mb']} "
-            f"| {r['claim_s']} | {after} |"
+            f"| {r['result_mb']} | {r['peak_mb']} | {r['served']}/{len(r['claimed'])} "
+            f"| {r['claimed']} | {r['claim_mb']} | {r['claim_s']} | {after} |"
         )
     return "\n".join(lines)
 
@@ -209,8 +228,8 @@ def verdicts(rows: list[dict]) -> list[str]:
         ok = r["peak_mb"] < TARGET_MB and r["statuses"] == [200]
         checks.append(
             f"{'PASS' if ok else 'FAIL'} {r['readers']} x {r['repeats']} references to a "
-            f"{r['result_mb']} MB result, {len(r['claimed'])} concurrent claims: brain peak "
-            f"{r['peak_mb']} MB (target < {TARGET_MB:g} MB)"
+            f"{r['result_mb']} MB result, {len(r['claimed'])} concurrent claims "
+            f"({r['served']} served): brain peak {r['peak_mb']} MB (target < {TARGET_MB:g} MB)"
         )
     return checks
 
@@ -222,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result-bytes", type=int, default=1_000_000)
     parser.add_argument("--claims", type=int, default=4)
     parser.add_argument("--max-tasks", type=int, default=32, help="tasks each claim asks for")
+    parser.add_argument("--wait-s", type=float, default=5.0, help="each claim's long-poll")
+    parser.add_argument("--inflight", type=int, help="BRAIN_MAX_INFLIGHT_BYTES (default: its)")
     parser.add_argument(
         "--plans", type=int, help="copies of the plan submitted (default: one per claim)"
     )
@@ -231,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     FILL["fill"] = "\x01" if args.fill == "ctrl" else args.fill[:1]
+    env = {"BRAIN_MAX_INFLIGHT_BYTES": str(args.inflight)} if args.inflight else {}
     rows, notes = [], []
     with tempfile.TemporaryDirectory(prefix="airig-before-") as tmp:
         trees = [("this checkout", REPO)]
@@ -241,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         for repeats in (int(n) for n in args.repeats.split(",")):
             for label, code in trees:
                 row = measure(code, label, args.readers, repeats, args.result_bytes,
-                              args.claims, args.max_tasks, args.plans or args.claims)  # fmt: skip
+                              args.claims, args.max_tasks, args.plans or args.claims,
+                              args.wait_s, env)  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     checks = verdicts(rows)

@@ -36,8 +36,10 @@ def serve(settings: BrainSettings) -> int:
     import uvicorn
 
     from airig.brain.app import create_app, served
+    from airig.brain.inflight import return_large_frees
     from airig.brain.service import Brain
 
+    return_large_frees()  # freed answers go back to the system, not to a heap
     app = create_app(settings)
     brain: Brain = app.state.brain
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from airig.brain import leases, states
 from airig.brain.events import Outbox
+from airig.brain.inflight import Hold
 from airig.brain.residency import Decision
 from airig.brain.scheduling import WorkerView
 from airig.brain.service import Brain
@@ -95,17 +96,22 @@ _ACTIONS: dict[str, Callable[..., sqlite3.Row]] = {
 
 
 def claim(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
-          view: WorkerView, body: ClaimRequest) -> list[Leased]:  # fmt: skip
+          view: WorkerView, body: ClaimRequest,
+          hold: Hold | None = None) -> list[Leased]:  # fmt: skip
     """Lease up to ``body.max_tasks`` tasks (the first one started if asked), or none.
 
     With a ``claim_id`` the lease ids are ``<claim_id>-<n>``, so a retried claim whose
     first answer was lost finds its live leases and gets them again instead of new ones.
+    ``hold``: the answer's share of the brain's in-flight bytes (``inflight.py``), given
+    back by the caller once the answer's JSON is built.
     """
-    if body.claim_id and (again := replayed(conn, worker_id, body.claim_id, brain.settings)):
+    again = replayed(conn, worker_id, body.claim_id, brain.settings, hold) if body.claim_id else []
+    if again:
         return again
     got: list[Leased] = []
-    # What one answer carries is bounded: prefetched tasks stop at BRAIN_MAX_CLAIM_BYTES.
-    budget = leases.ClaimBudget(brain.settings.max_claim_bytes)
+    # What one answer carries is bounded: prefetched tasks stop at BRAIN_MAX_CLAIM_BYTES,
+    # and all answers being built together at BRAIN_MAX_INFLIGHT_BYTES.
+    budget = leases.ClaimBudget(brain.settings.max_claim_bytes, hold=hold)
     for n in range(body.max_tasks):
         if n:  # prefetch: only classes that never need a GPU model
             classes = tuple(c for c in view.classes if c in PREFETCHABLE)
@@ -128,7 +134,7 @@ def claim(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, wo
 
 
 def replayed(conn: sqlite3.Connection, worker_id: str, claim_id: str,
-             settings: BrainSettings) -> list[Leased]:  # fmt: skip
+             settings: BrainSettings, hold: Hold | None = None) -> list[Leased]:  # fmt: skip
     """The live leases an earlier claim with this id granted this worker, in their order."""
     # "<claim_id>-" <= lease_id < "<claim_id>." is the prefix (LIKE's, as a range the
     # tasks_lease index serves; '.' follows '-'; `+state`: not the queue index). A claim
@@ -139,4 +145,5 @@ def replayed(conn: sqlite3.Connection, worker_id: str, claim_id: str,
         (f"{claim_id}-", f"{claim_id}.", worker_id),
     ).fetchall()
     rows.sort(key=lambda row: int(row["lease_id"].rsplit("-", 1)[1]))
-    return [(row, leases.rendered_payload(conn, row, settings), None) for row in rows]
+    counted = leases.ClaimBudget(settings.max_claim_bytes, hold=hold, replay=True)
+    return [(row, leases.rendered_payload(conn, row, settings, counted), None) for row in rows]

@@ -7,6 +7,13 @@ wrapper answers that route directly: same authentication (worker tokens only), s
 request model, same handler (``routes.tasks.run_exchange``, in a worker thread because
 it commits and may long-poll), the same ``{"detail": ...}`` error shape. Every other
 path goes to the FastAPI app untouched; the FastAPI route stays for the OpenAPI schema.
+
+The payloads an answer carries are charged to the brain's in-flight bytes
+(``inflight.py``) from their render until the answer's JSON bytes are built (the rendered
+objects then go), and given back on every path. Not after the send: uvicorn waits for a
+connection's earlier answer to drain before it writes the next, so a worker pipelining
+claims it never reads would keep every other claim waiting. The answer then costs its
+bytes alone, one copy, written as fast as the worker reads.
 """
 
 from __future__ import annotations
@@ -15,16 +22,20 @@ import json
 
 import anyio.to_thread
 from fastapi import FastAPI, HTTPException
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from starlette.types import Receive, Scope, Send
 
 from airig.brain.auth import bearer_from_scope, identify_token
 from airig.brain.guard import EXCHANGE_BODY
+from airig.brain.inflight import Hold
 from airig.brain.service import Brain
-from airig.common.protocol import ExchangeRequest
+from airig.common.protocol import ExchangeRequest, ExchangeResponse
 
 PATH = "/v1/exchange"
 MAX_BODY = EXCHANGE_BODY
+# JSON bytes straight from the model: model_dump_json's str, then its encoding, would be
+# two copies of every answer.
+ANSWER = TypeAdapter(ExchangeResponse)
 
 
 class ExchangeFastPath:
@@ -36,7 +47,9 @@ class ExchangeFastPath:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        status, body = await self._handle(scope, receive)
+        brain: Brain = self.app.state.brain
+        with brain.inflight.hold() as hold:  # given back on every path, before the send
+            status, body = await self._handle(scope, receive, hold)
         await send({
             "type": "http.response.start", "status": status,
             "headers": [(b"content-type", b"application/json"),
@@ -44,7 +57,7 @@ class ExchangeFastPath:
         })  # fmt: skip
         await send({"type": "http.response.body", "body": body})
 
-    async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+    async def _handle(self, scope: Scope, receive: Receive, hold: Hold) -> tuple[int, bytes]:
         state = self.app.state
         token = bearer_from_scope(scope)
         principal = identify_token(state.settings, state.db, token) if token else None
@@ -68,12 +81,14 @@ class ExchangeFastPath:
 
         brain: Brain = state.brain
         try:
-            answer = await anyio.to_thread.run_sync(run_exchange, brain, principal.name, request)
+            answer = await anyio.to_thread.run_sync(
+                run_exchange, brain, principal.name, request, hold
+            )
         except HTTPException as exc:
             return _error(exc.status_code, str(exc.detail))
         except Exception as exc:  # noqa: BLE001 - one JSON error shape, never a traceback
             return _error(500, f"internal error: {type(exc).__name__}")
-        return 200, answer.model_dump_json().encode()
+        return 200, ANSWER.dump_json(answer)  # the rendered payloads go with ``answer``
 
 
 async def _read_body(receive: Receive) -> bytes | None:

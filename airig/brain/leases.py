@@ -19,6 +19,7 @@ from typing import Any
 from airig.brain import results, shell_inputs, states, trust
 from airig.brain.escalation import criteria
 from airig.brain.events import Outbox
+from airig.brain.inflight import Hold
 from airig.brain.placement import Placement
 from airig.brain.planner import catalogue
 from airig.brain.planner import hook as planner_hook
@@ -64,14 +65,27 @@ class OverClaimBudget(Exception):
 @dataclass
 class ClaimBudget:
     """Payload bytes one claim may still carry (``BRAIN_MAX_CLAIM_BYTES``). A task that
-    would pass it stays READY for the next claim, unless it is the claim's first."""
+    would pass it stays READY for the next claim, unless it is the claim's first.
+
+    ``hold``: the answer's share of what the whole brain may hold rendered at once
+    (``inflight.py``, ``BRAIN_MAX_INFLIGHT_BYTES``); a task the pool cannot take now
+    stays READY too, first or not. ``replay``: the leases exist already, so the payloads
+    are counted in the pool but never refused."""
 
     left: int
     taken: int = 0
+    hold: Hold | None = None
+    replay: bool = False
 
     def take(self, size: int) -> None:
+        if self.replay:
+            if self.hold is not None:
+                self.hold.charge(size)
+            return
         if self.taken and size > self.left:
             raise OverClaimBudget(f"{size} bytes; {self.left} left in this claim")
+        if self.hold is not None and not self.hold.take(size):
+            raise OverClaimBudget(f"{size} bytes; the brain holds its in-flight maximum")
         self.left -= size
         self.taken += 1
 

@@ -19,6 +19,7 @@ from airig.brain.escalation import ledger as escalation_ledger
 from airig.brain.escalation.sender import Sender
 from airig.brain.events import EventLog, Outbox
 from airig.brain.groupcommit import GroupCommit
+from airig.brain.inflight import InFlight
 from airig.brain.metrics import BrainMetrics
 from airig.brain.notify import Notifier, parse_urls
 from airig.brain.placement import Placement
@@ -79,6 +80,8 @@ class Brain:
         self._prober: reaper.Reaper | None = None
         # Residency-aware claims, learned model costs and the thermal guard.
         self.scheduling = Placement(settings)
+        # Rendered payload bytes held by answers not yet written, all claims together.
+        self.inflight = InFlight(settings.max_inflight_bytes)
         self.work_ready = threading.Condition()
         self.closing = threading.Event()
         self._reaper: reaper.Reaper | None = None

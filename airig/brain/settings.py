@@ -125,6 +125,10 @@ class BrainSettings(BaseSettings):
     # Payload bytes one claim may carry: prefetched tasks stop being added before the
     # total would pass it (the first task always goes).
     max_claim_bytes: int = Field(4 * 1024 * 1024, alias="BRAIN_MAX_CLAIM_BYTES", gt=0)
+    # Payload bytes all answers being built may hold together (airig/brain/inflight.py):
+    # many workers claiming at once each held a claim's worth. A task that does not fit
+    # waits in READY; one over it alone still goes when nothing else is held. 4 x 4 MiB.
+    max_inflight_bytes: int = Field(16 * 1024 * 1024, alias="BRAIN_MAX_INFLIGHT_BYTES", gt=0)
     # /metrics needs an admin or metrics-scoped token unless this is set: counters name
     # workers and models. Set it only when the port is reachable from trusted hosts.
     metrics_public: bool = Field(False, alias="BRAIN_METRICS_PUBLIC")

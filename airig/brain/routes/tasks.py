@@ -15,6 +15,7 @@ from airig.brain import exchange, leases, results, states, trust
 from airig.brain.deps import BrainDep, WorkerDep
 from airig.brain.events import Outbox
 from airig.brain.exchange import Leased
+from airig.brain.inflight import Hold
 from airig.brain.residency import Decision, swap_fields
 from airig.brain.scheduling import WorkerView
 from airig.brain.service import Brain
@@ -71,34 +72,47 @@ def _poll(
     worker_id: str,
     view: WorkerView,
     body: ClaimRequest,
+    hold: Hold,
     first: list[Leased] | None = None,
 ) -> list[Assignment]:
     """Long-poll: lease for this worker, waiting up to ``wait_s`` for work to appear.
 
-    ``first``: what an exchange's own transaction already leased (its first try)."""
+    ``first``: what an exchange's own transaction already leased (its first try).
+    ``hold``: what the answer holds of the in-flight bytes; the caller releases it."""
 
     def lease(conn: sqlite3.Connection, outbox: Outbox, now: float) -> list[Leased]:
-        return exchange.claim(conn, outbox, now, brain, worker_id, view, body)
+        return exchange.claim(conn, outbox, now, brain, worker_id, view, body, hold)
 
     deadline = time.monotonic() + min(body.wait_s, brain.settings.max_claim_wait_s)
     while True:
         found = first if first is not None else brain.write(lease)
         first = None
+        hold.unreserve()  # room waited for and not used goes back at once
         if found:
             return [_assignment(*leased) for leased in found]
         left = deadline - time.monotonic()
         if left <= 0 or brain.closing.is_set():
             return []
+        if hold.refused:
+            # Work is there, but the brain holds its in-flight maximum: claim again once
+            # answers built made room for it (``wait`` reserves it, in arrival order).
+            if not hold.wait(left):
+                return []
+            continue
         # Woken at once by new READY work; the cap catches due retries.
         brain.wait_for_work(min(left, 1.0))
 
 
 @router.post("/claims", response_model=Assignment, responses={204: {"description": "no work"}})
-def claim(body: ClaimRequest, brain: BrainDep, worker: WorkerDep) -> Assignment | Response:
+def claim(body: ClaimRequest, brain: BrainDep, worker: WorkerDep) -> Response:
     """Long-poll for one task (``max_tasks`` is for ``/v1/exchange``)."""
     body = body.model_copy(update={"max_tasks": 1})
-    found = _poll(brain, worker.name, _view(brain, worker.name, body), body)
-    return found[0] if found else Response(status_code=204)
+    view = _view(brain, worker.name, body)
+    with brain.inflight.hold() as hold:  # given back once its JSON is built
+        found = _poll(brain, worker.name, view, body, hold)
+        if not found:
+            return Response(status_code=204)
+        return Response(found[0].model_dump_json(), media_type="application/json")
 
 
 @router.post("/exchange", response_model=ExchangeResponse)
@@ -107,12 +121,17 @@ def exchange_reports(body: ExchangeRequest, brain: BrainDep, worker: WorkerDep) 
 
     Served by ``airig.brain.fastpath`` in the running brain; this route documents it
     in the OpenAPI schema and serves apps built without the fast path (tests)."""
-    answer = run_exchange(brain, worker.name, body)
-    return Response(answer.model_dump_json(), media_type="application/json")
+    with brain.inflight.hold() as hold:  # given back once its JSON is built
+        answer = run_exchange(brain, worker.name, body, hold)
+        return Response(answer.model_dump_json(), media_type="application/json")
 
 
-def run_exchange(brain: Brain, worker_id: str, body: ExchangeRequest) -> ExchangeResponse:
-    """One exchange: the reports, then the claim, in one transaction; long-poll if empty."""
+def run_exchange(
+    brain: Brain, worker_id: str, body: ExchangeRequest, hold: Hold
+) -> ExchangeResponse:
+    """One exchange: the reports, then the claim, in one transaction; long-poll if empty.
+    The payloads it renders are charged to ``hold``, which the caller gives back once
+    the answer's JSON is built."""
     wanted = body.claim
     view = _view(brain, worker_id, wanted) if wanted else None
 
@@ -122,13 +141,13 @@ def run_exchange(brain: Brain, worker_id: str, body: ExchangeRequest) -> Exchang
         done = [exchange.apply(conn, outbox, now, brain, worker_id, r) for r in body.reports]
         if wanted is None or view is None:
             return done, []
-        return done, exchange.claim(conn, outbox, now, brain, worker_id, view, wanted)
+        return done, exchange.claim(conn, outbox, now, brain, worker_id, view, wanted, hold)
 
     reported, leased = brain.write(change)
     stale = sum(result.status == 409 for result in reported)
     if stale:
         brain.metrics.stale_reports.inc(stale)
-    found = _poll(brain, worker_id, view, wanted, leased) if wanted and view else []
+    found = _poll(brain, worker_id, view, wanted, hold, leased) if wanted and view else []
     return ExchangeResponse(results=reported, assignments=found)
 
 
