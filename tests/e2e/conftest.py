@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -144,6 +145,15 @@ def write_test_env(root: Path, **overrides: str) -> None:
         lines.append(line)
     lines += [f"{k}='{v}'" for k, v in values.items()]
     (root / ".env").write_text("\n".join(lines) + "\n")
+
+
+def worker_container(name: str) -> str:
+    """The container of the worker the brain knows as ``name``: a CPU worker is named by
+    its Compose slot (`cpu-2`, or `<rig>-cpu-2` on a joined rig: airig/worker/naming.py),
+    so its container is `airig-agents-worker-cpu-2`; any other name is its hostname (a
+    container id), which docker accepts as it is."""
+    slot = re.fullmatch(r"(?:.+-)?cpu-(\d+)", name)
+    return f"airig-agents-worker-cpu-{slot[1]}" if slot else name
 
 
 def copy_kit(dest: Path) -> Path:

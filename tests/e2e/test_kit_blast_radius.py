@@ -134,7 +134,9 @@ def test_a_shell_task_finds_no_token_in_its_container(limited_kit):
 def test_a_fork_bomb_is_stopped_in_its_own_worker(limited_kit):
     task = shell_task(limited_kit, FORK_BOMB, timeout_s=20)
     assert (task["state"], task["error_type"]) == ("FAILED", "timeout"), task
-    worker = task["worker_id"]  # its container's hostname, which docker exec accepts
+    from conftest import worker_container
+
+    worker = worker_container(task["worker_id"])  # the worker's name is its Compose slot
     assert cgroup_counter(worker, "pids.events", "pids/pids.events", "max") > 0
     the_rest_is_healthy(limited_kit)
 
@@ -143,7 +145,9 @@ def test_a_memory_hog_is_oom_killed_in_its_own_worker(limited_kit):
     task = shell_task(limited_kit, MEMORY_HOG, timeout_s=60)
     assert (task["state"], task["error_type"]) == ("FAILED", "nonzero_exit"), task
     assert "code -9" in task["error"] or "code 137" in task["error"], task  # SIGKILL
-    worker = task["worker_id"]
+    from conftest import worker_container
+
+    worker = worker_container(task["worker_id"])
     oom = cgroup_counter(worker, "memory.events", "memory/memory.oom_control", "oom_kill")
     assert oom > 0
     the_rest_is_healthy(limited_kit)

@@ -95,6 +95,11 @@ def test_a_new_comfyui_image_runs_its_own_code_and_keeps_models_and_workflows(ki
         f"  - {{url: '{url}', folder: checkpoints, filename: tiny.safetensors,"
         f" sha256: '{file_sha256('tiny.safetensors', SIZE)}', size: {SIZE}}}\n"
     )
+    # Local images for this test: ComfyUI's v1 and v2 are built here, not in the registry
+    # the other e2e tests pull from (tests/e2e/test_kit_pull.py covers that path).
+    set_env(kit.root, "AIRIG_IMAGE_REGISTRY", "")
+    set_env(kit.root, "OLLAMA_IMAGE", "airig-test/ollama:test")
+    set_env(kit.root, "WHISPER_IMAGE_CPU", "airig-test/whisper:test")
     set_env(kit.root, "COMFYUI_IMAGE_CPU", v1)
     seed_old_volume()
     copies_before = comfyui_copies()
