@@ -128,7 +128,19 @@ def containers() -> list[dict]:
 
 def bad_log_lines(cid: str) -> list[str]:
     logs = subprocess.run(["docker", "logs", cid], capture_output=True, text=True)
-    return [line for line in (logs.stdout + logs.stderr).splitlines() if BAD_LINE.search(line)]
+    lines = (logs.stdout + logs.stderr).splitlines()
+    found = []
+    for at, line in enumerate(lines):
+        if not BAD_LINE.search(line):
+            continue
+        if line.startswith("Traceback"):
+            # the whole traceback, through its exception line, so a failure says what broke
+            end = at + 1
+            while end < len(lines) and lines[end].startswith((" ", "\t")):
+                end += 1
+            line = "\n".join(lines[at : end + 1])
+        found.append(line)
+    return found
 
 
 def violations(kit) -> dict[str, object]:

@@ -43,7 +43,7 @@ def test_the_gate_binds_loopback_unless_told(monkeypatch, env, host):
         def server_close(self):
             pass
 
-    monkeypatch.setattr(gate, "ThreadingHTTPServer", Server)
+    monkeypatch.setattr(gate, "GateServer", Server)
     # not this test process's SIGTERM handler (tests/integration/test_service_stop.py)
     monkeypatch.setattr(gate, "stop_on_sigterm", lambda server: None)
     assert gate.main([]) == 0

@@ -214,6 +214,14 @@ class ComfyServer(ThreadingHTTPServer):
         seconds = float(os.environ.get("STANDIN_EXEC_SECONDS", "0.3"))
         self.queue = PromptQueue(root / "output", seconds)
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that went away (a healthcheck killed at its timeout, a pooled connection reset)
+        # gets no traceback: aiohttp, ComfyUI's server, drops a connection its client reset without
+        # an error line (web_protocol.py, RequestHandler.connection_lost).
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def mark_as_comfyui_checkout(root: Path) -> None:
     """The real image's /root/ComfyUI is a git clone of ComfyUI, and comfy-cli accepts a

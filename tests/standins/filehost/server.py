@@ -164,6 +164,14 @@ class FileHost(ThreadingHTTPServer):
             self._served.add((name, size))
         return int(limit) if limit and first_time else None
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that went away (a healthcheck killed at its timeout, a pooled connection reset)
+        # gets no traceback: a file host's client going away is not a server error (Go's net/http
+        # and aiohttp both drop it quietly).
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="file host stand-in for tests")

@@ -390,6 +390,15 @@ class OllamaServer(ThreadingHTTPServer):
         # copies it into the running container); absent, the deterministic replies stay.
         self.script = Script(Path(os.environ.get("STANDIN_SCRIPT") or DEFAULT_SCRIPT))
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that went away (a healthcheck killed at its timeout, a pooled connection reset)
+        # gets no traceback: Go's net/http logs nothing when a client resets or closes a kept-alive
+        # connection (net/http/server.go, conn.serve: io.EOF and isCommonNetReadError return
+        # quietly).
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def default_models_dir() -> Path:
     return Path(os.environ.get("OLLAMA_MODELS") or Path.home() / ".ollama" / "models")

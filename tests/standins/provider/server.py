@@ -338,6 +338,14 @@ class ProviderServer(ThreadingHTTPServer):
         super().__init__(address, Handler)
         self.state = state
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that went away (a healthcheck killed at its timeout, a pooled connection reset)
+        # gets no traceback: a provider's client going away is not a server error (Go's net/http and
+        # aiohttp both drop it quietly).
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -234,6 +234,14 @@ class WhisperServer(ThreadingHTTPServer):
         self.cache = HubCache(root)
         self.models = ModelManager(self.cache)
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that went away (a healthcheck killed at its timeout, a pooled connection reset)
+        # gets no traceback: uvicorn, speaches' server, drops a connection its client reset without
+        # an error line (protocols/http/h11_impl.py, connection_lost).
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
 
 def default_cache() -> Path:
     if os.environ.get("HF_HUB_CACHE"):
