@@ -143,4 +143,8 @@ def test_down_removes_what_up_wrote_for_the_stack_folders(kit):
 
     plan = build_plan(settings, "cpu", [])
     Launcher(settings, Engine(), None).down(plan, volumes=False, keep_models=False)
-    assert list(env_dir.iterdir()) == []
+    # the folder goes with its files once empty; no stack folder keeps a link into it
+    assert not env_dir.exists()
+    assert not any(
+        (kit / stack / ".env").is_symlink() for stack in ("01-infra", "02-compute", "03-agents")
+    )
