@@ -114,9 +114,11 @@ def test_whisper_api_ps_loads_and_unloads_as_misc_py(standins):
 
 
 def test_whisper_transcription_loads_the_model_until_its_ttl(standins):
+    """model_manager.py SelfDisposingModel._decrement_ref: ttl > 0 unloads on a timer, 0
+    at once, -1 never (the kit's WHISPER_TTL default: the brain decides residency)."""
     form = {"model": "Systran/faster-whisper-tiny"}
     files = {"file": ("clip.wav", wav_bytes(0.5), "audio/wav")}
-    for ttl, listed in (("300", [form["model"]]), ("0", [])):
+    for ttl, listed in (("300", [form["model"]]), ("0", []), ("-1", [form["model"]])):
         server = standins("whisper", env={"STANDIN_MODEL_BYTES": "4096", "WHISPER__TTL": ttl})
         requests.post(f"{server.url}/v1/models/{form['model']}", timeout=10).raise_for_status()
         url = f"{server.url}/v1/audio/transcriptions"

@@ -41,17 +41,29 @@ def ollama_envs(plan) -> dict[str, dict[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("profile", ["cpu", "gpu-nvidia", "gpu-amd"])
-def test_every_ollama_service_has_the_same_ollama_settings(launcher_kit: Path, profile):
+@pytest.mark.parametrize(
+    ("profile", "brain_gpus", "ollamas"),
+    [
+        ("cpu", "", {"ollama-cpu"}),
+        ("gpu-nvidia", "", {"ollama-gpu-nvidia", "ollama-gpu0", "ollama-gpu1", "ollama-gpu2"}),
+        # the brain's GPU group (AIRIG_BRAIN_GPUS) runs one more Ollama over its GPUs
+        ("gpu-nvidia", "0,2", {"ollama-gpu-nvidia", "ollama-gpu1", "ollama-brain"}),
+        ("gpu-amd", "", {"ollama-gpu-amd", "ollama-gpu0", "ollama-gpu1", "ollama-gpu2"}),
+    ],
+)
+def test_every_ollama_service_has_the_same_ollama_settings(
+    launcher_kit: Path, monkeypatch, profile, brain_gpus, ollamas
+):
+    monkeypatch.setenv("AIRIG_BRAIN_GPUS", brain_gpus)
     gpus = [] if profile == "cpu" else GPUS
-    plan = build_plan(checkout_settings(), profile, gpus)
-    envs = ollama_envs(plan)
-    assert len(envs) == (1 if profile == "cpu" else 1 + len(GPUS)), envs
-    shared = next(env for name, env in envs.items() if name == f"ollama-{profile}")
+    envs = ollama_envs(build_plan(checkout_settings(), profile, gpus))
+    assert set(envs) == ollamas
+    shared = envs[f"ollama-{profile}"]
+    for name, env in envs.items():  # keys and values (the same ${KNOB:-default})
+        assert env == shared, name
+    # the knobs `tune` changes, and NOPRUNE: every Ollama shares the model store
     for key in ("OLLAMA_NUM_PARALLEL", "OLLAMA_GPU_OVERHEAD", "OLLAMA_NOPRUNE"):
         assert key in shared
-    for name, env in envs.items():
-        assert env == shared, name
 
 
 def test_tune_recreates_every_ollama_that_reads_the_knob_on_a_gpu_rig(launcher_kit: Path):

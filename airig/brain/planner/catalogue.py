@@ -27,6 +27,7 @@ import sqlite3
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from airig.brain import trust
 from airig.brain.settings import BrainSettings
 from airig.common.ollama_names import valid_ollama_name
 from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
@@ -134,9 +135,13 @@ def fill(
     draft = payload.get("mode") == "draft"
     # A draft's tasks start at depth 0 of their own plan; grown tasks one below this task.
     child_depth = 0 if draft else (task["depth"] or 0) + 1
+    # The row still says trusted while the claim is under way: a task whose templates
+    # read tainted output runs untrusted (the claim records it just after), and then the
+    # validator refuses shell in its answer, so shell is not offered to it either.
+    runs_trusted = bool(task["trusted"]) and not trust.tainted_sources(conn, task)
     catalogue: dict[str, Any] = {
         "types": type_catalogue(
-            allow_shell=bool(task["trusted"]), allow_plan=child_depth < settings.plan_max_depth
+            allow_shell=runs_trusted, allow_plan=child_depth < settings.plan_max_depth
         ),
         "models": models(conn, settings, now),
     }
