@@ -47,14 +47,15 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from airig.brain import leases, states  # noqa: E402
-from airig.brain.events import record  # noqa: E402
+from airig.brain import leases  # noqa: E402
 from airig.brain.plans.submit import insert_plan  # noqa: E402
 from airig.brain.plans.validate import Limits, validate_plan  # noqa: E402
-from airig.brain.results import task_dir  # noqa: E402
-from airig.brain.scheduling import WorkerView  # noqa: E402
+from airig.brain.scheduling.workers import WorkerView  # noqa: E402
 from airig.brain.service import Brain  # noqa: E402
 from airig.brain.settings import BrainSettings  # noqa: E402
+from airig.brain.store import states  # noqa: E402
+from airig.brain.store.events import record  # noqa: E402
+from airig.brain.store.results import task_dir  # noqa: E402
 from airig.common.protocol import CompleteRequest, FailRequest, LeaseRef  # noqa: E402
 
 DAY_S = 86_400.0

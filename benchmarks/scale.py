@@ -29,10 +29,10 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 import requests  # noqa: E402
 from procs import BOOTSTRAP, Brain, rss_mb  # noqa: E402
 
-from airig.brain.db import Database  # noqa: E402
-from airig.brain.events import Outbox  # noqa: E402
 from airig.brain.plans.models import PlanSpec, TaskSpec  # noqa: E402
 from airig.brain.plans.submit import insert_plan  # noqa: E402
+from airig.brain.store.db import Database  # noqa: E402
+from airig.brain.store.events import Outbox  # noqa: E402
 
 MODELS = ["qwen2.5:7b", "llama3.1:8b", "nomic-embed-text", None]
 

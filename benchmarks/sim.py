@@ -31,7 +31,7 @@ from sim_bound import lower_bound  # noqa: E402
 from sim_engine import ModelSpec, SimGpu, SimTask, Simulation  # noqa: E402
 from sim_policies import OrderedClaims, ResidencyClaims  # noqa: E402
 
-from airig.brain.residency import ResidencyPolicy  # noqa: E402
+from airig.brain.scheduling.residency import ResidencyPolicy  # noqa: E402
 
 LLM, WHISPER, EMBED = "qwen2.5:7b", "whisper-small.en", "all-mpnet-base-v2"
 # Seed rig: 6 GB cards; Qwen 7B with its KV cache does not fit beside Whisper, but a

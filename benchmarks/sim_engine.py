@@ -2,7 +2,7 @@
 
 Simulated clock, simulated GPUs (VRAM, resident models), model load costs and task
 durations; the claim decision comes from a pluggable policy, so the real
-``airig.brain.residency.choose`` and the baselines run on identical inputs. A claim that
+``airig.brain.scheduling.residency.choose`` and the baselines run on identical inputs. A claim that
 needs a model first unloads the evicted models (``UNLOAD_S`` each), then loads, then
 runs: the GPU is busy for all of it, as a real worker running the swap protocol is.
 Idle workers re-poll every ``POLL_S`` while work is READY, like the brain's long-poll.

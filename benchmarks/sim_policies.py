@@ -1,6 +1,6 @@
 """The claim policies the makespan benchmark compares.
 
-``ResidencyClaims`` adapts the brain's real policy (``airig.brain.residency.choose``) and
+``ResidencyClaims`` adapts the brain's real policy (``airig.brain.scheduling.residency.choose``) and
 feeds it the simulated measurements, exactly as the brain feeds it workers' reports.
 The baselines: FIFO (oldest READY task, load whatever it needs, evict least recently
 loaded) and strict priority (highest priority, then FIFO; no aging, no max-wait).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sim_engine import ModelSpec, Pick, SimGpu, SimTask
 
-from airig.brain.residency import (
+from airig.brain.scheduling.residency import (
     Costs,
     ReadyTask,
     ResidencyPolicy,

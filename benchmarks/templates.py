@@ -21,7 +21,7 @@ claims carried, and where the readers ended.
 
 Each scenario runs twice, in the same run: against this checkout and against the code
 before the bound (``--before``, default: the parent of the commit that added
-``MAX_CLAIM_BYTES`` to ``airig/brain/results.py``, or ``HEAD`` while it is uncommitted),
+``MAX_CLAIM_BYTES`` to ``airig/brain/store/results.py``, or ``HEAD`` while it is uncommitted),
 extracted with ``git archive`` into a temporary tree. Repeats 15 is the issue's attack
 (15 MB per reader: over the per-task bound); 4 renders 4 MB per reader, just under
 ``BRAIN_MAX_RENDERED_BYTES`` (4 MiB), so the claims themselves carry it; with
@@ -65,7 +65,8 @@ def peak_mb(pid: int) -> float:
 def before_ref() -> str:
     """The parent of the commit that bounded claims, or HEAD while it is uncommitted."""
     found = subprocess.run(
-        ["git", "log", "--format=%H", "-S", "MAX_CLAIM_BYTES", "--", "airig/brain/results.py"],
+        ["git", "log", "--format=%H", "-S", "MAX_CLAIM_BYTES", "--",
+         "airig/brain/store/results.py", "airig/brain/results.py"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     return f"{found[-1]}^" if found else "HEAD"

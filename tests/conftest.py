@@ -143,7 +143,7 @@ def brain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brain_calls) -> Itera
     from fastapi.testclient import TestClient
     from unit.brain_helpers import make_settings
 
-    from airig.brain.app import create_app
+    from airig.brain.api.app import create_app
 
     settings = make_settings(tmp_path / "brain", BRAIN_CLAIM_WAIT_S=0)
     with TestClient(create_app(settings)) as client:

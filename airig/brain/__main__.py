@@ -35,7 +35,7 @@ def check(settings: BrainSettings) -> int:
 def serve(settings: BrainSettings) -> int:
     import uvicorn
 
-    from airig.brain.app import create_app, served
+    from airig.brain.api.app import create_app, served
     from airig.brain.inflight import return_large_frees
     from airig.brain.service import Brain
 

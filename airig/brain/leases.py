@@ -12,21 +12,24 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from airig.brain import results, shell_inputs, states, trust
 from airig.brain.escalation import criteria
-from airig.brain.events import Outbox
-from airig.brain.inflight import Hold
-from airig.brain.placement import Placement
 from airig.brain.planner import catalogue
 from airig.brain.planner import hook as planner_hook
-from airig.brain.residency import Decision
-from airig.brain.retry import INFRA, TASK, RetryPolicy
-from airig.brain.scheduling import WorkerView
+from airig.brain.scheduling.placement import Placement
+from airig.brain.scheduling.residency import Decision
+from airig.brain.scheduling.workers import WorkerView
 from airig.brain.settings import BrainSettings
+from airig.brain.store import results, states, trust
+from airig.brain.store.events import Outbox
+from airig.brain.store.payloads import (
+    ClaimBudget,
+    OverClaimBudget,
+    refuse_oversized,
+    rendered_payload,
+)
+from airig.brain.store.retry import INFRA, TASK, RetryPolicy
 from airig.common.protocol import CompleteRequest, FailRequest, LeaseRef
 from airig.common.protocol import TaskState as S
 
@@ -56,118 +59,6 @@ def is_replay(task: sqlite3.Row, worker_id: str, ref: LeaseRef, report_hash: str
         and task["lease_id"] == ref.lease_id
         and task["result_hash"] == report_hash
     )
-
-
-class OverClaimBudget(Exception):
-    """The task's payload would not fit in what this claim may still carry."""
-
-
-@dataclass
-class ClaimBudget:
-    """Payload bytes one claim may still carry (``BRAIN_MAX_CLAIM_BYTES``). A task that
-    would pass it stays READY for the next claim, unless it is the claim's first.
-
-    ``hold``: the answer's share of what the whole brain may hold rendered at once
-    (``inflight.py``, ``BRAIN_MAX_INFLIGHT_BYTES``); a task the pool cannot take now
-    stays READY too, first or not. ``replay``: the leases exist already, so the payloads
-    are counted in the pool but never refused."""
-
-    left: int
-    taken: int = 0
-    hold: Hold | None = None
-    replay: bool = False
-
-    def take(self, size: int) -> None:
-        if self.replay:
-            if self.hold is not None:
-                self.hold.charge(size)
-            return
-        if self.taken and size > self.left:
-            raise OverClaimBudget(f"{size} bytes; {self.left} left in this claim")
-        if self.hold is not None and not self.hold.take(size):
-            raise OverClaimBudget(f"{size} bytes; the brain holds its in-flight maximum")
-        self.left -= size
-        self.taken += 1
-
-
-def _output_of(
-    conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings
-) -> Callable[[str], dict]:
-    def output_of(key: str) -> dict:
-        row = conn.execute(
-            "SELECT output_json, output_file FROM tasks WHERE plan_id = ? AND key = ?",
-            (task["plan_id"], key),
-        ).fetchone()
-        return results.load_output(settings.results_dir, row["output_json"], row["output_file"])
-
-    return output_of
-
-
-def _stored_bytes(
-    conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings
-) -> Callable[[str], int]:
-    def stored_bytes(key: str) -> int:
-        row = conn.execute(
-            """SELECT length(output_json) AS n, output_file FROM tasks
-               WHERE plan_id = ? AND key = ?""",
-            (task["plan_id"], key),
-        ).fetchone()
-        if row["n"] is not None:  # canonical JSON is ASCII: characters are bytes
-            return int(row["n"])
-        if not row["output_file"]:
-            return 0
-        return (settings.results_dir / row["output_file"]).stat().st_size
-
-    return stored_bytes
-
-
-def rendered_payload(
-    conn: sqlite3.Connection,
-    task: sqlite3.Row,
-    settings: BrainSettings,
-    budget: ClaimBudget | None = None,
-) -> dict[str, Any]:
-    """The task's payload with upstream results templated in. KeyError (no such field),
-    OSError (result file gone) or ValueError (``results.RenderTooLarge``) when it cannot
-    be: ``claim`` fails the task for good, since no retry renders it differently. With a
-    ``budget``, the payload's size is charged to it before anything is built
-    (``OverClaimBudget`` when it does not fit)."""
-    payload = json.loads(task["payload_json"])
-    uses = results.template_uses(payload)
-    limit = settings.max_rendered_bytes
-    texts, added = results.fill_texts(uses, _output_of(conn, task, settings), limit)
-    if budget is not None:
-        budget.take(len(task["payload_json"]) + added)
-    if not texts:
-        return payload
-    if task["type"] == "shell":  # upstream values reach a command only as variables
-        return shell_inputs.substitute(payload, texts)
-    return results.substitute(payload, texts)
-
-
-def refuse_oversized(
-    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, now: float,
-    settings: BrainSettings,
-) -> None:  # fmt: skip
-    """Fail a task that just became READY if its templates would add more than
-    ``BRAIN_MAX_RENDERED_BYTES``: its upstream results exist now, so its size is known,
-    and it fails here with the sizes in its error rather than when a worker claims it.
-    The upstream sizes on record decide most tasks without loading anything; only a task
-    they do not clear has its texts measured. A template that cannot be filled at all (no
-    such field, result file gone) is left to the claim, which fails it with that reason."""
-    uses = results.template_uses(json.loads(task["payload_json"]))
-    if not uses:
-        return
-    limit = settings.max_rendered_bytes
-    try:
-        if results.upper_bound(uses, _stored_bytes(conn, task, settings)) <= limit:
-            return
-        results.fill_texts(uses, _output_of(conn, task, settings), limit)
-    except results.RenderTooLarge as exc:
-        states.fail_terminal(conn, outbox, task, now, "template_error", str(exc),
-                             "payload template")  # fmt: skip
-    except (KeyError, OSError, ValueError):
-        return
 
 
 # Tasks failed for a broken payload template within one claim before giving up on it.

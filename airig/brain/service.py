@@ -13,18 +13,20 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from airig.brain import alerts, candidates, probes, reaper, retention
-from airig.brain.db import Database
 from airig.brain.escalation import ledger as escalation_ledger
 from airig.brain.escalation.sender import Sender
-from airig.brain.events import EventLog, Outbox
-from airig.brain.groupcommit import GroupCommit
 from airig.brain.inflight import InFlight
-from airig.brain.metrics import BrainMetrics
-from airig.brain.notify import Notifier, parse_urls
-from airig.brain.placement import Placement
-from airig.brain.retry import RetryPolicy
+from airig.brain.ops import alerts, probes
+from airig.brain.ops.metrics import BrainMetrics
+from airig.brain.ops.notify import Notifier, parse_urls
+from airig.brain.scheduling import candidates, reaper
+from airig.brain.scheduling.placement import Placement
 from airig.brain.settings import BrainSettings
+from airig.brain.store import retention
+from airig.brain.store.db import Database
+from airig.brain.store.events import EventLog, Outbox
+from airig.brain.store.groupcommit import GroupCommit
+from airig.brain.store.retry import RetryPolicy
 from airig.common.errors import ConfigError
 
 T = TypeVar("T")

@@ -46,7 +46,7 @@ class BrainSettings(BaseSettings):
 
     aging_step_s: float = Field(60.0, alias="BRAIN_AGING_STEP_S", gt=0)
     aging_cap: float = Field(5.0, alias="BRAIN_AGING_CAP", ge=0)
-    # Residency-aware scheduling (airig/brain/residency.py) and the thermal guard.
+    # Residency-aware scheduling (airig/brain/scheduling/residency.py) and the thermal guard.
     max_wait_s: float = Field(
         900.0, validation_alias=AliasChoices("AIRIG_MAX_WAIT_S", "BRAIN_MAX_WAIT_S"), gt=0
     )
@@ -54,14 +54,14 @@ class BrainSettings(BaseSettings):
     thermal_limit_c: float = Field(83.0, alias="AIRIG_THERMAL_LIMIT_C", gt=0)
     thermal_hysteresis_c: float = Field(5.0, alias="AIRIG_THERMAL_HYSTERESIS_C", ge=0)
 
-    # Alerts (airig/brain/alerts.py): thresholds, and where to deliver them (Apprise URLs
+    # Alerts (airig/brain/ops/alerts.py): thresholds, and where to deliver them (Apprise URLs
     # separated by spaces or commas; empty = events and metrics only).
     alert_urls: str = Field("", alias="AIRIG_ALERT_URLS")
     alert_queue_depth: int = Field(100, alias="AIRIG_ALERT_QUEUE_DEPTH", ge=0)
     alert_gpu_temp_c: float = Field(85.0, alias="AIRIG_ALERT_GPU_TEMP_C", gt=0)
     alert_failures: int = Field(5, alias="AIRIG_ALERT_FAILURES", gt=0)
     alert_failure_window_s: float = Field(600.0, alias="AIRIG_ALERT_FAILURE_WINDOW_S", gt=0)
-    # Compute services the brain probes over ai-network (airig/brain/probes.py), as
+    # Compute services the brain probes over ai-network (airig/brain/ops/probes.py), as
     # NAME=URL pairs; empty = none. AIRIG_GPU_SERVICES: the ones `up` put on a GPU
     # (.airig/host.env), whose answers must not say CPU.
     probe_services: str = Field("", alias="BRAIN_PROBE_SERVICES")
@@ -105,7 +105,7 @@ class BrainSettings(BaseSettings):
     # The local model's context window, for "too long to run locally" (chars / 4 estimate).
     local_context_tokens: int = Field(8192, alias="AIRIG_LOCAL_CONTEXT_TOKENS", ge=256)
 
-    # Retention (airig/brain/retention.py): finished plans, their events and result files
+    # Retention (airig/brain/store/retention.py): finished plans, their events and result files
     # are deleted this many days after their last task ended (0 = keep forever), by a pass
     # every BRAIN_RETENTION_INTERVAL_S; the event and training-sample logs rotate past
     # AIRIG_LOG_MAX_MB (0 = never), AIRIG_LOG_KEEP rotated files kept, none past retention.
@@ -120,7 +120,7 @@ class BrainSettings(BaseSettings):
     result_inline_bytes: int = Field(65_536, alias="BRAIN_RESULT_INLINE_BYTES", ge=0)
     max_file_bytes: int = Field(268_435_456, alias="BRAIN_MAX_FILE_BYTES", gt=0)
     # Bytes templates may add to one payload when upstream results are filled in; a task
-    # over it fails when it becomes READY (airig/brain/results.py).
+    # over it fails when it becomes READY (airig/brain/store/results.py).
     max_rendered_bytes: int = Field(4 * 1024 * 1024, alias="BRAIN_MAX_RENDERED_BYTES", gt=0)
     # Payload bytes one claim may carry: prefetched tasks stop being added before the
     # total would pass it (the first task always goes).

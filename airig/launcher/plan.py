@@ -108,7 +108,7 @@ def build_plan(
     else:
         images_env = images.env
     # The compute services `up` put on a GPU: the brain's probes alert when one of them
-    # answers that it runs on the CPU (airig/brain/probes.py).
+    # answers that it runs on the CPU (airig/brain/ops/probes.py).
     on_gpu = (
         []
         if images is None or profile == "cpu"

@@ -202,7 +202,7 @@ class Settings(BaseSettings):
         "per GPU.",
         problem="is not a list of GPU indexes", fix="write it like 0,3 (see `detect`)",
     )  # fmt: skip
-    # Retention (airig/brain/retention.py); `plans --prune` without --older-than uses it.
+    # Retention (airig/brain/store/retention.py); `plans --prune` without --older-than uses it.
     retention_days: int = knob(
         30, "AIRIG_RETENTION_DAYS", "03-agents",
         "Days the brain keeps finished plans, their events and result files; 0 = forever.",

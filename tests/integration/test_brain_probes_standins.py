@@ -6,7 +6,7 @@ from __future__ import annotations
 import requests
 from standins import conftest_helpers as helpers
 
-from airig.brain.probes import ServiceProbes, Target
+from airig.brain.ops.probes import ServiceProbes, Target
 
 standins = helpers.standins  # the factory fixture, used by name below
 

@@ -8,7 +8,7 @@ from typing import Any
 from airig.brain import leases
 from airig.brain.plans.submit import insert_plan
 from airig.brain.plans.validate import Limits, validate_plan
-from airig.brain.scheduling import WorkerView
+from airig.brain.scheduling.workers import WorkerView
 from airig.brain.service import Brain
 from airig.brain.settings import BrainSettings
 from airig.common.protocol import CompleteRequest, FailRequest, LeaseRef

@@ -1,4 +1,4 @@
-"""Alerts fire once and clear once per kind, on an injected clock (airig/brain/alerts.py)."""
+"""Alerts fire once and clear once per kind, on an injected clock (airig/brain/ops/alerts.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import generate_latest
 from support import wait_until
 
-from airig.brain.alerts import Notice
-from airig.brain.notify import Notifier, parse_urls
+from airig.brain.ops.alerts import Notice
+from airig.brain.ops.notify import Notifier, parse_urls
 
 T0 = 1000.0
 
@@ -133,7 +133,7 @@ def test_alert_state_survives_a_restart(tmp_path):
 def test_alert_events_show_on_the_dashboard_feed(tmp_path):
     from fastapi.testclient import TestClient
 
-    from airig.brain.app import create_app
+    from airig.brain.api.app import create_app
 
     settings = h.make_settings(tmp_path, BRAIN_REAPER_INTERVAL_S=3600)
     with TestClient(create_app(settings)) as client:
@@ -209,7 +209,7 @@ def test_every_alert_kind_has_a_prometheus_rule():
 
     import yaml
 
-    from airig.brain.alerts import KINDS
+    from airig.brain.ops.alerts import KINDS
 
     rules = yaml.safe_load(
         (Path(__file__).parents[2] / "03-agents/prometheus/alerts.yml").read_text()
@@ -224,8 +224,8 @@ def test_a_notice_quotes_outside_text_safely_for_every_receivers_markup(monkeypa
     Markdown link; one hot heartbeat put that into the delivered title (issue 23 §5)."""
     import apprise
 
-    from airig.brain.alerts import Notice
-    from airig.brain.notify import apprise_sender
+    from airig.brain.ops.alerts import Notice
+    from airig.brain.ops.notify import apprise_sender
 
     sent: list[dict] = []
     monkeypatch.setattr(apprise.Apprise, "notify", lambda self, **kw: sent.append(kw) or True)

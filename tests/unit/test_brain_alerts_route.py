@@ -7,8 +7,8 @@ import brain_helpers as h
 import requests
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app
-from airig.brain.probes import ServiceProbes, Target
+from airig.brain.api.app import create_app
+from airig.brain.ops.probes import ServiceProbes, Target
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 

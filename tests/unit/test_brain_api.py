@@ -8,7 +8,7 @@ import brain_helpers as h
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app
+from airig.brain.api.app import create_app
 from airig.common.errors import ConfigError
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}

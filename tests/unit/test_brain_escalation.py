@@ -419,7 +419,7 @@ def test_a_cancelled_task_is_not_sent(tmp_path):
     brain = h.make_brain(tmp_path, **ON)
     plan = h.submit(brain, [h.noop("a", escalate="always")])
     h.claim(brain, 1000)
-    from airig.brain import states
+    from airig.brain.store import states
 
     brain.write(lambda c, o, now: states.cancel_plan(c, o, plan, now))
     client = Recorder()
@@ -442,7 +442,7 @@ def test_the_brain_gets_no_provider_key_from_compose():
 def test_the_escalations_route_shows_spend_and_waiting_tasks(tmp_path):
     from fastapi.testclient import TestClient
 
-    from airig.brain.app import create_app
+    from airig.brain.api.app import create_app
     from airig.launcher.cli.escalations import calls_table, summary
 
     settings = h.make_settings(

@@ -6,8 +6,8 @@ import brain_helpers as h
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app
-from airig.brain.fastpath import ExchangeFastPath
+from airig.brain.api.app import create_app
+from airig.brain.api.fastpath import ExchangeFastPath
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}

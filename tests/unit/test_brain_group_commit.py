@@ -1,4 +1,4 @@
-"""Group commit (airig/brain/groupcommit.py): writes that share a commit still behave as
+"""Group commit (airig/brain/store/groupcommit.py): writes that share a commit still behave as
 if each had its own transaction."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from airig.brain.groupcommit import GroupCommit, Pending
+from airig.brain.store.groupcommit import GroupCommit, Pending
 from tests.unit.brain_helpers import make_brain
 
 

@@ -16,8 +16,8 @@ import brain_helpers as h
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app, served
-from airig.brain.fastpath import ExchangeFastPath
+from airig.brain.api.app import create_app, served
+from airig.brain.api.fastpath import ExchangeFastPath
 from airig.common.protocol import ErrorBody, PlanErrorBody
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}

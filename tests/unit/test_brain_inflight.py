@@ -18,11 +18,13 @@ import brain_helpers as h
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain import exchange, leases
-from airig.brain.app import create_app
-from airig.brain.fastpath import ExchangeFastPath
+from airig.brain import leases
+from airig.brain.api import exchange
+from airig.brain.api.app import create_app
+from airig.brain.api.fastpath import ExchangeFastPath
 from airig.brain.inflight import InFlight, return_large_frees
-from airig.brain.scheduling import WorkerView
+from airig.brain.scheduling.workers import WorkerView
+from airig.brain.store import payloads
 from airig.common.protocol import ClaimRequest
 from airig.common.protocol import TaskState as S
 
@@ -197,7 +199,7 @@ def test_a_claim_the_pool_refuses_leaves_its_task_ready(tmp_path):
     view = WorkerView(("cpu",), frozenset())
     with brain.inflight.hold() as full, brain.inflight.hold() as hold:
         assert full.take(100_000)
-        budget = leases.ClaimBudget(brain.settings.max_claim_bytes, hold=hold)
+        budget = payloads.ClaimBudget(brain.settings.max_claim_bytes, hold=hold)
         settings, placement = brain.settings, brain.scheduling
         found = brain.write(lambda conn, outbox, now: leases.claim(
             conn, outbox, "w1", view, T0, settings, placement, budget=budget))  # fmt: skip

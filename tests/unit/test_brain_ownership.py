@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app
+from airig.brain.api.app import create_app
 from tests.unit import brain_helpers as h
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}

@@ -8,8 +8,8 @@ import brain_helpers as h
 import pytest
 import requests
 
-from airig.brain import probes as probes_module
-from airig.brain.probes import ServiceProbes, Target, parse_targets
+from airig.brain.ops import probes as probes_module
+from airig.brain.ops.probes import ServiceProbes, Target, parse_targets
 from airig.brain.service import Brain
 from airig.common.errors import ConfigError
 

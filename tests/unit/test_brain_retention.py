@@ -1,4 +1,4 @@
-"""Retention (airig/brain/retention.py): what a pass deletes, what it never touches, how
+"""Retention (airig/brain/store/retention.py): what a pass deletes, what it never touches, how
 small its transactions are; log rotation; the prune route, /v1/store and the gauges."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import brain_helpers as h
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain import retention
-from airig.brain.app import create_app
-from airig.brain.events import EventLog, Outbox, record, rotate, rotated_files
-from airig.brain.results import task_dir
+from airig.brain.api.app import create_app
+from airig.brain.store import retention
+from airig.brain.store.events import EventLog, Outbox, record, rotate, rotated_files
+from airig.brain.store.results import task_dir
 
 DAY = 86_400.0
 T0 = 1_000_000.0

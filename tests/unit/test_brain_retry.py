@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from airig.brain.retry import INFRA, TASK, RetryPolicy
+from airig.brain.store.retry import INFRA, TASK, RetryPolicy
 
 POLICY = RetryPolicy(initial_s=2, multiplier=2, cap_s=300, infra_budget=3)
 

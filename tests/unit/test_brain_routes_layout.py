@@ -1,4 +1,4 @@
-"""The brain's route files share what they need through ``airig/brain/deps.py`` (house
+"""The brain's route files share what they need through ``airig/brain/api/deps.py`` (house
 style): no route file imports another one."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROUTES = Path(__file__).resolve().parents[2] / "airig" / "brain" / "routes"
+ROUTES = Path(__file__).resolve().parents[2] / "airig" / "brain" / "api" / "routes"
 
 
 def imported(path: Path) -> set[str]:
@@ -16,8 +16,8 @@ def imported(path: Path) -> set[str]:
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:  # relative to airig.brain.routes (level 1), airig.brain (2)
-                anchor = "airig.brain.routes".rsplit(".", node.level - 1)[0]
+            if node.level:  # relative to airig.brain.api.routes (level 1), airig.brain (2)
+                anchor = "airig.brain.api.routes".rsplit(".", node.level - 1)[0]
                 base = f"{anchor}.{base}" if base else anchor
             names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
     return names
@@ -25,7 +25,7 @@ def imported(path: Path) -> set[str]:
 
 def test_no_route_file_imports_another():
     files = sorted(ROUTES.glob("*.py"))
-    routes = {f"airig.brain.routes.{p.stem}" for p in files if p.stem != "__init__"}
+    routes = {f"airig.brain.api.routes.{p.stem}" for p in files if p.stem != "__init__"}
     assert len(routes) >= 5
     crossing = {p.name: sorted(imported(p) & routes) for p in files}
     assert {name: found for name, found in crossing.items() if found} == {}

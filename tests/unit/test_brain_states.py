@@ -5,8 +5,9 @@ from __future__ import annotations
 import brain_helpers as h
 import pytest
 
-from airig.brain import reaper, states
 from airig.brain.leases import StaleLease
+from airig.brain.scheduling import reaper
+from airig.brain.store import states
 from airig.common.protocol import LeaseRef
 
 T0 = 1000.0

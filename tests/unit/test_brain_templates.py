@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airig.brain import results
-from airig.brain.app import create_app
-from airig.brain.fastpath import ExchangeFastPath
+from airig.brain.api.app import create_app
+from airig.brain.api.fastpath import ExchangeFastPath
+from airig.brain.store import results
 from airig.common.protocol import TaskState as S
 
 T0 = 1000.0

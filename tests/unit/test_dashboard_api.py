@@ -14,8 +14,8 @@ import brain_helpers as h
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app
-from airig.brain.routes import dashboard as routes_dashboard
+from airig.brain.api.app import create_app
+from airig.brain.api.routes import dashboard as routes_dashboard
 from airig.provision.cache import VerifyCache
 from airig.services import gate
 
@@ -218,7 +218,7 @@ def test_event_queries_use_an_index(client, plan):
 def test_every_poll_of_counts_reads_an_index_only(client, two_plans):
     """The queue view and the plans list run on every dashboard poll: with 100k tasks a
     scan of the task rows cost hundreds of ms (benchmarks/dashboard.py)."""
-    from airig.brain.routes.plans import plan_view
+    from airig.brain.api.routes.plans import plan_view
 
     plan = two_plans[0]
     with brain_of(client).db.read() as conn:

@@ -32,7 +32,7 @@ def test_a_payload_path_past_each_limit_is_a_validation_error():
 def test_the_goal_route_answers_422_for_every_path_length_limit(tmp_path):
     from fastapi.testclient import TestClient
 
-    from airig.brain.app import create_app
+    from airig.brain.api.app import create_app
     from tests.unit.brain_helpers import make_settings
 
     (tmp_path / "data").mkdir()

@@ -12,8 +12,10 @@ import json
 import brain_helpers as h
 import pytest
 
-from airig.brain import leases, reaper, states
+from airig.brain import leases
 from airig.brain.leases import StaleLease
+from airig.brain.scheduling import reaper
+from airig.brain.store import payloads, states
 from airig.common.protocol import CompleteRequest, FailRequest
 
 T0 = 1000.0
@@ -396,12 +398,12 @@ def test_a_claim_gives_up_after_twenty_broken_templates(brain):
 
 
 def test_a_claim_carries_payloads_up_to_exactly_its_byte_budget():
-    budget = leases.ClaimBudget(100)
+    budget = payloads.ClaimBudget(100)
     budget.take(60)
     budget.take(40)  # fills what is left exactly: still carried
-    with pytest.raises(leases.OverClaimBudget):
+    with pytest.raises(payloads.OverClaimBudget):
         budget.take(1)
-    leases.ClaimBudget(10).take(500)  # a claim's first task goes, however large
+    payloads.ClaimBudget(10).take(500)  # a claim's first task goes, however large
 
 
 def test_a_lease_carries_a_fresh_id_the_claim_worker_and_no_old_result(brain):

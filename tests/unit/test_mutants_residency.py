@@ -1,8 +1,8 @@
 """The residency policy's choices at their edges, and the READY candidates it is fed.
 
 Written against the mutants that survived ``benchmarks/mutation/run.sh`` in
-``airig/brain/residency.py`` and ``airig/brain/candidates.py``: each test states a
-decision (which task, why, what to load or evict) that some mutant changed unnoticed.
+``airig/brain/scheduling/residency.py`` and ``airig/brain/scheduling/candidates.py``: each
+test states a decision (which task, why, what to load or evict) that some mutant changed unnoticed.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import brain_helpers as h
 import pytest
 
-from airig.brain import candidates
-from airig.brain.model_costs import ReloadCostModel, RunTimeModel
-from airig.brain.residency import (
+from airig.brain.scheduling import candidates
+from airig.brain.scheduling.costs import ReloadCostModel, RunTimeModel
+from airig.brain.scheduling.residency import (
     Costs,
     Decision,
     ReadyTask,

@@ -14,12 +14,12 @@ import yaml
 from fastapi.testclient import TestClient
 from yaml.scanner import ScannerError
 
-from airig.brain import results
-from airig.brain.app import create_app
+from airig.brain.api.app import create_app
 from airig.brain.plans import readers
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError, parse_plan
 from airig.brain.plans.validate import MAX_REPORTED_ERRORS, Limits, PlanInvalid
+from airig.brain.store import results
 from airig.common.protocol import PlanErrorBody
 from airig.common.protocol import TaskState as S
 

@@ -8,7 +8,7 @@ import brain_helpers as h
 import pytest
 
 from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
-from airig.brain.shell_inputs import substitute
+from airig.brain.store.shell_inputs import substitute
 from airig.executors.base import run_task
 from airig.executors.context import TaskError
 from airig.executors.shell import MAX_VARIABLE_BYTES

@@ -202,7 +202,7 @@ def test_a_non_list_answer_is_refused_by_the_brain_too(brain):
 def test_the_goal_routes(tmp_path):
     from fastapi.testclient import TestClient
 
-    from airig.brain.app import create_app
+    from airig.brain.api.app import create_app
     from tests.unit.brain_helpers import make_settings
 
     (tmp_path / "data" / "talks").mkdir(parents=True)

@@ -11,10 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airig.brain import leases
-from airig.brain.app import create_app
+from airig.brain.api.app import create_app
 from airig.brain.planner import goals
 from airig.brain.plans.validate import PlanInvalid
-from airig.brain.scheduling import WorkerView
+from airig.brain.scheduling.workers import WorkerView
 from airig.common.spotlight import UNTRUSTED_OPEN
 from airig.common.task_schemas import PlanPayload
 from airig.executors.plan import build_messages

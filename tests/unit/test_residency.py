@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airig.brain.model_costs import ReloadCostModel, RunTimeModel, guess_load_s
-from airig.brain.residency import (
+from airig.brain.scheduling.costs import ReloadCostModel, RunTimeModel, guess_load_s
+from airig.brain.scheduling.residency import (
     Costs,
     ReadyTask,
     ResidencyPolicy,
@@ -13,7 +13,7 @@ from airig.brain.residency import (
     WorkerState,
     choose,
 )
-from airig.brain.thermal import ThermalGuard
+from airig.brain.scheduling.thermal import ThermalGuard
 
 NOW = 100_000.0
 LLM, WHISPER, EMBED = "qwen2.5:7b", "whisper-small.en", "all-mpnet-base-v2"

@@ -8,8 +8,8 @@ import brain_helpers as h
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app
-from airig.brain.db import Database
+from airig.brain.api.app import create_app
+from airig.brain.store.db import Database
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
@@ -89,7 +89,7 @@ def test_the_token_list_never_shows_a_token_or_its_hash(client):
         assert set(t) == {"id", "scope", "name", "created_at", "revoked", "revoked_at", "trust"}
         assert not t["revoked"]
         assert t["trust"] == ("untrusted" if t["scope"] == "join" else None)
-    from airig.brain.auth import hash_token
+    from airig.brain.api.auth import hash_token
 
     for secret in (made["token"], submit["token"]):
         assert secret not in answer.text and hash_token(secret) not in answer.text
@@ -190,7 +190,7 @@ CREATE TABLE tokens (token_hash TEXT PRIMARY KEY, scope TEXT NOT NULL, name TEXT
 
 
 def test_a_database_from_before_rigs_keeps_its_tokens_and_workers(tmp_path):
-    from airig.brain.auth import hash_token, identify_token
+    from airig.brain.api.auth import hash_token, identify_token
 
     path = tmp_path / "state" / "brain.db"
     path.parent.mkdir()

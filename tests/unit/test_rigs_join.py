@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from rich.console import Console
 from support import one_error, run_cli
 
-from airig.brain.app import create_app
+from airig.brain.api.app import create_app
 from airig.common.errors import ConfigError
 from airig.launcher.docker import Docker, ServiceState
 from airig.launcher.envfile import read_env, set_values

@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from support import one_error, run_cli
 
-from airig.brain.app import create_app
-from airig.brain.db import Database
-from airig.brain.fastpath import ExchangeFastPath
+from airig.brain.api.app import create_app
+from airig.brain.api.fastpath import ExchangeFastPath
+from airig.brain.store.db import Database
 from airig.common.protocol import Assignment
 from airig.common.task_schemas import LlmPayload
 from airig.executors.base import run_task

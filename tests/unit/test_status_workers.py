@@ -8,7 +8,7 @@ import brain_helpers as h
 from fastapi.testclient import TestClient
 from rich.console import Console
 
-from airig.brain.app import create_app
+from airig.brain.api.app import create_app
 from airig.launcher.status import workers_table
 
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}

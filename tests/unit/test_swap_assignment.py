@@ -9,8 +9,8 @@ import brain_helpers as h
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app
-from airig.brain.residency import Decision, ReadyTask, swap_fields
+from airig.brain.api.app import create_app
+from airig.brain.scheduling.residency import Decision, ReadyTask, swap_fields
 from airig.common.protocol import Assignment
 from airig.executors.context import ExecResult, TaskError
 from airig.worker.settings import WorkerSettings

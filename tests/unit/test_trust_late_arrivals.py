@@ -9,10 +9,10 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app
+from airig.brain.api.app import create_app
+from airig.brain.api.fastpath import ExchangeFastPath
 from airig.brain.escalation.client import CallResult
 from airig.brain.escalation.sender import Sender
-from airig.brain.fastpath import ExchangeFastPath
 from airig.brain.planner.grow import add_subtasks
 from tests.unit import brain_helpers as h
 

@@ -8,8 +8,8 @@ import typing
 
 import pytest
 
-from airig.brain import states
-from airig.brain.residency import ReadyTask, ResidentModel, WorkerState, choose
+from airig.brain.scheduling.residency import ReadyTask, ResidentModel, WorkerState, choose
+from airig.brain.store import states
 from airig.common.task_schemas import PAYLOAD_SCHEMAS
 from airig.executors.base import EXECUTORS
 

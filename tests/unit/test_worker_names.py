@@ -11,7 +11,7 @@ import brain_helpers as h
 import pytest
 from fastapi.testclient import TestClient
 
-from airig.brain.app import create_app
+from airig.brain.api.app import create_app
 from airig.worker import naming
 from airig.worker.settings import WorkerSettings
 

@@ -25,11 +25,11 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from airig.brain import states
 from airig.brain.escalation import budget, ledger
-from airig.brain.events import Outbox
-from airig.brain.retry import TASK, RetryPolicy
 from airig.brain.settings import BrainSettings
+from airig.brain.store import states
+from airig.brain.store.events import Outbox
+from airig.brain.store.retry import TASK, RetryPolicy
 from airig.common.protocol import TaskState as S
 
 ESCALATE_AFTER_FAILURES = 2

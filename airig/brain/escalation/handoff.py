@@ -16,8 +16,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from airig.brain import results
 from airig.brain.escalation import criteria
+from airig.brain.store import results
 from airig.common.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
 
 # Bounds of what one handoff carries, so a huge upstream result cannot make a huge call.

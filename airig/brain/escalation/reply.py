@@ -16,10 +16,10 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from airig.brain import leases, results, states
-from airig.brain.events import Outbox
 from airig.brain.planner.grow import add_subtasks
 from airig.brain.settings import BrainSettings
+from airig.brain.store import payloads, results, states
+from airig.brain.store.events import Outbox
 from airig.common.jsonsafe import UnsafeJson, check_json_value
 from airig.common.protocol import TaskState as S
 
@@ -81,7 +81,7 @@ def _succeed(
         tainted_output=1,
     )  # fmt: skip
     for ready in states.release_dependents(conn, outbox, done, now):
-        leases.refuse_oversized(conn, outbox, ready, now, settings)
+        payloads.refuse_oversized(conn, outbox, ready, now, settings)
     return done
 
 

@@ -21,10 +21,10 @@ from typing import Any, Protocol
 import httpx
 import ollama
 
-from airig.brain import states
 from airig.brain.escalation import criteria, handoff
-from airig.brain.events import Outbox, record
 from airig.brain.settings import BrainSettings
+from airig.brain.store import states
+from airig.brain.store.events import Outbox, record
 from airig.common.protocol import TaskState as S
 from airig.common.spotlight import with_notice
 

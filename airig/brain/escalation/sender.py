@@ -22,13 +22,13 @@ from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from airig.brain import leases, states
 from airig.brain.escalation import budget, criteria, handoff, ledger, reply, review
 from airig.brain.escalation.client import CallResult, GatewayClient
-from airig.brain.events import Outbox, record
 from airig.brain.planner.grow import GrowthRefused
-from airig.brain.retry import RetryPolicy
 from airig.brain.settings import BrainSettings
+from airig.brain.store import payloads, states
+from airig.brain.store.events import Outbox, record
+from airig.brain.store.retry import RetryPolicy
 from airig.common.protocol import TaskState as S
 
 log = logging.getLogger("airig.brain.escalation")
@@ -112,7 +112,7 @@ class Sender(threading.Thread):
 
         def divert(conn: sqlite3.Connection, outbox: Outbox, now: float) -> list[str]:
             criteria.divert(
-                conn, outbox, now, settings, lambda t: leases.rendered_payload(conn, t, settings)
+                conn, outbox, now, settings, lambda t: payloads.rendered_payload(conn, t, settings)
             )
             return [row["id"] for row in ledger.due(conn, now)]
 

@@ -27,8 +27,8 @@ import sqlite3
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from airig.brain import trust
 from airig.brain.settings import BrainSettings
+from airig.brain.store import trust
 from airig.common.ollama_names import valid_ollama_name
 from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 

@@ -20,12 +20,12 @@ import sqlite3
 import uuid
 from typing import Any
 
-from airig.brain import states
-from airig.brain.events import Outbox
 from airig.brain.plans import submit
 from airig.brain.plans.models import PlanSpec
 from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
 from airig.brain.settings import BrainSettings
+from airig.brain.store import states
+from airig.brain.store.events import Outbox
 from airig.common.protocol import TaskState as S
 
 STATES = ("drafting", "awaiting_approval", "approved", "rejected", "failed")

@@ -23,10 +23,10 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, cast
 
-from airig.brain.events import Outbox, record
 from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
-from airig.brain.results import TEMPLATE, references
 from airig.brain.settings import BrainSettings
+from airig.brain.store.events import Outbox, record
+from airig.brain.store.results import TEMPLATE, references
 from airig.common.protocol import TaskState as S
 
 ORIGINS = ("plan", "external")

@@ -13,13 +13,13 @@ import json
 import sqlite3
 from typing import Any, cast
 
-from airig.brain import states
-from airig.brain.events import Outbox
 from airig.brain.planner import goals
 from airig.brain.planner.grow import add_subtasks
 from airig.brain.plans.validate import PlanInvalid
-from airig.brain.retry import TASK, RetryPolicy
 from airig.brain.settings import BrainSettings
+from airig.brain.store import states
+from airig.brain.store.events import Outbox
+from airig.brain.store.retry import TASK, RetryPolicy
 from airig.common.spotlight import contains_reserved_delimiter
 
 # Errors carried into the retry's payload (and its prompt): enough to fix a draft.

@@ -8,8 +8,8 @@ import sqlite3
 import uuid
 from typing import cast
 
-from airig.brain.events import Outbox, record
 from airig.brain.plans.models import PlanSpec
+from airig.brain.store.events import Outbox, record
 from airig.common.protocol import TaskState as S
 
 

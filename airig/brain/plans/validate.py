@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from airig.brain import results
 from airig.brain.plans.models import PlanSpec, TaskSpec
+from airig.brain.store import results
 from airig.common.protocol import TASK_CLASSES
 from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 

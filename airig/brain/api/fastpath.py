@@ -1,0 +1,110 @@
+"""``POST /v1/exchange`` served below FastAPI's routing and dependency layers.
+
+Every task a worker runs passes through this one route, and in the dispatch benchmark
+FastAPI's per-request machinery (middleware stack, dependency solving, a second
+serialisation pass) cost the brain more CPU than the transaction itself. This ASGI
+wrapper answers that route directly: same authentication (worker tokens only), same
+request model, same handler (``exchange.run_exchange``, in a worker thread because
+it commits and may long-poll), the same ``{"detail": ...}`` error shape. Every other
+path goes to the FastAPI app untouched; the FastAPI route stays for the OpenAPI schema.
+
+The payloads an answer carries are charged to the brain's in-flight bytes
+(``inflight.py``) from their render until the answer's JSON bytes are built (the rendered
+objects then go), and given back on every path. Not after the send: uvicorn waits for a
+connection's earlier answer to drain before it writes the next, so a worker pipelining
+claims it never reads would keep every other claim waiting. The answer then costs its
+bytes alone, one copy, written as fast as the worker reads.
+"""
+
+from __future__ import annotations
+
+import json
+
+import anyio.to_thread
+from fastapi import FastAPI, HTTPException
+from pydantic import TypeAdapter, ValidationError
+from starlette.types import Receive, Scope, Send
+
+from airig.brain.api.auth import bearer_from_scope, identify_token
+from airig.brain.api.exchange import run_exchange
+from airig.brain.api.guard import EXCHANGE_BODY
+from airig.brain.inflight import Hold
+from airig.brain.service import Brain
+from airig.common.protocol import ExchangeRequest, ExchangeResponse
+
+PATH = "/v1/exchange"
+MAX_BODY = EXCHANGE_BODY
+# JSON bytes straight from the model: model_dump_json's str, then its encoding, would be
+# two copies of every answer.
+ANSWER = TypeAdapter(ExchangeResponse)
+
+
+class ExchangeFastPath:
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app  # its state holds the brain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Only the exchange: the app's own RequestGuard covers every other route.
+        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        brain: Brain = self.app.state.brain
+        with brain.inflight.hold() as hold:  # given back on every path, before the send
+            status, body = await self._handle(scope, receive, hold)
+        await send({
+            "type": "http.response.start", "status": status,
+            "headers": [(b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())],
+        })  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    async def _handle(self, scope: Scope, receive: Receive, hold: Hold) -> tuple[int, bytes]:
+        state = self.app.state
+        token = bearer_from_scope(scope)
+        principal = identify_token(state.settings, state.db, token) if token else None
+        if principal is None:
+            return _error(401, "missing bearer token" if not token else "unknown token")
+        if principal.scope != "worker":
+            return _error(403, f"this token's scope ({principal.scope}) cannot do that")
+        raw = await _read_body(receive)
+        if raw is None:
+            return _error(413, f"request body over {MAX_BODY} bytes")
+        try:
+            request = ExchangeRequest.model_validate_json(raw)
+        except ValidationError as exc:
+            # Where and what only: the input may be undecodable bytes or NaN.
+            detail = [
+                {"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]}
+                for e in exc.errors(include_url=False, include_context=False, include_input=False)
+            ]
+            return 422, json.dumps({"detail": detail}).encode()
+        brain: Brain = state.brain
+        try:
+            answer = await anyio.to_thread.run_sync(
+                run_exchange, brain, principal.name, request, hold
+            )
+        except HTTPException as exc:
+            return _error(exc.status_code, str(exc.detail))
+        except Exception as exc:  # noqa: BLE001 - one JSON error shape, never a traceback
+            return _error(500, f"internal error: {type(exc).__name__}")
+        return 200, ANSWER.dump_json(answer)  # the rendered payloads go with ``answer``
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _error(status: int, detail: str) -> tuple[int, bytes]:
+    return status, json.dumps({"detail": detail}).encode()

@@ -1,0 +1,293 @@
+"""Submitter routes: plans, their tasks and results, cancellation."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi.responses import FileResponse, JSONResponse
+from pydantic import Field
+
+from airig.brain.api.auth import Principal, may_act_on, owner_of
+from airig.brain.api.deps import AdminDep, BrainDep, SubmitterDep
+from airig.brain.plans import submit
+from airig.brain.plans.load import load_plan
+from airig.brain.plans.parse import PlanSyntaxError
+from airig.brain.plans.validate import Limits, PlanInvalid
+from airig.brain.store import results, states
+from airig.brain.store.events import Outbox
+from airig.common.protocol import ErrorBody, Inbound, PlanErrorBody
+from airig.common.protocol import TaskState as S
+
+router = APIRouter(prefix="/v1", tags=["plans"])
+# What a route may answer besides its success, for the OpenAPI schema.
+Responses = dict[int | str, dict[str, Any]]
+
+
+def plan_status(counts: dict[str, int], cancelled: bool) -> str:
+    if any(state not in S.TERMINAL for state in counts):
+        return "running"
+    if cancelled:
+        return "cancelled"
+    return "succeeded" if set(counts) <= {S.SUCCEEDED} else "failed"
+
+
+def _task_view(row: sqlite3.Row, deps: list[str]) -> dict[str, Any]:
+    return {
+        "id": row["key"], "uid": row["id"], "name": row["name"], "type": row["type"],
+        "task_class": row["task_class"], "state": row["state"], "priority": row["priority"],
+        "attempt": row["attempt"], "worker_id": row["worker_id"], "model": row["model"],
+        "trusted": bool(row["trusted"]), "tainted_output": bool(row["tainted_output"]),
+        "depends_on": deps, "error": row["error"],
+        "origin": row["origin"], "depth": row["depth"],
+        "error_type": row["error_type"], "reason": row["reason"],
+        "started_at": row["started_at"], "finished_at": row["finished_at"],
+        "files": json.loads(row["files_json"]), "metrics": json.loads(row["metrics_json"]),
+    }  # fmt: skip
+
+
+def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> dict[str, Any]:
+    if with_tasks:
+        rows = conn.execute(
+            "SELECT * FROM tasks WHERE plan_id = ? ORDER BY id", (plan["id"],)
+        ).fetchall()
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row["state"]] = counts.get(row["state"], 0) + 1
+    else:
+        # The plans list (and every dashboard poll of it) needs counts only: one grouped
+        # read instead of every task row (100k rows for one big plan).
+        grouped = conn.execute(
+            "SELECT state, COUNT(*) AS n FROM tasks WHERE plan_id = ? GROUP BY state",
+            (plan["id"],),
+        ).fetchall()
+        counts = {row["state"]: row["n"] for row in grouped}
+    view = {
+        "id": plan["id"], "name": plan["name"], "created_at": plan["created_at"],
+        "status": plan_status(counts, bool(plan["cancelled"])), "counts": counts,
+        "fixes": json.loads(plan["fixes_json"]), "task_total": sum(counts.values()),
+    }  # fmt: skip
+    if with_tasks:
+        deps = conn.execute(
+            """SELECT d.task_id, u.key FROM deps d JOIN tasks u ON u.id = d.depends_on
+               WHERE u.plan_id = ?""",
+            (plan["id"],),
+        ).fetchall()
+        by_task: dict[int, list[str]] = {}
+        for dep in deps:
+            by_task.setdefault(dep["task_id"], []).append(dep["key"])
+        view["tasks"] = [_task_view(row, by_task.get(row["id"], [])) for row in rows]
+    return view
+
+
+def _load_plan(conn: sqlite3.Connection, plan_id: str, who: Principal) -> sqlite3.Row:
+    """The plan, when ``who`` may act on it; another submitter's plan is a 404 like a
+    missing one, so plan ids are not confirmed to those who do not own them."""
+    plan: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM plans WHERE id = ?", (plan_id,)
+    ).fetchone()
+    if plan is None or not may_act_on(who, plan["owner"]):
+        raise HTTPException(404, f"no plan {plan_id}")
+    return plan
+
+
+_PLAN_BODY = {
+    "required": True,
+    "description": "A plan: JSON, YAML or Markdown (by Content-Type, else sniffed). "
+    "See 03-agents/AGENTS.md for the fields.",
+    "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/PlanRequest"}},
+        "application/yaml": {"schema": {"type": "string"}},
+        "text/markdown": {"schema": {"type": "string"}},
+    },
+}
+_ERROR_OR_PLAN_ERROR = {"application/json": {"schema": {"anyOf": [
+    {"$ref": "#/components/schemas/ErrorBody"}, {"$ref": "#/components/schemas/PlanErrorBody"},
+]}}}  # fmt: skip
+NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "no such plan or task"}}
+_PLAN_RESPONSES: Responses = {
+    200: {"description": "the plan already submitted with this Idempotency-Key"},
+    201: {"description": "the stored plan, with its tasks"},
+    409: {"model": ErrorBody, "description": "Idempotency-Key used for another plan"},
+    413: {"description": "the body, the task count or a payload is too large",
+          "content": _ERROR_OR_PLAN_ERROR},
+    422: {"model": PlanErrorBody, "description": "the plan is not readable or not valid"},
+}  # fmt: skip
+
+
+def _same_submitter(who: Principal, known: sqlite3.Row) -> None:
+    """An Idempotency-Key another submitter used answers as a key used for another plan:
+    their plan is never shown."""
+    if not may_act_on(who, known["owner"]):
+        raise HTTPException(409, "Idempotency-Key was used for a different plan")
+
+
+def _plan_error(status: int, message: str, errors: list[dict[str, Any]] | None = None,
+                fixes: list[dict[str, str]] | None = None) -> HTTPException:  # fmt: skip
+    return HTTPException(status, {"message": message, "errors": errors or [],
+                                  "fixes": fixes or []})  # fmt: skip
+
+
+@router.post(
+    "/plans", status_code=201, responses=_PLAN_RESPONSES,
+    openapi_extra={"requestBody": _PLAN_BODY},
+)  # fmt: skip
+async def submit_plan(
+    request: Request,
+    brain: BrainDep,
+    who: SubmitterDep,
+    idempotency_key: Annotated[str | None, Header()] = None,
+) -> Any:
+    """Submit a plan; the same Idempotency-Key and body answer the stored plan again."""
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
+        raise _plan_error(422, "Idempotency-Key must be 1 to 200 characters")
+    # The request guard has already bounded the body to BRAIN_MAX_PLAN_BYTES.
+    raw = await request.body()
+    limits = Limits(brain.settings.max_tasks, brain.settings.max_payload_bytes)
+    try:
+        # Parsing and validation are CPU work: off the event loop, so one big or
+        # hostile plan never stalls every other request.
+        plan, tainted, digest = await anyio.to_thread.run_sync(
+            load_plan, raw, request.headers.get("content-type"), limits
+        )
+    except PlanSyntaxError as exc:
+        raise _plan_error(422, str(exc)) from None
+    except PlanInvalid as exc:
+        status = 413 if exc.too_large else 422
+        raise _plan_error(status, "plan refused", exc.errors, exc.fixes) from None
+    if idempotency_key:
+        with brain.db.read() as conn:
+            known = submit.find_by_idempotency_key(conn, idempotency_key)
+            if known is not None:
+                _same_submitter(who, known)
+                if known["body_hash"] != digest:
+                    raise HTTPException(409, "Idempotency-Key was used for a different plan")
+                return JSONResponse(plan_view(conn, known, with_tasks=True), status_code=200)
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, Any]:
+        if idempotency_key and (known := submit.find_by_idempotency_key(conn, idempotency_key)):
+            _same_submitter(who, known)
+            return plan_view(conn, known, with_tasks=True)  # a concurrent twin won the race
+        plan_id = submit.insert_plan(
+            conn, outbox, plan, tainted, now, submitted_by=who.name, digest=digest,
+            idempotency_key=idempotency_key, default_timeout_s=brain.settings.default_timeout_s,
+            owner=owner_of(who),
+        )  # fmt: skip
+        return plan_view(conn, _load_plan(conn, plan_id, who), with_tasks=True)
+
+    return await anyio.to_thread.run_sync(brain.write, change)
+
+
+@router.get("/plans")
+def list_plans(brain: BrainDep, who: SubmitterDep, limit: int = 50) -> dict[str, Any]:
+    """The newest plans: all of them for admin, a submit token's own for it."""
+    limit = max(1, min(limit, 500))
+    with brain.db.read() as conn:
+        if who.scope == "admin":
+            rows = conn.execute(
+                "SELECT * FROM plans ORDER BY created_at DESC LIMIT ?", (limit,)
+            ).fetchall()
+        else:
+            rows = conn.execute(
+                "SELECT * FROM plans WHERE owner = ? ORDER BY created_at DESC LIMIT ?",
+                (owner_of(who), limit),
+            ).fetchall()
+        return {"plans": [plan_view(conn, row, with_tasks=False) for row in rows]}
+
+
+@router.get("/plans/{plan_id}", responses=NOT_FOUND)
+def get_plan(plan_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
+    with brain.db.read() as conn:
+        return plan_view(conn, _load_plan(conn, plan_id, who), with_tasks=True)
+
+
+@router.post("/plans/{plan_id}/cancel", responses=NOT_FOUND)
+def cancel_plan(plan_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, int]:
+        _load_plan(conn, plan_id, who)
+        return {"cancelled": states.cancel_plan(conn, outbox, plan_id, now)}
+
+    return brain.write(change)
+
+
+def _task_row(conn: sqlite3.Connection, plan_id: str, key: str, who: Principal) -> sqlite3.Row:
+    _load_plan(conn, plan_id, who)
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM tasks WHERE plan_id = ? AND key = ?", (plan_id, key)
+    ).fetchone()
+    if row is None:
+        raise HTTPException(404, f"no task {key} in plan {plan_id}")
+    return row
+
+
+@router.post("/plans/{plan_id}/tasks/{key}/cancel", responses=NOT_FOUND)
+def cancel_task(plan_id: str, key: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, bool]:
+        task = _task_row(conn, plan_id, key, who)
+        return {"cancelled": states.cancel_task(conn, outbox, task, now, "cancelled by user")}
+
+    return brain.write(change)
+
+
+@router.get(
+    "/plans/{plan_id}/tasks/{key}/result",
+    responses={**NOT_FOUND, 409: {"model": ErrorBody, "description": "not SUCCEEDED"}},
+)
+def task_result(plan_id: str, key: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
+    with brain.db.read() as conn:
+        row = _task_row(conn, plan_id, key, who)
+    if row["state"] != S.SUCCEEDED:
+        raise HTTPException(409, f"task {key} is {row['state']}, not SUCCEEDED")
+    output = results.load_output(brain.settings.results_dir, row["output_json"], row["output_file"])
+    return {"output": output, "files": json.loads(row["files_json"])}
+
+
+@router.get(
+    "/plans/{plan_id}/tasks/{key}/files/{name}",
+    response_class=FileResponse,
+    responses={200: {"content": {"application/octet-stream": {}}}, **NOT_FOUND},
+)
+def task_file(
+    plan_id: str, key: str, name: str, brain: BrainDep, who: SubmitterDep
+) -> FileResponse:
+    """A file the task stored. Only a known task of a known plan, by its recorded
+    plan id and key: the request's own text never becomes a path."""
+    with brain.db.read() as conn:
+        row = _task_row(conn, plan_id, key, who)
+    path = results.task_file(brain.settings.results_dir, row["plan_id"], row["key"], name)
+    if path is None:
+        raise HTTPException(404, "no such file")
+    return FileResponse(path)
+
+
+@router.get("/plans/{plan_id}/events", responses=NOT_FOUND)
+def plan_events(plan_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
+    with brain.db.read() as conn:
+        _load_plan(conn, plan_id, who)
+        rows = conn.execute(
+            "SELECT body_json FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)
+        ).fetchall()
+    return {"events": [json.loads(row["body_json"]) for row in rows]}
+
+
+class PruneRequest(Inbound):
+    """``older_than_s`` absent: the brain's own AIRIG_RETENTION_DAYS."""
+
+    older_than_s: float | None = Field(None, ge=0, le=100 * 365 * 86_400)
+    dry_run: bool = False
+
+
+@router.post(
+    "/plans/prune",
+    responses={409: {"model": ErrorBody, "description": "no age given and retention is off"}},
+)
+def prune_plans(body: PruneRequest, brain: BrainDep, _: AdminDep) -> dict[str, Any]:
+    """Delete (or with ``dry_run`` count) finished plans whose last task ended more than
+    ``older_than_s`` ago: their tasks, events and result files (airig/brain/store/retention.py).
+    Running plans are never touched."""
+    if body.older_than_s is None and brain.settings.retention_days == 0:
+        raise HTTPException(409, "AIRIG_RETENTION_DAYS is 0 (keep forever): give older_than_s")
+    return brain.retention.run(body.older_than_s, body.dry_run).as_dict()

@@ -1,0 +1,1 @@
+"""The operator's side: probes, alerts, notices and metrics."""

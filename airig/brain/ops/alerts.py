@@ -1,0 +1,195 @@
+"""Alerts: conditions the operator should hear about, each said once when it starts and
+once when it ends.
+
+``check`` runs in the reaper's pass (``Brain.check_alerts``). It computes which alerts
+hold now, a pure reading of the database, and compares that with the ``alerts`` table:
+a new one is inserted and an ``alert_fired`` event recorded, one that no longer holds is
+deleted and an ``alert_cleared`` event recorded. The table is the state, so a restarted
+brain neither repeats a firing nor forgets a clear. Kinds (subject in brackets):
+
+- ``queue_depth`` (``queue``): more than ``AIRIG_ALERT_QUEUE_DEPTH`` tasks READY;
+- ``task_failures`` (task type) and ``worker_failures`` (worker): at least
+  ``AIRIG_ALERT_FAILURES`` failed or retried attempts within ``AIRIG_ALERT_FAILURE_WINDOW_S``;
+- ``gpu_temperature`` (``worker/gpuN``): a live worker's GPU at or above
+  ``AIRIG_ALERT_GPU_TEMP_C``;
+- ``worker_down`` (worker): no heartbeat for a lease (``BRAIN_LEASE_S``), counted from
+  the brain's start at the earliest; a clean stop deregisters the worker and raises
+  nothing;
+- ``service_down`` and ``gpu_fallback`` (service): what the brain's probes of the compute
+  services hold (``probes.py``): no answer several times in a row (down, or a crash
+  loop), or a service `up` put on a GPU answering that it runs on the CPU.
+
+Delivery to people (``notify.py``) happens after the commit, from what ``check`` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+
+from airig.brain.store.events import Outbox
+from airig.common.jsonlog import utc_iso
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS alerts (
+        kind TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        fired_at REAL NOT NULL,
+        message TEXT NOT NULL,
+        PRIMARY KEY (kind, subject)
+    )""",
+    # the failure window reads recent events only
+    "CREATE INDEX IF NOT EXISTS events_ts ON events(ts)",
+)
+FAILURE_EVENTS = ("task_failed", "task_retry_scheduled")
+WORKER_KINDS = ("worker_failures", "worker_down", "gpu_temperature")  # subject names a worker
+# every kind, each with a rule in 03-agents/prometheus/alerts.yml (a test checks)
+KINDS = ("queue_depth", "task_failures", *WORKER_KINDS, "service_down", "gpu_fallback")
+
+
+@dataclass(frozen=True)
+class Rules:
+    queue_depth: int
+    failures: int
+    failure_window_s: float
+    gpu_temp_c: float
+    worker_lapse_s: float
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One firing or clearing, as delivered to people."""
+
+    kind: str
+    subject: str
+    fired: bool
+    message: str
+    timestamp: str
+
+    @property
+    def title(self) -> str:
+        word = "ALERT" if self.fired else "cleared"
+        return f"airig {word}: {self.kind} {self.subject}"
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    for statement in SCHEMA:  # one by one: executescript would commit the transaction
+        conn.execute(statement)
+
+
+def _queue(conn: sqlite3.Connection, rules: Rules) -> dict[tuple[str, str], str]:
+    ready = conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 'READY'").fetchone()[0]
+    if ready <= rules.queue_depth:
+        return {}
+    return {("queue_depth", "queue"): f"{ready} tasks waiting (threshold {rules.queue_depth})"}
+
+
+def _failures(conn: sqlite3.Connection, now: float, rules: Rules) -> dict[tuple[str, str], str]:
+    rows = conn.execute(
+        f"""SELECT t.type AS type, json_extract(e.body_json, '$.worker_id') AS worker
+            FROM events e JOIN tasks t ON t.id = e.task_id
+            WHERE e.ts >= ? AND e.event_type IN ({",".join("?" * len(FAILURE_EVENTS))})""",
+        (now - rules.failure_window_s, *FAILURE_EVENTS),
+    ).fetchall()
+    counts: dict[tuple[str, str], int] = {}
+    for row in rows:
+        for key in (("task_failures", row["type"]), ("worker_failures", row["worker"])):
+            if key[1]:
+                counts[key] = counts.get(key, 0) + 1
+    window = f"{rules.failure_window_s:g}s"
+    return {
+        key: f"{n} failed attempts of {key[1]} in the last {window}"
+        for key, n in counts.items()
+        if n >= rules.failures
+    }
+
+
+def _workers(
+    conn: sqlite3.Connection, now: float, rules: Rules, since: float
+) -> dict[tuple[str, str], str]:
+    found: dict[tuple[str, str], str] = {}
+    for row in conn.execute("SELECT id, gpus_json, last_heartbeat FROM workers"):
+        silent_s = now - max(row["last_heartbeat"], since)
+        if silent_s > rules.worker_lapse_s:
+            found[("worker_down", row["id"])] = f"no heartbeat for {silent_s:.0f}s"
+            continue  # its last temperatures are stale
+        for gpu in json.loads(row["gpus_json"]):
+            temperature = gpu.get("temperature_c")
+            if temperature is not None and temperature >= rules.gpu_temp_c:
+                subject = f"{row['id']}/gpu{gpu.get('index')}"
+                found[("gpu_temperature", subject)] = (
+                    f"{temperature:g} °C (threshold {rules.gpu_temp_c:g} °C)"
+                )
+    return found
+
+
+def active(
+    conn: sqlite3.Connection,
+    now: float,
+    rules: Rules,
+    since: float = 0.0,
+    probed: dict[tuple[str, str], str] | None = None,
+) -> dict[tuple[str, str], str]:
+    """Every alert that holds now: (kind, subject) -> message. ``since``: when this brain
+    started; a worker is silent only from then, as heartbeats could not reach a brain
+    that was down. ``probed``: what the service probes hold (``probes.py``)."""
+    return {
+        **_queue(conn, rules),
+        **_failures(conn, now, rules),
+        **_workers(conn, now, rules, since),
+        **(probed or {}),
+    }
+
+
+def _record(conn: sqlite3.Connection, outbox: Outbox, notice: Notice, now: float) -> None:
+    event_type = "alert_fired" if notice.fired else "alert_cleared"
+    body = {
+        "timestamp": notice.timestamp,
+        "event_type": event_type,
+        "alert": notice.kind,
+        "subject": notice.subject,
+        "worker_id": notice.subject.split("/")[0] if notice.kind in WORKER_KINDS else None,
+        "error": None,
+        "reason": f"{notice.kind} {notice.subject}: {notice.message}",  # the feed's detail
+    }
+    line = json.dumps(body)
+    conn.execute(
+        "INSERT INTO events (ts, event_type, plan_id, task_id, body_json) VALUES (?,?,?,?,?)",
+        (now, event_type, None, None, line),
+    )
+    outbox.events.append(line)
+    if notice.fired:
+        outbox.metric("alerts_fired", alert=notice.kind)
+
+
+def check(
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    now: float,
+    rules: Rules,
+    since: float = 0.0,
+    probed: dict[tuple[str, str], str] | None = None,
+) -> list[Notice]:
+    """Fire what newly holds, clear what no longer does; the notices to deliver."""
+    holding = active(conn, now, rules, since, probed)
+    known = {
+        (row["kind"], row["subject"]): row["message"]
+        for row in conn.execute("SELECT kind, subject, message FROM alerts")
+    }
+    notices: list[Notice] = []
+    stamp = utc_iso(now)
+    for (kind, subject), message in sorted(holding.items()):
+        if (kind, subject) not in known:
+            conn.execute(
+                "INSERT INTO alerts (kind, subject, fired_at, message) VALUES (?,?,?,?)",
+                (kind, subject, now, message),
+            )
+            notices.append(Notice(kind, subject, True, message, stamp))
+    for (kind, subject), message in sorted(known.items()):
+        if (kind, subject) not in holding:
+            conn.execute("DELETE FROM alerts WHERE kind = ? AND subject = ?", (kind, subject))
+            notices.append(Notice(kind, subject, False, f"resolved (was: {message})", stamp))
+    for notice in notices:
+        _record(conn, outbox, notice, now)
+    return notices

@@ -1,2 +1,0 @@
-"""The brain's HTTP routes, one file per resource; shared dependencies live in
-`airig.brain.deps`."""

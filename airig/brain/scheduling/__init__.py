@@ -1,0 +1,1 @@
+"""Which task a worker gets, and when a task runs again."""

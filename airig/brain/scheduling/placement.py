@@ -1,0 +1,161 @@
+"""The brain's live residency state around the pure policy in ``residency.py``.
+
+It remembers since when each worker has held each model (from claims, heartbeats and
+resource-task reports), learns reload and run times from completed attempts, keeps the
+thermal guard fed from heartbeats, and answers the one question a claim asks: which task
+should this worker run next. Events it records: ``model.load`` / ``model.unload`` (with
+durations) and ``gpu.thermal_block`` / ``gpu.thermal_resume``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from airig.brain.scheduling import candidates
+from airig.brain.scheduling.residency import (
+    Costs,
+    Decision,
+    ResidencyPolicy,
+    ResidentModel,
+    WorkerState,
+)
+from airig.brain.scheduling.residency import choose as choose_task
+from airig.brain.scheduling.thermal import ThermalGuard
+from airig.brain.scheduling.workers import WorkerView, eligible_classes
+from airig.brain.settings import BrainSettings
+from airig.brain.store.events import Outbox, record
+from airig.common.protocol import GpuInfo
+
+# A "load" this quick found the model resident: an event, not a reload-cost sample.
+ALREADY_LOADED_MS = 100.0
+_NO_TASK = {"plan_id": None, "key": None, "id": None, "attempt": None, "task_class": None}
+
+
+class Placement:
+    def __init__(self, settings: BrainSettings) -> None:
+        self.policy = ResidencyPolicy(
+            aging_step_s=settings.aging_step_s,
+            aging_cap=settings.aging_cap,
+            max_wait_s=settings.max_wait_s,
+            min_resident_s=settings.min_resident_s,
+        )
+        self.costs = Costs()
+        self.thermal = ThermalGuard(settings.thermal_limit_c, settings.thermal_hysteresis_c)
+        self.alive_s = settings.lease_s
+        self._loaded_at: dict[str, dict[str, float]] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ claims
+    def choose(
+        self, conn: sqlite3.Connection, worker_id: str, view: WorkerView, now: float
+    ) -> Decision | None:
+        """The task ``worker_id`` should lease now, or None (no fit, or its GPU is hot)."""
+        if self.thermal.blocked(worker_id):
+            return None
+        state = self.worker_state(worker_id, view, now)
+        heads = candidates.group_heads(conn, eligible_classes(view.classes), view.trusted)
+        holders = self.holders(conn, worker_id, now)
+        return choose_task(state, heads, now, self.policy, self.costs, holders)
+
+    def worker_state(self, worker_id: str, view: WorkerView, now: float) -> WorkerState:
+        """The worker with its resident models; a model first seen now counts as loaded now."""
+        with self._lock:
+            known = self._loaded_at.setdefault(worker_id, {})
+            for gone in set(known) - view.resident_models:
+                del known[gone]
+            for model in view.resident_models:
+                known.setdefault(model, now)
+            resident = tuple(ResidentModel(name, at) for name, at in sorted(known.items()))
+        return WorkerState(classes=view.classes, resident=resident)
+
+    def holders(self, conn: sqlite3.Connection, worker_id: str, now: float) -> dict[str, int]:
+        """Per model, how many other live workers hold it."""
+        # Counted by SQLite (json_each): every claim reads every live worker's list, and
+        # decoding them in Python cost a sixth of the brain's CPU at 500 workers
+        # (benchmarks/fleet.py); the same counts, each listed model once per listing.
+        rows = conn.execute(
+            """SELECT m.value AS model, COUNT(*) AS n
+               FROM workers w, json_each(w.models_json) m
+               WHERE w.id != ? AND w.last_heartbeat >= ? GROUP BY m.value""",
+            (worker_id, now - self.alive_s),
+        ).fetchall()
+        return {row["model"]: row["n"] for row in rows}
+
+    # ------------------------------------------------------------------ reports
+    def observe_completion(
+        self, conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row,
+        metrics: dict[str, Any], worker_id: str, now: float,
+    ) -> None:  # fmt: skip
+        """Learn from a finished attempt; a model load or unload becomes an event."""
+        for action, model, duration_ms in model_changes(task, metrics):
+            with self._lock:
+                known = self._loaded_at.setdefault(worker_id, {})
+                if action == "load":
+                    if duration_ms >= ALREADY_LOADED_MS:
+                        self.costs.reload.observe(model, duration_ms)
+                    known[model] = now
+                else:
+                    known.pop(model, None)
+            # A load event carries the reload cost learned from it, so it can be followed.
+            learned = {"reload_cost_s": round(self.costs.reload.cost(model), 3)}
+            record(
+                conn, outbox, f"model.{action}", task, now, worker_id=worker_id, model=model,
+                duration_ms=round(duration_ms), **(learned if action == "load" else {}),
+            )  # fmt: skip
+        run_ms = metrics.get("wall_ms")
+        if task["model"] and task["type"] != "resource" and isinstance(run_ms, int | float):
+            self.costs.runtime.observe(task["model"], run_ms)
+
+    def observe_heartbeat(
+        self, conn: sqlite3.Connection, outbox: Outbox, worker_id: str,
+        gpus: Iterable[GpuInfo], now: float,
+    ) -> None:  # fmt: skip
+        """Feed the thermal guard; crossing the limit either way is an event."""
+        hottest = max((g.temperature_c for g in gpus if g.temperature_c is not None), default=None)
+        change = self.thermal.update(worker_id, hottest)
+        if change is None:
+            return
+        kind = "gpu.thermal_block" if change.blocked else "gpu.thermal_resume"
+        reason = (
+            f"{change.temperature_c:g} °C >= limit {self.thermal.limit_c:g} °C: no new claims"
+            if change.blocked
+            else f"{change.temperature_c:g} °C < {self.thermal.resume_below_c:g} °C: claiming"
+        )
+        record(conn, outbox, kind, {**_NO_TASK, "model": None}, now,
+               worker_id=worker_id, reason=reason)  # fmt: skip
+
+    def warnings(self, worker_id: str) -> list[str]:
+        if self.thermal.blocked(worker_id):
+            return [
+                f"GPU above {self.thermal.limit_c:g} °C: claims paused until it cools "
+                f"below {self.thermal.resume_below_c:g} °C"
+            ]
+        return []
+
+
+def model_changes(task: sqlite3.Row, metrics: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """(load | unload, model, ms) reported by a resource task or a worker-side swap."""
+    changes: list[tuple[str, str, float]] = []
+    if task["type"] == "resource":
+        model = task["model"] or _payload_model(task)
+        for action, key in (("load", "load_ms"), ("unload", "unload_ms")):
+            if model and isinstance(metrics.get(key), int | float):
+                changes.append((action, model, float(metrics[key])))
+    swap = metrics.get("swap")
+    if isinstance(swap, dict):
+        for model, ms in (swap.get("unload_ms") or {}).items():
+            changes.append(("unload", model, float(ms)))
+        if swap.get("loaded") and isinstance(swap.get("load_ms"), int | float):
+            changes.append(("load", swap["loaded"], float(swap["load_ms"])))
+    return changes
+
+
+def _payload_model(task: sqlite3.Row) -> str | None:
+    try:
+        return json.loads(task["payload_json"]).get("model")
+    except (ValueError, AttributeError):
+        return None

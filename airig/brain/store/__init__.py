@@ -1,0 +1,1 @@
+"""The brain's store: the database, its writes, and what it records."""

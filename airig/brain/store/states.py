@@ -1,0 +1,222 @@
+"""The task state machine. Every function runs inside the caller's transaction.
+
+    PENDING -> READY -> LEASED -> RUNNING -> SUCCEEDED
+    LEASED/RUNNING -> RETRY_WAIT -> READY        (retryable error, lost lease, timeout)
+    LEASED/RUNNING -> READY                      (worker released its attempt)
+    READY/LEASED/RUNNING/RETRY_WAIT -> ESCALATED -> SUCCEEDED | FAILED   (external tier)
+    any non-terminal -> FAILED | CANCELLED       (and all transitive dependents
+                                                  -> UPSTREAM_FAILED, naming the root)
+
+Lease columns (worker_id, attempt, lease_id) stay on the row after an attempt ends so a
+replay of the report that ended it can be recognised (``result_hash``); a lease is live
+only while the state is LEASED or RUNNING.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from airig.brain.store.events import Outbox, record
+from airig.brain.store.retry import INFRA, RetryPolicy
+from airig.common.protocol import TaskState as S
+
+ALLOWED = {
+    S.PENDING: {S.READY, S.UPSTREAM_FAILED, S.CANCELLED},
+    S.READY: {S.LEASED, S.FAILED, S.UPSTREAM_FAILED, S.CANCELLED, S.ESCALATED},
+    S.LEASED: {S.RUNNING, S.READY, S.RETRY_WAIT, S.FAILED, S.SUCCEEDED, S.CANCELLED, S.ESCALATED},
+    S.RUNNING: {S.SUCCEEDED, S.READY, S.RETRY_WAIT, S.FAILED, S.CANCELLED, S.ESCALATED},
+    S.RETRY_WAIT: {S.READY, S.UPSTREAM_FAILED, S.CANCELLED, S.ESCALATED},
+    # The external tier's answer, its refusal, or a cancel (airig/brain/escalation/).
+    S.ESCALATED: {S.SUCCEEDED, S.FAILED, S.CANCELLED},
+}
+
+
+class InvalidTransition(Exception):
+    """A programming error: the state machine does not allow this move."""
+
+
+def get_task(conn: sqlite3.Connection, task_id: int) -> sqlite3.Row | None:
+    if not 0 < task_id < 2**63:  # SQLite integers are 64-bit; larger ids name no task
+        return None
+    return conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+
+
+def require_task(conn: sqlite3.Connection, task_id: int) -> sqlite3.Row:
+    """The row of a task this transaction has already seen (read again after a write).
+
+    Only retention deletes tasks, those of finished plans, in its own transactions, so
+    it is there; LookupError rather than a TypeError on ``None`` if that ever stops
+    being true.
+    """
+    task = get_task(conn, task_id)
+    if task is None:
+        raise LookupError(f"task {task_id} is not in the database")
+    return task
+
+
+def transition(
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    task: sqlite3.Row,
+    to: str,
+    now: float,
+    event_type: str,
+    event: dict[str, Any] | None = None,
+    **columns: Any,
+) -> sqlite3.Row:
+    """Move one task to ``to``, update ``columns``, record the event; the new row."""
+    if to not in ALLOWED.get(task["state"], set()):
+        raise InvalidTransition(f"task {task['id']}: {task['state']} -> {to}")
+    columns["state"] = to
+    if to in S.TERMINAL:
+        columns.setdefault("finished_at", now)
+    assignments = ", ".join(f"{name} = ?" for name in columns)
+    # RETURNING gives the new row without a second query (SQLite >= 3.35).
+    updated = conn.execute(
+        f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING *", (*columns.values(), task["id"])
+    ).fetchone()
+    details = {"from": task["state"], "to": to, "worker_id": updated["worker_id"]}
+    details["reason"] = columns.get("reason")
+    details.update(event or {})
+    record(conn, outbox, event_type, updated, now, **details)
+    if to == S.READY:
+        outbox.work_ready = True
+    return updated
+
+
+def release_dependents(
+    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, now: float
+) -> list[sqlite3.Row]:
+    """Dependents whose every upstream has succeeded become READY; their new rows."""
+    rows = conn.execute(
+        """SELECT t.* FROM tasks t JOIN deps d ON d.task_id = t.id
+           WHERE d.depends_on = ? AND t.state = 'PENDING' AND NOT EXISTS (
+               SELECT 1 FROM deps d2 JOIN tasks u ON u.id = d2.depends_on
+               WHERE d2.task_id = t.id AND u.state != 'SUCCEEDED')""",
+        (task["id"],),
+    ).fetchall()
+    return [transition(conn, outbox, row, S.READY, now, "task_ready", ready_at=now) for row in rows]
+
+
+def cascade(conn: sqlite3.Connection, outbox: Outbox, root: sqlite3.Row, now: float) -> int:
+    """Mark every transitive dependent of ``root`` UPSTREAM_FAILED; how many were marked."""
+    reason = f"upstream {root['key']} {root['state']}"
+    error = root["error"] or reason
+    marked = 0
+    frontier = [root["id"]]
+    while frontier:
+        current = frontier.pop()
+        rows = conn.execute(
+            "SELECT t.* FROM tasks t JOIN deps d ON d.task_id = t.id WHERE d.depends_on = ?",
+            (current,),
+        ).fetchall()
+        for row in rows:
+            if row["state"] in S.TERMINAL:
+                continue
+            transition(
+                conn, outbox, row, S.UPSTREAM_FAILED, now, "task_upstream_failed",
+                {"error": error}, reason=reason, error=error,
+            )  # fmt: skip
+            marked += 1
+            frontier.append(row["id"])
+    return marked
+
+
+def fail_terminal(
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    task: sqlite3.Row,
+    now: float,
+    error_type: str,
+    error: str,
+    reason: str,
+) -> sqlite3.Row:
+    failed = transition(
+        conn, outbox, task, S.FAILED, now, "task_failed", {"error": error},
+        error_type=error_type, error=error, reason=reason,
+    )  # fmt: skip
+    cascade(conn, outbox, failed, now)
+    return failed
+
+
+def retry_or_fail(
+    conn: sqlite3.Connection,
+    outbox: Outbox,
+    task: sqlite3.Row,
+    now: float,
+    policy: RetryPolicy,
+    kind: str,
+    error_type: str,
+    error: str,
+    retryable: bool = True,
+    **columns: Any,
+) -> sqlite3.Row:
+    """Charge one failure of ``kind`` to its budget, then RETRY_WAIT or FAILED."""
+    counter = "infra_errors" if kind == INFRA else "task_errors"
+    failures = task[counter] + 1
+    conn.execute(f"UPDATE tasks SET {counter} = ? WHERE id = ?", (failures, task["id"]))
+    task = require_task(conn, task["id"])
+    if not policy.decide(kind, failures, task["retry_count"], error_type, retryable):
+        if kind == INFRA:
+            reason = f"infrastructure retry budget ({policy.infra_budget}) used up"
+        elif failures > task["retry_count"]:
+            reason = f"retry budget ({task['retry_count']}) used up"
+        else:
+            reason = f"{error_type} is not retryable"
+        if columns:
+            _set(conn, task["id"], **columns)
+        return fail_terminal(conn, outbox, task, now, error_type, error, reason)
+    delay = policy.backoff(failures)
+    outbox.metric("retries", kind=kind)
+    return transition(
+        conn, outbox, task, S.RETRY_WAIT, now, "task_retry_scheduled",
+        {"error": error, "retry_in_s": round(delay, 3)},
+        not_before=now + delay, error_type=error_type, error=error,
+        reason=f"{kind} error {failures}, retry in {delay:.1f}s", **columns,
+    )  # fmt: skip
+
+
+def _set(conn: sqlite3.Connection, task_id: int, **columns: Any) -> None:
+    assignments = ", ".join(f"{name} = ?" for name in columns)
+    conn.execute(f"UPDATE tasks SET {assignments} WHERE id = ?", (*columns.values(), task_id))
+
+
+def promote_due(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+    """RETRY_WAIT tasks whose backoff has passed become READY (once per transaction)."""
+    if outbox.memo.get("promoted_at") == now:
+        return
+    outbox.memo["promoted_at"] = now
+    rows = conn.execute(
+        "SELECT * FROM tasks WHERE state = 'RETRY_WAIT' AND not_before <= ?", (now,)
+    ).fetchall()
+    for row in rows:
+        transition(conn, outbox, row, S.READY, now, "task_ready", ready_at=now)
+
+
+def cancel_task(
+    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, now: float, reason: str
+) -> bool:
+    """Cancel one task (its dependents become UPSTREAM_FAILED); False if already final."""
+    if task["state"] in S.TERMINAL:
+        return False
+    cancelled = transition(
+        conn, outbox, task, S.CANCELLED, now, "task_cancelled", reason=reason, error=reason
+    )
+    cascade(conn, outbox, cancelled, now)
+    return True
+
+
+def cancel_plan(conn: sqlite3.Connection, outbox: Outbox, plan_id: str, now: float) -> int:
+    """Cancel every unfinished task of a plan; how many were cancelled."""
+    conn.execute("UPDATE plans SET cancelled = 1 WHERE id = ?", (plan_id,))
+    rows = conn.execute(
+        "SELECT * FROM tasks WHERE plan_id = ? AND state NOT IN (?, ?, ?, ?)",
+        (plan_id, *sorted(S.TERMINAL)),
+    ).fetchall()
+    for row in rows:
+        transition(
+            conn, outbox, row, S.CANCELLED, now, "task_cancelled",
+            reason="plan cancelled", error="plan cancelled",
+        )  # fmt: skip
+    return len(rows)
