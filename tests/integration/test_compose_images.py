@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from support import write_env
 
-from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.images import choose_images, load_catalog
 from airig.launcher.plan import GpuSlot, build_plan
 from airig.launcher.settings import load_settings

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.images import choose_images, load_catalog
 from airig.launcher.plan import (
     AMD_COMPUTE_SERVICES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.images import (
     capability_fits,
     choose_images,

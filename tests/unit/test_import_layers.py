@@ -109,6 +109,101 @@ def test_no_import_circle():
     assert circles == []
 
 
+def children_graph(package: str, imports: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """The imports between the direct children (modules and subpackages) of ``package``."""
+    edges: dict[str, set[str]] = {}
+    prefix = package + "."
+    for source, targets in (imports if imports is not None else graph()).items():
+        if not source.startswith(prefix):
+            continue
+        child = source[len(prefix) :].split(".")[0]
+        edges.setdefault(child, set())
+        for target in targets:
+            if target.startswith(prefix):
+                other = target[len(prefix) :].split(".")[0]
+                if other != child:
+                    edges[child].add(other)
+    return edges
+
+
+def packages() -> list[str]:
+    return sorted(module_name(p) for p in PACKAGE.rglob("__init__.py"))
+
+
+def reaches(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in edges.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_no_import_runs_back_up_inside_any_package():
+    """Inside every package, its modules and subpackages stand in layers: no two of them
+    import each other, even through other files (leases.py -> escalation/criteria.py
+    while escalation/sender.py imported leases.py was such a pair)."""
+    imports = graph()
+    wrong = []
+    for package in packages():
+        edges = children_graph(package, imports)
+        wrong += [
+            f"{package}: {child} -> {target} -> ... -> {child}"
+            for child, targets in edges.items()
+            for target in targets
+            if child in reaches(edges, target)
+        ]
+    assert sorted(wrong) == []
+
+
+def layers(edges: dict[str, set[str]]) -> int:
+    depth: dict[str, int] = {}
+
+    def floor(node: str) -> int:
+        if node not in depth:
+            depth[node] = 0  # a circle is the test above's finding, not an endless loop
+            depth[node] = 1 + max((floor(t) for t in edges.get(node, ())), default=0)
+        return depth[node]
+
+    return max((floor(node) for node in edges), default=0)
+
+
+# The brain's rooms (airig/brain/*), bottom up: what each may import besides itself.
+# store/ is the database and what it records; scheduling/ and ops/ read it; plans/ and
+# planner/ shape plans; escalation/ hands tasks out; leases.py ties a claim together;
+# service.py is the running brain; api/ is the HTTP edge; __main__ starts it.
+BRAIN_BASE = {"settings", "inflight", "dashboard"}
+BRAIN_ROOMS: dict[str, set[str]] = {
+    "settings": set(),
+    "inflight": set(),
+    "store": set(),
+    "ops": {"store"},
+    "scheduling": {"store"},
+    "plans": {"store"},
+    "planner": {"plans", "store"},
+    "escalation": {"planner", "plans", "store"},
+    "leases": {"escalation", "planner", "scheduling", "store"},
+    "service": {"escalation", "ops", "scheduling", "store"},
+    "api": {"service", "leases", "escalation", "planner", "plans", "ops", "scheduling", "store"},
+    "__main__": {"api", "service"},
+}
+
+
+def test_the_brain_rooms_stand_in_their_layers():
+    edges = children_graph("airig.brain")
+    assert set(edges) - {"__init__"} <= set(BRAIN_ROOMS), "a new room: give it its place"
+    wrong = sorted(
+        f"airig.brain.{room} -> airig.brain.{target}"
+        for room, targets in edges.items()
+        for target in targets
+        if target not in BRAIN_ROOMS.get(room, set()) | BRAIN_BASE
+    )
+    assert wrong == []
+    assert layers(edges) <= 8
+
+
 def test_every_module_belongs_to_a_room():
     assert {room_of(name) for name in graph()} <= set(ALLOWED)
     # the flat root holds only the package's face and its entry point
@@ -139,3 +234,22 @@ def test_the_checker_sees_a_circle_and_an_upward_import(tmp_path, monkeypatch):
         pass
     else:
         raise AssertionError("the upward import was not found")
+
+
+def test_the_checker_sees_two_siblings_that_import_each_other(tmp_path, monkeypatch):
+    fake = tmp_path / "airig"
+    (fake / "brain" / "escalation").mkdir(parents=True)
+    for folder in (fake, fake / "brain", fake / "brain" / "escalation"):
+        (folder / "__init__.py").write_text("")
+    (fake / "brain" / "leases.py").write_text("from airig.brain.escalation import criteria\n")
+    (fake / "brain" / "escalation" / "criteria.py").write_text("")
+    (fake / "brain" / "escalation" / "sender.py").write_text("from airig.brain import leases\n")
+    monkeypatch.setattr(f"{__name__}.PACKAGE", fake)
+    assert children_graph("airig.brain")["leases"] == {"escalation"}
+    try:
+        test_no_import_runs_back_up_inside_any_package()
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("the pair was not found")
+    assert layers({"a": {"b"}, "b": {"c"}, "c": set()}) == 3

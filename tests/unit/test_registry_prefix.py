@@ -16,7 +16,7 @@ from rich.console import Console
 
 from airig.common.errors import ConfigError, DockerError
 from airig.launcher.docker import compose_pulls
-from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.images import choose_images, load_catalog
 from airig.launcher.images.registry import mirrored, split_domain
 from airig.launcher.plan import ComposePlan, StackPlan

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware.amd import AmdHost, load_amdsmi, scan_amd
 from airig.launcher.hardware.decide import (
     PROFILES,
@@ -30,7 +31,7 @@ from airig.launcher.hardware.merge import merge_gpus
 from airig.launcher.hardware.nvidia import NvmlResult, load_nvml, query_nvml
 from airig.launcher.hardware.pci import PciDisplayDevice, scan_pci
 from airig.launcher.hardware.pciids import PciIds, find_pci_ids
-from airig.launcher.hardware.report import GpuInfo, HardwareReport, kfd_visible, nvml_visible
+from airig.launcher.hardware.report import HardwareReport, kfd_visible, nvml_visible
 from airig.launcher.hardware.table import render_table
 
 __all__ = [

@@ -11,9 +11,9 @@ from typing import Any
 
 from airig.common.errors import DockerError, HardwareError
 from airig.launcher.docker import Docker
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware import HardwareReport, detect, kfd_visible, nvml_visible
 from airig.launcher.hardware.decide import decide_profile
-from airig.launcher.hardware.report import GpuInfo
 from airig.launcher.images import ImageSelection, choose_images, load_catalog, pins_from
 from airig.launcher.plan import GpuSlot, amd_host_env
 from airig.launcher.settings import Settings

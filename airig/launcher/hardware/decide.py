@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from airig.common.errors import ConfigError, HardwareError
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware.amd import hsa_override_for
 from airig.launcher.hardware.docker_gpu import NVIDIA_DRIVER_ERROR, PROBE_TIMED_OUT
-from airig.launcher.hardware.report import GpuInfo, HardwareReport, nvml_visible
+from airig.launcher.hardware.report import HardwareReport, nvml_visible
 
 PROFILES = ("cpu", "gpu-nvidia", "gpu-amd")
 PROFILE_VENDOR = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
@@ -114,7 +115,7 @@ def forced(
     if verdict.status == "unusable":
         raise HardwareError(
             f"{profile} was requested by {label}, but {verdict.reasons[0]}",
-            hint=verdict.fix or "Use --profile cpu.",
+            hint=verdict.fix or "",  # every unusable verdict of assess_* carries its fix
         )
     reasons = [f"{profile} requested by {label}", *verdict.reasons, *report.reasons]
     return ProfileDecision(profile, source, reasons, verdict.fix)

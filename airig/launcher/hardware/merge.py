@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware.amd import AmdHost, KfdNode
 from airig.launcher.hardware.nvidia import NvmlGpu, NvmlResult
 from airig.launcher.hardware.pci import PciDisplayDevice
 from airig.launcher.hardware.pciids import PciIds
-from airig.launcher.hardware.report import GpuInfo
 
 
 def merge_gpus(

@@ -1,39 +1,16 @@
-"""The hardware report: every fact detection found, as plain data with ``to_dict()``."""
+"""The hardware report: every fact detection found, as plain data with ``to_dict()``
+(each GPU a ``GpuInfo``, from ``airig/launcher/gpu_info.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware.amd import AmdHost
 from airig.launcher.hardware.docker_gpu import DockerGpuSupport, ProbeResult
 from airig.launcher.hardware.nvidia import NvmlResult
 from airig.launcher.hardware.pci import PciDisplayDevice
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """One GPU, merged from PCI sysfs, NVML (NVIDIA) and KFD/amdsmi (AMD)."""
-
-    vendor: str  # nvidia | amd | intel
-    name: str
-    kind: str  # discrete | integrated | unknown
-    kind_basis: str = ""
-    pci_address: str | None = None
-    kernel_driver: str | None = None
-    index: int | None = None  # NVML index (CUDA_VISIBLE_DEVICES order may differ)
-    vram_total_bytes: int | None = None
-    vram_free_bytes: int | None = None
-    driver_version: str | None = None
-    compute_capability: str | None = None
-    temperature_c: int | None = None
-    power_w: float | None = None
-    utilization_pct: int | None = None
-    gfx_target: str | None = None
-    render_node: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def nvml_visible(gpu: GpuInfo) -> bool:

@@ -7,8 +7,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware.decide import ProfileDecision
-from airig.launcher.hardware.report import GpuInfo, HardwareReport
+from airig.launcher.hardware.report import HardwareReport
 
 
 def render_table(

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from airig.common.errors import ConfigError
-from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.gpu_info import GpuInfo
 
 CATALOG_FILE = Path("02-compute") / "images.yaml"
 SERVICES = ("ollama", "comfyui", "whisper")

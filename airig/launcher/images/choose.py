@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airig.common.errors import ConfigError, HardwareError
-from airig.launcher.hardware.report import GpuInfo
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.images.catalog import (
     CATALOG_FILE,
     LABEL,

@@ -285,7 +285,7 @@ def _bad_models(
     """`models verify`'s own path: the provisioner in a one-off init container."""
     from rich.console import Console
 
-    from airig.launcher.cli.models import Service, default_client, run_services
+    from airig.launcher.provision_runs import Service, default_client, run_services
 
     wanted = [s for s in Service if any(c.service.startswith(s.value) for c in chosen)]
     if not wanted:
