@@ -15,6 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 VENV_PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+# The host launcher's side of pyproject.toml (its dependencies and this extra); the
+# servers' side goes into the kit's image only.
+EXTRA = "launcher"
 
 if sys.version_info < (3, 11):  # noqa: UP036 (this file must run on old Pythons to say so)
     sys.exit(f"airig needs Python 3.11 or newer (this is {sys.version.split()[0]}).")
@@ -28,7 +31,7 @@ def _bootstrap() -> None:
     print("First run: installing airig and its dependencies into .venv/ …", flush=True)
     steps = [
         [sys.executable, "-m", "venv", str(VENV)],
-        [str(VENV_PY), "-m", "pip", "install", "--quiet", "-e", str(ROOT)],
+        [str(VENV_PY), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[{EXTRA}]"],
     ]
     for step in steps:
         if subprocess.run(step).returncode != 0:
@@ -42,7 +45,7 @@ try:
     from airig.launcher.cli.app import main
 except ImportError:
     if _in_venv() or os.environ.get("AIRIG_NO_BOOTSTRAP"):
-        sys.exit("✘ airig's dependencies are missing\n  → run: pip install -e .")
+        sys.exit(f"✘ airig's dependencies are missing\n  → run: pip install -e '.[{EXTRA}]'")
     if (
         not VENV_PY.exists()
         or subprocess.run(
