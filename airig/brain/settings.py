@@ -1,13 +1,17 @@
-"""The brain's one settings object, read from the environment once per process."""
+"""The brain's one settings object, read from the environment once per process.
+
+A key another side reads too (the launcher, the gateway, the workers) takes its default,
+bounds and help from ``airig/common/shared_settings.py`` (``shared.setting``).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from airig.common import shared_settings as shared
 from airig.common.errors import ConfigError
 from airig.common.secrets import is_placeholder
 
@@ -26,8 +30,8 @@ class BrainSettings(BaseSettings):
     # Event and training-sample logs; empty = next to the database.
     events_path: Path | None = Field(None, alias="BRAIN_EVENTS_LOG")
     training_path: Path | None = Field(None, alias="BRAIN_TRAINING_LOG")
-    admin_token: str = Field("", alias="BRAIN_ADMIN_TOKEN")
-    bootstrap_token: str = Field("", alias="WORKER_BOOTSTRAP_TOKEN")
+    admin_token: str = shared.setting(shared.ADMIN_TOKEN)
+    bootstrap_token: str = shared.setting(shared.BOOTSTRAP_TOKEN)
 
     lease_s: float = Field(30.0, alias="BRAIN_LEASE_S", gt=0)
     heartbeat_interval_s: float = Field(0.0, alias="BRAIN_HEARTBEAT_S", ge=0)
@@ -72,44 +76,40 @@ class BrainSettings(BaseSettings):
     # The brain's model plans (airig/brain/planner/): what a `plan` task may grow its plan
     # to (tasks in the plan, levels of growth), and the model that drafts when a goal or a
     # plan task names none.
-    plan_max_tasks: int = Field(200, alias="AIRIG_PLAN_MAX_TASKS", gt=0)
-    plan_max_depth: int = Field(3, alias="AIRIG_PLAN_MAX_DEPTH", ge=0)
-    planner_model: str = Field(
-        "qwen2.5:7b-instruct-q4_K_M", alias="AIRIG_PLANNER_MODEL", min_length=1
-    )
+    plan_max_tasks: int = shared.setting(shared.PLAN_MAX_TASKS)
+    plan_max_depth: int = shared.setting(shared.PLAN_MAX_DEPTH)
+    planner_model: str = shared.setting(shared.PLANNER_MODEL)
     # The planner's catalogue: the models 02-compute provisions and verifies, and the data
     # volume whose input files it lists (airig/brain/planner/catalogue.py).
-    ollama_models: str = Field("", alias="AIRIG_OLLAMA_MODELS")
-    whisper_models: str = Field("", alias="AIRIG_WHISPER_MODELS")
+    ollama_models: str = shared.setting(shared.OLLAMA_MODELS)
+    whisper_models: str = shared.setting(shared.WHISPER_MODELS)
     data_dir: Path = Field(Path("/data"), alias="BRAIN_DATA_DIR")
 
     # The external tier (airig/brain/escalation/): off by default. The brain talks only to
     # the gateway, which alone holds the provider's key. Prices per million tokens and the
     # budgets are in one currency unit; a call whose estimate would pass a budget is not made.
-    escalation: bool = Field(False, alias="AIRIG_ESCALATION")
+    escalation: bool = shared.setting(shared.ESCALATION)  # on / off, as a bool
     gateway_url: str = Field("http://gateway:8070", alias="AIRIG_GATEWAY_URL")
-    gateway_token: str = Field("", alias="AIRIG_GATEWAY_TOKEN")
-    escalation_price_in: float = Field(3.0, alias="AIRIG_ESCALATION_PRICE_IN_PER_MTOK", ge=0)
-    escalation_price_out: float = Field(15.0, alias="AIRIG_ESCALATION_PRICE_OUT_PER_MTOK", ge=0)
-    escalation_budget_daily: float = Field(2.0, alias="AIRIG_ESCALATION_BUDGET_DAILY", ge=0)
-    escalation_budget_monthly: float = Field(20.0, alias="AIRIG_ESCALATION_BUDGET_MONTHLY", ge=0)
-    escalation_rate_per_min: int = Field(10, alias="AIRIG_ESCALATION_RATE_PER_MIN", ge=1)
-    escalation_over_budget: Literal["wait", "fail"] = Field(
-        "wait", alias="AIRIG_ESCALATION_OVER_BUDGET"
-    )
-    escalation_max_tokens: int = Field(4096, alias="AIRIG_ESCALATION_MAX_TOKENS", ge=16)
+    gateway_token: str = shared.setting(shared.GATEWAY_TOKEN)
+    escalation_price_in: float = shared.setting(shared.ESCALATION_PRICE_IN)
+    escalation_price_out: float = shared.setting(shared.ESCALATION_PRICE_OUT)
+    escalation_budget_daily: float = shared.setting(shared.ESCALATION_BUDGET_DAILY)
+    escalation_budget_monthly: float = shared.setting(shared.ESCALATION_BUDGET_MONTHLY)
+    escalation_rate_per_min: int = shared.setting(shared.ESCALATION_RATE_PER_MIN)
+    escalation_over_budget: shared.OverBudget = shared.setting(shared.ESCALATION_OVER_BUDGET)
+    escalation_max_tokens: int = shared.setting(shared.ESCALATION_MAX_TOKENS)
     # The brain's model judges an on_failure task's first failure (escalation/review.py):
     # AIRIG_PLANNER_MODEL through this Ollama.
-    escalation_review: bool = Field(False, alias="AIRIG_ESCALATION_REVIEW")
-    review_ollama_url: str = Field("http://ollama:11434", alias="BRAIN_OLLAMA_URL")
+    escalation_review: bool = shared.setting(shared.ESCALATION_REVIEW)  # on / off
+    review_ollama_url: str = Field(shared.OLLAMA_URL.in_container, alias="BRAIN_OLLAMA_URL")
     # The local model's context window, for "too long to run locally" (chars / 4 estimate).
-    local_context_tokens: int = Field(8192, alias="AIRIG_LOCAL_CONTEXT_TOKENS", ge=256)
+    local_context_tokens: int = shared.setting(shared.LOCAL_CONTEXT_TOKENS)
 
     # Retention (airig/brain/store/retention.py): finished plans, their events and result files
     # are deleted this many days after their last task ended (0 = keep forever), by a pass
     # every BRAIN_RETENTION_INTERVAL_S; the event and training-sample logs rotate past
     # AIRIG_LOG_MAX_MB (0 = never), AIRIG_LOG_KEEP rotated files kept, none past retention.
-    retention_days: int = Field(30, alias="AIRIG_RETENTION_DAYS", ge=0)
+    retention_days: int = shared.setting(shared.RETENTION_DAYS)
     retention_interval_s: float = Field(3600.0, alias="BRAIN_RETENTION_INTERVAL_S", gt=0)
     log_max_mb: float = Field(100.0, alias="AIRIG_LOG_MAX_MB", ge=0)
     log_keep: int = Field(5, alias="AIRIG_LOG_KEEP", ge=0)

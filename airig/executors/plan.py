@@ -19,6 +19,7 @@ from typing import Any
 
 import ollama
 
+from airig.common.shared_settings import PLANNER_MODEL
 from airig.common.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
 from airig.common.task_schemas import PlanPayload
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
@@ -26,7 +27,7 @@ from airig.executors.llm import _closable, _consume
 from airig.executors.ollama_common import call_ollama, duration_metrics, pinned_options
 
 # The model when neither the task nor the brain named one (the brain fills it for goals).
-DEFAULT_MODEL = "qwen2.5:7b-instruct-q4_K_M"
+DEFAULT_MODEL = PLANNER_MODEL.in_container
 
 SYSTEM = """You are the planner of a local AI cluster. You break a goal into tasks that the
 cluster's workers run. Answer with JSON only, matching the given schema.

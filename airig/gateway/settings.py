@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from airig.common import shared_settings as shared
 from airig.common.errors import ConfigError
 from airig.common.secrets import is_placeholder
 
@@ -27,14 +27,15 @@ class GatewaySettings(BaseSettings):
     # reachable only on ai-network (no port is published on the host).
     listen_host: str = Field("127.0.0.1", alias="AIRIG_GATEWAY_LISTEN_HOST")
     port: int = Field(8070, alias="AIRIG_GATEWAY_PORT", ge=1, le=65535)
-    provider: Literal["openai", "anthropic"] = Field("openai", alias="AIRIG_GATEWAY_PROVIDER")
-    model: str = Field("", alias="AIRIG_GATEWAY_MODEL")
+    # Keys the launcher reads too: declared in airig/common/shared_settings.py.
+    provider: shared.Provider = shared.setting(shared.GATEWAY_PROVIDER)
+    model: str = shared.setting(shared.GATEWAY_MODEL)
     # Empty = the provider's own API (the client's default).
-    base_url: str = Field("", alias="AIRIG_GATEWAY_BASE_URL")
-    key_file: Path = Field(Path("/run/secrets/provider_key"), alias="AIRIG_GATEWAY_KEY_FILE")
+    base_url: str = shared.setting(shared.GATEWAY_BASE_URL)
+    key_file: Path = shared.setting(shared.GATEWAY_KEY_FILE)  # the Compose secret's path
     api_key: SecretStr = Field(SecretStr(""), alias=KEY_ENV)
     # What the brain shows (Authorization: Bearer); not the provider's key.
-    token: SecretStr = Field(SecretStr(""), alias="AIRIG_GATEWAY_TOKEN")
+    token: SecretStr = shared.setting(shared.GATEWAY_TOKEN)
     concurrency: int = Field(4, alias="AIRIG_GATEWAY_CONCURRENCY", ge=1, le=256)
     timeout_s: float = Field(120.0, alias="AIRIG_GATEWAY_TIMEOUT_S", gt=0, le=3600)
     # Completed answers kept for a repeated request_id (see idempotency.py).

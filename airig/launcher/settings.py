@@ -8,8 +8,12 @@ ConfigError naming the key, its value and its source, with the fix.
 The other keys of .env (Ollama tuning, the brain's and the workers' knobs) are not the
 launcher's: compose passes them to the containers, whose own settings objects declare them
 (``airig/brain/settings.py``, ``airig/worker/settings.py``, ``airig/provision/settings.py``).
+A key the launcher shares with one of them (the brain's plan caps, the external tier's
+prices, the tokens …) is declared once, in ``airig/common/shared_settings.py``; its knob
+here (``shared_knob``) adds only the launcher's stack, problem and fix.
 ``tests/unit/test_settings_declared.py`` holds this declaration, ``.env.example`` and the
-README's table to each other.
+README's table to each other; ``tests/unit/test_settings_declared_once.py`` the settings
+modules to the shared declarations.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator, model
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from airig.common import shared_settings as shared
 from airig.common.errors import ConfigError
 from airig.common.protocol import HOST_PATTERN
 from airig.common.protocol import rig_name as plain_rig_name
@@ -71,6 +76,18 @@ def knob(default: Any, key: str, stack: str, help: str, **field: Any) -> Any:
     return Field(
         default, alias=key, description=help, json_schema_extra={"stack": stack, **extra}, **field
     )
+
+
+def shared_knob(declared: shared.Shared[Any], stack: str, **extra: Any) -> Any:
+    """A knob another side reads too (``airig/common/shared_settings.py``): its key,
+    default, bounds, help and secrecy from there; ``extra`` as ``knob``'s (stack, problem,
+    fix …). The default is validated, so a list knob turns "" into ()."""
+    if declared.secret:
+        extra["secret"] = True
+    return knob(
+        declared.default, declared.key, stack, declared.help,
+        validate_default=True, **declared.bounds, **extra,
+    )  # fmt: skip
 
 
 class Settings(BaseSettings):
@@ -170,11 +187,9 @@ class Settings(BaseSettings):
         "", "HSA_OVERRIDE_GFX_VERSION", "02-compute",
         "AMD: the gfx version ROCm treats the cards as (e.g. 10.3.0 for RDNA2); empty = none.",
     )  # fmt: skip
-    ollama_models: Annotated[tuple[str, ...], NoDecode] = knob(
-        (), "AIRIG_OLLAMA_MODELS", "02-compute",
-        "Ollama models pulled and verified at start-up (comma-separated); `up` warns about "
-        "one no GPU can hold.",
-    )  # fmt: skip
+    ollama_models: Annotated[tuple[str, ...], NoDecode] = shared_knob(
+        shared.OLLAMA_MODELS, "02-compute"
+    )
 
     # ------------------------------------------------------------ 03-agents
     image: str = knob(
@@ -203,36 +218,22 @@ class Settings(BaseSettings):
         problem="is not a list of GPU indexes", fix="write it like 0,3 (see `detect`)",
     )  # fmt: skip
     # Retention (airig/brain/store/retention.py); `plans --prune` without --older-than uses it.
-    retention_days: int = knob(
-        30, "AIRIG_RETENTION_DAYS", "03-agents",
-        "Days the brain keeps finished plans, their events and result files; 0 = forever.",
-        ge=0, problem="is not a whole number of days >= 0", fix="set {key} to 0 or more in .env",
+    retention_days: int = shared_knob(
+        shared.RETENTION_DAYS, "03-agents",
+        problem="is not a whole number of days >= 0", fix="set {key} to 0 or more in .env",
     )  # fmt: skip
     # The brain's model plans (airig/brain/planner/): `submit --goal`, `plan` tasks.
-    planner_model: str = knob(
-        "qwen2.5:7b-instruct-q4_K_M", "AIRIG_PLANNER_MODEL", "03-agents",
-        "The Ollama model that drafts plans for goals and answers `plan` tasks that name "
-        "none (one of AIRIG_OLLAMA_MODELS).",
-        empty_is_default=True,
+    planner_model: str = shared_knob(shared.PLANNER_MODEL, "03-agents", empty_is_default=True)
+    plan_max_tasks: int = shared_knob(
+        shared.PLAN_MAX_TASKS, "03-agents",
+        problem="is not a whole number >= 1", fix="set {key} to 1 or more in .env",
     )  # fmt: skip
-    plan_max_tasks: int = knob(
-        200, "AIRIG_PLAN_MAX_TASKS", "03-agents",
-        "Tasks one plan may grow to through its `plan` tasks (a goal's draft too).",
-        ge=1, problem="is not a whole number >= 1", fix="set {key} to 1 or more in .env",
+    plan_max_depth: int = shared_knob(
+        shared.PLAN_MAX_DEPTH, "03-agents",
+        problem="is not a whole number >= 0", fix="set {key} to 0 or more in .env",
     )  # fmt: skip
-    plan_max_depth: int = knob(
-        3, "AIRIG_PLAN_MAX_DEPTH", "03-agents",
-        "Levels a plan may grow: tasks a `plan` task adds are one deeper than it.",
-        ge=0, problem="is not a whole number >= 0", fix="set {key} to 0 or more in .env",
-    )  # fmt: skip
-    brain_admin_token: str = knob(
-        "", "BRAIN_ADMIN_TOKEN", "03-agents",
-        "The brain's admin token (the CLI's); change-me = generated by `up`.", secret=True,
-    )  # fmt: skip
-    worker_bootstrap_token: str = knob(
-        "", "WORKER_BOOTSTRAP_TOKEN", "03-agents",
-        "The token workers register with; change-me = generated by `up`.", secret=True,
-    )  # fmt: skip
+    brain_admin_token: str = shared_knob(shared.ADMIN_TOKEN, "03-agents")
+    worker_bootstrap_token: str = shared_knob(shared.BOOTSTRAP_TOKEN, "03-agents")
     brain_public_url: str = knob(
         "", "AIRIG_BRAIN_PUBLIC_URL", "03-agents",
         f"The URL other rigs join (`token create --join`); empty = {BRAIN_ADDRESS}.",
@@ -247,95 +248,59 @@ class Settings(BaseSettings):
     )  # fmt: skip
     # The external tier's gateway (airig/gateway/): the `escalation` profile
     # starts it; it alone holds the provider's key, read from a file.
-    escalation: Literal["on", "off"] = knob(
-        "off", "AIRIG_ESCALATION", "03-agents",
-        "on = start the gateway to an external model (README, \"Tiers\"); off = nothing "
-        "leaves the machine.",
+    escalation: shared.OnOff = shared_knob(
+        shared.ESCALATION, "03-agents",
         problem="is neither on nor off", fix="set {key}=on or {key}=off in .env",
     )  # fmt: skip
-    gateway_provider: Literal["openai", "anthropic"] = knob(
-        "openai", "AIRIG_GATEWAY_PROVIDER", "03-agents",
-        "The external provider's API: openai (and OpenAI-compatible endpoints) or anthropic.",
+    gateway_provider: shared.Provider = shared_knob(
+        shared.GATEWAY_PROVIDER, "03-agents",
         problem="is not a provider the gateway speaks", fix="set {key}=openai or anthropic",
     )  # fmt: skip
-    gateway_model: str = knob(
-        "", "AIRIG_GATEWAY_MODEL", "03-agents",
-        "The external model the gateway calls (e.g. gpt-4.1, claude-sonnet-5-5); required "
-        "when escalation is on.",
-    )  # fmt: skip
-    gateway_base_url: str = knob(
-        "", "AIRIG_GATEWAY_BASE_URL", "03-agents",
-        "The provider's API URL; empty = the provider's own (set it for an OpenAI-compatible "
-        "endpoint).",
-    )  # fmt: skip
-    gateway_key_file: str = knob(
-        "", "AIRIG_GATEWAY_KEY_FILE", "03-agents",
-        "The file holding the provider's API key (relative = to the checkout); required "
-        "when escalation is on. Only the gateway's container mounts it.",
-        secret=True,  # a path, not the key; named *KEY*, so kept out of bug reports too
-    )  # fmt: skip
-    gateway_token: str = knob(
-        "", "AIRIG_GATEWAY_TOKEN", "03-agents",
-        "The token the brain shows the gateway (not the provider's key); change-me = "
-        "generated by `up`.", secret=True,
-    )  # fmt: skip
+    gateway_model: str = shared_knob(shared.GATEWAY_MODEL, "03-agents")
+    gateway_base_url: str = shared_knob(shared.GATEWAY_BASE_URL, "03-agents")
+    gateway_key_file: str = shared_knob(shared.GATEWAY_KEY_FILE, "03-agents")
+    gateway_token: str = shared_knob(shared.GATEWAY_TOKEN, "03-agents")
     # The external tier, the brain's side (airig/brain/escalation/): what a call
     # may cost and when a task goes. The brain reads them; `up` refuses a bad value.
-    escalation_price_in: float = knob(
-        3.0, "AIRIG_ESCALATION_PRICE_IN_PER_MTOK", "03-agents",
-        "Price of a million input tokens of the external model (one currency unit).",
-        ge=0, problem="is not a price >= 0", fix="set {key} to a number >= 0 in .env",
+    escalation_price_in: float = shared_knob(
+        shared.ESCALATION_PRICE_IN, "03-agents",
+        problem="is not a price >= 0", fix="set {key} to a number >= 0 in .env",
     )  # fmt: skip
-    escalation_price_out: float = knob(
-        15.0, "AIRIG_ESCALATION_PRICE_OUT_PER_MTOK", "03-agents",
-        "Price of a million output tokens of the external model.",
-        ge=0, problem="is not a price >= 0", fix="set {key} to a number >= 0 in .env",
+    escalation_price_out: float = shared_knob(
+        shared.ESCALATION_PRICE_OUT, "03-agents",
+        problem="is not a price >= 0", fix="set {key} to a number >= 0 in .env",
     )  # fmt: skip
-    escalation_budget_daily: float = knob(
-        2.0, "AIRIG_ESCALATION_BUDGET_DAILY", "03-agents",
-        "What the external tier may cost per UTC day; a call whose estimate would pass it "
-        "is not made.",
-        ge=0, problem="is not an amount >= 0", fix="set {key} to a number >= 0 in .env",
+    escalation_budget_daily: float = shared_knob(
+        shared.ESCALATION_BUDGET_DAILY, "03-agents",
+        problem="is not an amount >= 0", fix="set {key} to a number >= 0 in .env",
     )  # fmt: skip
-    escalation_budget_monthly: float = knob(
-        20.0, "AIRIG_ESCALATION_BUDGET_MONTHLY", "03-agents",
-        "What the external tier may cost per UTC month.",
-        ge=0, problem="is not an amount >= 0", fix="set {key} to a number >= 0 in .env",
+    escalation_budget_monthly: float = shared_knob(
+        shared.ESCALATION_BUDGET_MONTHLY, "03-agents",
+        problem="is not an amount >= 0", fix="set {key} to a number >= 0 in .env",
     )  # fmt: skip
-    escalation_rate_per_min: int = knob(
-        10, "AIRIG_ESCALATION_RATE_PER_MIN", "03-agents",
-        "Calls to the external tier per minute, at most.",
-        ge=1, problem="is not a whole number >= 1", fix="set {key} to 1 or more in .env",
+    escalation_rate_per_min: int = shared_knob(
+        shared.ESCALATION_RATE_PER_MIN, "03-agents",
+        problem="is not a whole number >= 1", fix="set {key} to 1 or more in .env",
     )  # fmt: skip
-    escalation_over_budget: Literal["wait", "fail"] = knob(
-        "wait", "AIRIG_ESCALATION_OVER_BUDGET", "03-agents",
-        "A call over budget: wait (the task stays ESCALATED until the budget allows) or fail.",
+    escalation_over_budget: shared.OverBudget = shared_knob(
+        shared.ESCALATION_OVER_BUDGET, "03-agents",
         problem="is neither wait nor fail", fix="set {key}=wait or {key}=fail in .env",
     )  # fmt: skip
-    escalation_max_tokens: int = knob(
-        4096, "AIRIG_ESCALATION_MAX_TOKENS", "03-agents",
-        "The longest answer one call to the external tier may ask for (tokens).",
-        ge=16, problem="is not a whole number >= 16", fix="set {key} to 16 or more in .env",
+    escalation_max_tokens: int = shared_knob(
+        shared.ESCALATION_MAX_TOKENS, "03-agents",
+        problem="is not a whole number >= 16", fix="set {key} to 16 or more in .env",
     )  # fmt: skip
-    escalation_review: Literal["on", "off"] = knob(
-        "off", "AIRIG_ESCALATION_REVIEW", "03-agents",
-        "on = the brain's model (AIRIG_PLANNER_MODEL) judges an `escalate: on_failure` task's "
-        "first failure and may send it to the external tier at once.",
+    escalation_review: shared.OnOff = shared_knob(
+        shared.ESCALATION_REVIEW, "03-agents",
         problem="is neither on nor off", fix="set {key}=on or {key}=off in .env",
     )  # fmt: skip
-    local_context_tokens: int = knob(
-        8192, "AIRIG_LOCAL_CONTEXT_TOKENS", "03-agents",
-        "The local model's context window: an `escalate: on_failure` llm task whose prompt "
-        "is estimated longer goes to the external tier without running locally.",
-        ge=256, problem="is not a whole number >= 256", fix="set {key} to 256 or more in .env",
+    local_context_tokens: int = shared_knob(
+        shared.LOCAL_CONTEXT_TOKENS, "03-agents",
+        problem="is not a whole number >= 256", fix="set {key} to 256 or more in .env",
     )  # fmt: skip
 
     # ------------------------------------------------------------ the CLI's environment
-    brain_url: str = knob(
-        "", "BRAIN_URL", "cli",
-        f"The brain `submit`, `plans`, `token` and `status` talk to; empty = {BRAIN_ADDRESS}.",
-        in_env_example=False,
-    )  # fmt: skip
+    brain_url: str = shared_knob(shared.BRAIN_URL, "cli", in_env_example=False)
 
     _root: Path = PrivateAttr(default_factory=Path.cwd)
     _sources: dict[str, Source] = PrivateAttr(default_factory=dict)

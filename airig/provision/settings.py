@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from airig.common import shared_settings as shared
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -18,17 +20,19 @@ CommaList = Annotated[list[str], NoDecode]
 class ProvisionSettings(BaseSettings):
     """Where each server is, which models it must hold, where its volume is mounted."""
 
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False)
+    # populate_by_name: the fields below with an alias (keys other sides read too, declared
+    # in airig/common/shared_settings.py) are still given by their names.
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, populate_by_name=True)
 
-    ollama_url: str = "http://ollama:11434"
-    airig_ollama_models: CommaList = Field(default_factory=list)
+    ollama_url: str = shared.setting(shared.OLLAMA_URL)
+    airig_ollama_models: CommaList = shared.setting(shared.OLLAMA_MODELS)  # "" -> []
     ollama_models_dir: Path = Path("/ollama/models")
 
-    whisper_url: str = "http://whisper:8000"
-    airig_whisper_models: CommaList = Field(default_factory=list)
+    whisper_url: str = shared.setting(shared.WHISPER_URL)
+    airig_whisper_models: CommaList = shared.setting(shared.WHISPER_MODELS)
     whisper_hub_dir: Path = Path("/whisper-cache/hub")
 
-    comfyui_url: str = "http://comfyui:8188"
+    comfyui_url: str = shared.setting(shared.COMFYUI_URL)
     airig_comfyui_manifest: Path = Path("/manifest/models.yaml")
     comfyui_root: Path = Path("/comfyui")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from airig.common import shared_settings as shared
 from airig.common.errors import ConfigError
 from airig.common.protocol import TASK_CLASSES, rig_name
 from airig.common.secrets import is_placeholder
@@ -16,8 +17,9 @@ from airig.common.secrets import is_placeholder
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 
-    brain_url: str = Field("http://brain:8080", alias="BRAIN_URL")
-    bootstrap_token: str = Field("", alias="WORKER_BOOTSTRAP_TOKEN")
+    # Keys another side reads too: declared in airig/common/shared_settings.py.
+    brain_url: str = shared.setting(shared.BRAIN_URL)
+    bootstrap_token: str = shared.setting(shared.BOOTSTRAP_TOKEN)
     # Empty: the Compose slot of WORKER_SERVICE (worker-cpu's second replica is `cpu-2`,
     # naming.py), else the hostname. GPU workers are named by the launcher (`gpu0`).
     name: str = Field("", alias="WORKER_NAME")
@@ -29,9 +31,9 @@ class WorkerSettings(BaseSettings):
     host: str = Field("", alias="WORKER_HOST")
     classes_csv: str = Field("cpu", alias="WORKER_CLASSES")
     gpu: str = Field("", alias="WORKER_GPU")
-    ollama_url: str = Field("http://ollama:11434", alias="OLLAMA_URL")
-    comfyui_url: str = Field("http://comfyui:8188", alias="COMFYUI_URL")
-    whisper_url: str = Field("http://whisper:8000", alias="WHISPER_URL")
+    ollama_url: str = shared.setting(shared.OLLAMA_URL)
+    comfyui_url: str = shared.setting(shared.COMFYUI_URL)
+    whisper_url: str = shared.setting(shared.WHISPER_URL)
     data_dir: Path = Field(Path("/data"), alias="DATA_DIR")
     work_dir: Path = Field(Path("/tmp/airig-work"), alias="WORKER_WORK_DIR")
     state_file: Path = Field(Path("/tmp/airig-worker.json"), alias="WORKER_STATE_FILE")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from airig.common.shared_settings import PLANNER_MODEL
 from airig.launcher.brain_client import BrainClient
 from airig.launcher.cli import goal_flow
 from airig.launcher.cli.tasks import app
@@ -16,7 +17,7 @@ from airig.launcher.up import planner_warning
 TOKEN = "admin-secret-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
-PLANNER = "qwen2.5:7b-instruct-q4_K_M"
+PLANNER = PLANNER_MODEL.default
 
 
 @pytest.fixture(autouse=True)

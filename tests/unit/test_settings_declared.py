@@ -17,6 +17,10 @@ default, help and stack. The rules held here:
   (``${KEY:-default}``) agree with the declared defaults too.
 - README's "Settings" table is generated from the declaration: on a difference this test
   prints the table to paste between the markers.
+
+A key the launcher shares with another side takes its default, bounds and help from
+``airig/common/shared_settings.py``; ``test_settings_declared_once.py`` holds every settings
+module to that.
 """
 
 from __future__ import annotations
