@@ -16,6 +16,8 @@ from fastapi.testclient import TestClient
 
 from airig.brain.api.app import create_app
 from airig.brain.api.routes import dashboard as routes_dashboard
+from airig.brain.store import event_search
+from airig.brain.store import queue as task_queue
 from airig.provision.cache import VerifyCache
 from airig.services import gate
 
@@ -198,7 +200,7 @@ def test_event_query_parameters_are_validated(client, params):
 
 def test_without_a_plan_only_the_newest_window_is_searched(client, two_plans, monkeypatch):
     first, _, _ = two_plans
-    monkeypatch.setattr(routes_dashboard, "EVENT_WINDOW", 2)
+    monkeypatch.setattr(event_search, "EVENT_WINDOW", 2)
     # the submissions are older than the two newest events...
     assert events(client, type="task_submitted")["events"] == []
     # ...but a plan filter reaches all of that plan's events through its index.
@@ -207,7 +209,7 @@ def test_without_a_plan_only_the_newest_window_is_searched(client, two_plans, mo
 
 @pytest.mark.parametrize("plan", [None, "plan-1"])
 def test_event_queries_use_an_index(client, plan):
-    sql, params = routes_dashboard.events_query(
+    sql, params = event_search.events_query(
         500_000, plan, "task_submitted", "a", "w1", after_id=0, limit=50
     )
     with brain_of(client).db.read() as conn:
@@ -222,7 +224,7 @@ def test_every_poll_of_counts_reads_an_index_only(client, two_plans):
 
     plan = two_plans[0]
     with brain_of(client).db.read() as conn:
-        queue = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {routes_dashboard._GROUPS}")]
+        queue = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {task_queue.LIVE_GROUPS}")]
         counts = [
             row[3]
             for row in conn.execute(

@@ -28,6 +28,7 @@ from fastapi import Request
 from starlette.types import Scope
 
 from airig.brain.settings import BrainSettings
+from airig.brain.store import tokens, workers
 from airig.brain.store.db import Database, new_token_id
 
 
@@ -78,11 +79,7 @@ def store_token(db: Database, scope: str, name: str, trust: str | None = None) -
     token's rig's trust level (``trust.JOIN_TRUST``)."""
     token, token_id = new_token(), new_token_id()
     with db.tx() as conn:
-        conn.execute(
-            """INSERT INTO tokens (token_hash, id, scope, name, created_at, trust)
-               VALUES (?, ?, ?, ?, ?, ?)""",
-            (hash_token(token), token_id, scope, name, time.time(), trust),
-        )
+        tokens.insert(conn, hash_token(token), token_id, scope, name, time.time(), trust)
     return token_id, token
 
 
@@ -100,14 +97,10 @@ def identify_token(settings: BrainSettings, db: Database, token: str) -> Princip
         return Principal("bootstrap", "bootstrap")
     digest = hash_token(token)
     with db.lookup() as conn:
-        row = conn.execute(
-            "SELECT id, scope, name, revoked_at FROM tokens WHERE token_hash = ?", (digest,)
-        )
-        found = row.fetchone()
+        found = tokens.by_hash(conn, digest)
         if found:
             if found["revoked_at"] is not None:
                 return None
             return Principal(found["scope"], found["name"], found["id"])
-        row = conn.execute("SELECT id FROM workers WHERE token_hash = ?", (digest,))
-        worker = row.fetchone()
-    return Principal("worker", worker["id"]) if worker else None
+        worker = workers.by_token_hash(conn, digest)
+    return Principal("worker", worker) if worker is not None else None

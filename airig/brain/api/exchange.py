@@ -24,7 +24,8 @@ from airig.brain.scheduling.residency import Decision, swap_fields
 from airig.brain.scheduling.workers import WorkerView
 from airig.brain.service import Brain
 from airig.brain.settings import BrainSettings
-from airig.brain.store import payloads, states, trust
+from airig.brain.store import payloads, states, trust, workers
+from airig.brain.store import queue as task_queue
 from airig.brain.store.events import Outbox
 from airig.common.protocol import (
     Assignment,
@@ -144,14 +145,7 @@ def claim(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, wo
 def replayed(conn: sqlite3.Connection, worker_id: str, claim_id: str,
              settings: BrainSettings, hold: Hold | None = None) -> list[Leased]:  # fmt: skip
     """The live leases an earlier claim with this id granted this worker, in their order."""
-    # "<claim_id>-" <= lease_id < "<claim_id>." is the prefix (LIKE's, as a range the
-    # tasks_lease index serves; '.' follows '-'; `+state`: not the queue index). A claim
-    # id has letters and digits only.
-    rows = conn.execute(
-        """SELECT * FROM tasks WHERE lease_id >= ? AND lease_id < ?
-           AND +state IN ('LEASED', 'RUNNING') AND worker_id = ?""",
-        (f"{claim_id}-", f"{claim_id}.", worker_id),
-    ).fetchall()
+    rows = task_queue.claim_leases(conn, worker_id, claim_id)
     rows.sort(key=lambda row: int(row["lease_id"].rsplit("-", 1)[1]))
     counted = payloads.ClaimBudget(settings.max_claim_bytes, hold=hold, replay=True)
     return [(row, payloads.rendered_payload(conn, row, settings, counted), None) for row in rows]
@@ -161,12 +155,11 @@ def replayed(conn: sqlite3.Connection, worker_id: str, claim_id: str,
 # /v1/claims routes all come here.
 def worker_view(brain: Brain, worker_id: str, body: ClaimRequest) -> WorkerView:
     with brain.db.read() as conn:
-        row = conn.execute("SELECT classes_json FROM workers WHERE id = ?", (worker_id,))
-        found = row.fetchone()
+        found = workers.classes_json(conn, worker_id)
         trusted = trust.worker_trusted(conn, worker_id)
     if found is None:
         raise HTTPException(401, "worker is not registered")
-    classes = tuple(json.loads(found["classes_json"]))
+    classes = tuple(json.loads(found))
     models = frozenset(body.resident_models)
     return WorkerView(classes=classes, resident_models=models, trusted=trusted)
 

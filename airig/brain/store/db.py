@@ -168,7 +168,7 @@ ADDED_COLUMNS = (
 ADDED_INDEXES = (
     "CREATE UNIQUE INDEX IF NOT EXISTS tokens_id ON tokens(id)",
     "CREATE INDEX IF NOT EXISTS workers_registered_by ON workers(registered_by)",
-    # A claim with a claim_id looks up its earlier leases (exchange.replayed) by lease id:
+    # A claim with a claim_id looks up its earlier leases (queue.claim_leases) by lease id:
     # without it every live lease was read per claim (benchmarks/fleet.py, 500 workers).
     "CREATE INDEX IF NOT EXISTS tasks_lease ON tasks(lease_id)",
 )

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from airig.brain.api.auth import Principal
 from airig.brain.api.deps import BrainDep, require
+from airig.brain.store import alerts as stored_alerts
 
 # /metrics shows these rows to a metrics token already; this route gives them no further
 ReaderDep = Annotated[Principal, Depends(require("admin", "metrics"))]
@@ -34,7 +35,5 @@ router = APIRouter(prefix="/v1", tags=["alerts"])
 def active_alerts(brain: BrainDep, _: ReaderDep) -> AlertsView:
     """Every alert that holds now, oldest first, as of the brain's last alert pass."""
     with brain.db.read() as conn:
-        rows = conn.execute(
-            "SELECT kind, subject, fired_at, message FROM alerts ORDER BY fired_at, kind, subject"
-        ).fetchall()
+        rows = stored_alerts.active(conn)
     return AlertsView(alerts=[AlertView(**dict(row)) for row in rows])

@@ -27,6 +27,9 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from airig.brain.api.deps import AdminDep, BrainDep
+from airig.brain.store import event_search
+from airig.brain.store import queue as task_queue
+from airig.brain.store.queue import LIVE_STATES
 from airig.common.protocol import TaskState as S
 
 STATIC = Path(__file__).resolve().parents[2] / "dashboard" / "static"
@@ -46,12 +49,7 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
-LIVE_STATES = (S.PENDING, S.READY, S.LEASED, S.RUNNING, S.RETRY_WAIT)
 MAX_ACTIVE = 500
-# Events without a plan filter are searched among the newest EVENT_WINDOW rows (a range of
-# the primary key), so a rare filter never scans a long history; a plan filter uses the
-# plan index and reaches all of that plan's events.
-EVENT_WINDOW = 100_000
 MAX_EVENTS = 500
 GATE_TIMEOUT_S = 2.0
 GATE_MAX_BYTES = 8 * 1024 * 1024
@@ -114,13 +112,6 @@ class QueueView(BaseModel):
     now: float
 
 
-_LIVE_IN = ", ".join(f"'{state}'" for state in LIVE_STATES)
-_GROUPS = f"""SELECT task_class, model, state, COUNT(*) AS n, MIN(ready_at) AS oldest
-              FROM tasks WHERE state IN ({_LIVE_IN}) GROUP BY task_class, model, state"""
-_TASK_COLUMNS = """plan_id, key, name, type, task_class, model, state, worker_id, attempt,
-                   ready_at, started_at"""
-
-
 def _live_task(row: sqlite3.Row) -> LiveTask:
     values = dict(row)
     values["task"] = values.pop("key")
@@ -144,15 +135,9 @@ def _grouped(rows: list[sqlite3.Row], column: str, now: float) -> list[QueueGrou
 def queue(brain: BrainDep, _: AdminDep) -> QueueView:
     """What waits and what runs: live task counts, the oldest READY wait, the leases."""
     with brain.db.read() as conn:
-        rows = conn.execute(_GROUPS).fetchall()
-        oldest = conn.execute(
-            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE state = 'READY' ORDER BY ready_at, id LIMIT 1"
-        ).fetchone()
-        active = conn.execute(
-            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE state IN ('LEASED', 'RUNNING') "
-            "ORDER BY started_at, id LIMIT ?",
-            (MAX_ACTIVE + 1,),
-        ).fetchall()
+        rows = task_queue.live_groups(conn)
+        oldest = task_queue.oldest_ready(conn)
+        active = task_queue.leased(conn, MAX_ACTIVE + 1)
     now = time.time()
     totals = dict.fromkeys(LIVE_STATES, 0)
     for row in rows:
@@ -175,33 +160,6 @@ class EventsView(BaseModel):
     limit: int
 
 
-def events_query(
-    newest_id: int, plan: str | None, event_type: str | None, task: str | None,
-    worker: str | None, after_id: int, limit: int,
-) -> tuple[str, list[Any]]:  # fmt: skip
-    """The SQL (newest first) for one filter; every form is an indexed range or lookup."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if plan:
-        clauses.append("plan_id = ?")
-        params.append(plan)
-    floor = after_id if plan else max(after_id, newest_id - EVENT_WINDOW)
-    if floor > 0:
-        clauses.append("id > ?")
-        params.append(floor)
-    for clause, value in (
-        ("event_type = ?", event_type),
-        ("json_extract(body_json, '$.task_id') = ?", task),
-        ("json_extract(body_json, '$.worker_id') = ?", worker),
-    ):
-        if value:
-            clauses.append(clause)
-            params.append(value)
-    where = " AND ".join(clauses) or "1"
-    sql = f"SELECT id, body_json FROM events WHERE {where} ORDER BY id DESC LIMIT ?"
-    return sql, [*params, limit]
-
-
 _Filter = Annotated[str | None, Query(max_length=200)]
 
 
@@ -220,9 +178,8 @@ def recent_events(
     """Recent events, newest first. Without ``plan`` only the newest 100 000 events are
     searched; ``after_id`` returns only events newer than one already seen."""
     with brain.db.read() as conn:
-        newest = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
-        sql, params = events_query(newest, plan, event_type, task, worker, after_id, limit)
-        rows = conn.execute(sql, params).fetchall()
+        newest = event_search.last_id(conn)
+        rows = event_search.search(conn, newest, plan, event_type, task, worker, after_id, limit)
     events = [{"id": row["id"], **json.loads(row["body_json"])} for row in rows]
     return EventsView(events=events, last_id=newest, limit=limit)
 

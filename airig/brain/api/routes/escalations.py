@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from airig.brain.api.deps import AdminDep, BrainDep
 from airig.brain.escalation import ledger
+from airig.brain.store import queue as task_queue
 
 
 class BudgetView(BaseModel):
@@ -89,13 +90,7 @@ def escalations(
         spent = ledger.spend(conn, now)
         calls = ledger.calls(conn, limit)
         totals = ledger.totals(conn)
-        waiting = conn.execute(
-            """SELECT t.id, t.plan_id, t.key, t.reason, t.task_errors, e.state AS call_state,
-                      e.next_try_at FROM tasks t
-               LEFT JOIN escalations e ON e.id = (SELECT id FROM escalations
-                   WHERE task_id = t.id ORDER BY created_at DESC, id LIMIT 1)
-               WHERE t.state = 'ESCALATED' ORDER BY t.id LIMIT 1000"""
-        ).fetchall()
+        waiting = task_queue.escalated(conn)
     return EscalationsView(
         enabled=s.escalation,
         budget=BudgetView(

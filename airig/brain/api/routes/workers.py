@@ -13,6 +13,8 @@ from fastapi import APIRouter, HTTPException
 from airig.brain.api.auth import hash_token, new_token
 from airig.brain.api.deps import AdminDep, BrainDep, RegistrarDep, WorkerDep
 from airig.brain.leases import drop_leases
+from airig.brain.store import queue as task_queue
+from airig.brain.store import workers
 from airig.brain.store.events import Outbox
 from airig.common.protocol import ErrorBody, HeartbeatRequest, RegisterRequest, RegisterResponse
 
@@ -29,12 +31,7 @@ def _refuse_takeover(
     rig never gets it, and a name whose holder is alive (heartbeat within a lease) waits.
     A crashed worker's rig gets the name back once its heartbeat is a lease old, when the
     reaper has given up on it anyway; a rig cut off (join token revoked) owns no name."""
-    row = conn.execute(
-        """SELECT w.token_hash, w.last_heartbeat, w.registered_by, w.host, t.revoked_at,
-               t.id AS token_id
-           FROM workers w LEFT JOIN tokens t ON t.id = w.registered_by WHERE w.id = ?""",
-        (body.name,),
-    ).fetchone()
+    row = workers.holder(conn, body.name)
     if row is None:
         return
     if body.previous_token and hmac.compare_digest(
@@ -93,21 +90,10 @@ def register(
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
         _refuse_takeover(conn, body, joined_with, brain.settings.lease_s, now)
         drop_leases(conn, outbox, brain.retry, body.name, now)
-        conn.execute(
-            """INSERT INTO workers (id, token_hash, classes_json, gpu_index, gpus_json,
-                   models_json, registered_at, last_heartbeat, host, registered_by)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-               ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash,
-                   classes_json = excluded.classes_json, gpu_index = excluded.gpu_index,
-                   gpus_json = excluded.gpus_json, models_json = excluded.models_json,
-                   registered_at = excluded.registered_at,
-                   last_heartbeat = excluded.last_heartbeat, host = excluded.host,
-                   registered_by = excluded.registered_by""",
-            (
-                body.name, hash_token(token), json.dumps(body.classes), body.gpu_index,
-                json.dumps([g.model_dump() for g in body.gpus]),
-                json.dumps(body.resident_models), now, now, body.host, joined_with,
-            ),
+        workers.register(
+            conn, body.name, hash_token(token), json.dumps(body.classes), body.gpu_index,
+            json.dumps([g.model_dump() for g in body.gpus]), json.dumps(body.resident_models),
+            now, body.host, joined_with,
         )  # fmt: skip
 
     brain.write(change)
@@ -126,13 +112,9 @@ def heartbeat(body: HeartbeatRequest, brain: BrainDep, worker: WorkerDep) -> dic
     """Liveness, GPU telemetry and resident models; task leases renew separately."""
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
-        conn.execute(
-            """UPDATE workers SET last_heartbeat = ?, gpus_json = ?, models_json = ?
-               WHERE id = ?""",
-            (
-                now, json.dumps([g.model_dump() for g in body.gpus]),
-                json.dumps(body.resident_models), worker.name,
-            ),
+        workers.heartbeat(
+            conn, worker.name, now, json.dumps([g.model_dump() for g in body.gpus]),
+            json.dumps(body.resident_models),
         )  # fmt: skip
         # GPU temperature feeds the thermal guard: a hot GPU claims nothing new.
         brain.scheduling.observe_heartbeat(conn, outbox, worker.name, body.gpus, now)
@@ -149,10 +131,7 @@ def deregister(brain: BrainDep, worker: WorkerDep) -> dict[str, Any]:
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
         drop_leases(conn, outbox, brain.retry, worker.name, now, "stopped")
-        conn.execute(
-            "UPDATE workers SET last_heartbeat = 0, token_hash = ? WHERE id = ?",
-            (hash_token(new_token()), worker.name),
-        )
+        workers.retire(conn, worker.name, hash_token(new_token()))
 
     brain.write(change)
     return {"ok": True}
@@ -173,10 +152,10 @@ def forget_worker(name: str, brain: BrainDep, _: AdminDep) -> dict[str, Any]:
     lease_s = brain.settings.lease_s
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
-        row = conn.execute("SELECT last_heartbeat FROM workers WHERE id = ?", (name,)).fetchone()
-        if row is None:
+        last_beat = workers.last_heartbeat(conn, name)
+        if last_beat is None:
             raise HTTPException(404, f"no worker {name!r}; list them with `status`")
-        silent_s = now - row["last_heartbeat"]
+        silent_s = now - last_beat
         if silent_s <= lease_s:
             wait = int(lease_s - silent_s) + 1
             raise HTTPException(
@@ -185,7 +164,7 @@ def forget_worker(name: str, brain: BrainDep, _: AdminDep) -> dict[str, Any]:
                 f"container first, or retry in {wait} s if it is already stopped",
             )
         drop_leases(conn, outbox, brain.retry, name, now, "was forgotten")
-        conn.execute("DELETE FROM workers WHERE id = ?", (name,))
+        workers.forget(conn, name)
 
     brain.write(change)
     brain.check_alerts()
@@ -196,16 +175,9 @@ def forget_worker(name: str, brain: BrainDep, _: AdminDep) -> dict[str, Any]:
 def list_workers(brain: BrainDep, _: AdminDep) -> dict[str, Any]:
     settings = brain.settings
     with brain.db.read() as conn:
-        rows = conn.execute("SELECT * FROM workers ORDER BY id").fetchall()
-        running = conn.execute(
-            """SELECT worker_id, COUNT(*) AS n FROM tasks
-               WHERE state IN ('LEASED', 'RUNNING') GROUP BY worker_id"""
-        ).fetchall()
-        ready = conn.execute(
-            "SELECT task_class, COUNT(*) AS n FROM tasks WHERE state = 'READY' GROUP BY task_class"
-        ).fetchall()
-    busy = {row["worker_id"]: row["n"] for row in running}
-    waiting = {row["task_class"]: row["n"] for row in ready}
+        rows = workers.every(conn)
+        busy = task_queue.running_per_worker(conn)
+        waiting = task_queue.ready_per_class(conn)
     now = time.time()
     # A worker may rightly wait this long for a task whose model another GPU holds
     # (residency policy) before it counts as idle while work waits (triage).

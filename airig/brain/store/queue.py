@@ -1,0 +1,86 @@
+"""Reads of the ``tasks`` table for the views of what waits and what runs: the dashboard's
+queue, the worker list's counts, and a retried claim's live leases.
+
+Every function runs inside the caller's transaction (or read); none opens its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from airig.common.protocol import TaskState as S
+
+LIVE_STATES = (S.PENDING, S.READY, S.LEASED, S.RUNNING, S.RETRY_WAIT)
+
+_LIVE_IN = ", ".join(f"'{state}'" for state in LIVE_STATES)
+# Read on every dashboard poll: the tasks_queue index covers it (test_dashboard_api.py).
+LIVE_GROUPS = f"""SELECT task_class, model, state, COUNT(*) AS n, MIN(ready_at) AS oldest
+              FROM tasks WHERE state IN ({_LIVE_IN}) GROUP BY task_class, model, state"""
+_TASK_COLUMNS = """plan_id, key, name, type, task_class, model, state, worker_id, attempt,
+                   ready_at, started_at"""
+
+
+def live_groups(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    """Reads the live task counts per class, model and state, with each group's oldest
+    ``ready_at`` (``oldest``)."""
+    return conn.execute(LIVE_GROUPS).fetchall()
+
+
+def oldest_ready(conn: sqlite3.Connection) -> sqlite3.Row | None:
+    """Reads the READY task that has waited longest (the dashboard's columns), or None."""
+    row: sqlite3.Row | None = conn.execute(
+        f"SELECT {_TASK_COLUMNS} FROM tasks WHERE state = 'READY' ORDER BY ready_at, id LIMIT 1"
+    ).fetchone()
+    return row
+
+
+def leased(conn: sqlite3.Connection, limit: int) -> list[sqlite3.Row]:
+    """Reads up to ``limit`` LEASED or RUNNING tasks (the dashboard's columns), oldest
+    started first."""
+    return conn.execute(
+        f"SELECT {_TASK_COLUMNS} FROM tasks WHERE state IN ('LEASED', 'RUNNING') "
+        "ORDER BY started_at, id LIMIT ?",
+        (limit,),
+    ).fetchall()
+
+
+def running_per_worker(conn: sqlite3.Connection) -> dict[str, int]:
+    """Reads how many LEASED or RUNNING tasks each worker holds."""
+    rows = conn.execute(
+        """SELECT worker_id, COUNT(*) AS n FROM tasks
+           WHERE state IN ('LEASED', 'RUNNING') GROUP BY worker_id"""
+    ).fetchall()
+    return {row["worker_id"]: row["n"] for row in rows}
+
+
+def ready_per_class(conn: sqlite3.Connection) -> dict[str, int]:
+    """Reads how many READY tasks wait in each task class."""
+    rows = conn.execute(
+        "SELECT task_class, COUNT(*) AS n FROM tasks WHERE state = 'READY' GROUP BY task_class"
+    ).fetchall()
+    return {row["task_class"]: row["n"] for row in rows}
+
+
+def claim_leases(conn: sqlite3.Connection, worker_id: str, claim_id: str) -> list[sqlite3.Row]:
+    """Reads the live leases (LEASED, RUNNING) an earlier claim with this id granted this
+    worker, whole rows, in no order."""
+    # "<claim_id>-" <= lease_id < "<claim_id>." is the prefix (LIKE's, as a range the
+    # tasks_lease index serves; '.' follows '-'; `+state`: not the queue index). A claim
+    # id has letters and digits only.
+    return conn.execute(
+        """SELECT * FROM tasks WHERE lease_id >= ? AND lease_id < ?
+           AND +state IN ('LEASED', 'RUNNING') AND worker_id = ?""",
+        (f"{claim_id}-", f"{claim_id}.", worker_id),
+    ).fetchall()
+
+
+def escalated(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    """Reads the first 1000 tasks waiting ESCALATED (id, plan, key, reason, errors), each
+    with its newest external call's state (``call_state``) and ``next_try_at``."""
+    return conn.execute(
+        """SELECT t.id, t.plan_id, t.key, t.reason, t.task_errors, e.state AS call_state,
+                  e.next_try_at FROM tasks t
+           LEFT JOIN escalations e ON e.id = (SELECT id FROM escalations
+               WHERE task_id = t.id ORDER BY created_at DESC, id LIMIT 1)
+           WHERE t.state = 'ESCALATED' ORDER BY t.id LIMIT 1000"""
+    ).fetchall()

@@ -1,0 +1,26 @@
+"""The ``tokens`` table: stored tokens, kept as hashes (``api/auth.py`` makes them).
+
+Every function runs inside the caller's transaction (or read); none opens its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+
+def insert(conn: sqlite3.Connection, token_hash: str, token_id: str, scope: str, name: str,
+           now: float, trust: str | None) -> None:  # fmt: skip
+    """Writes one new stored token: its hash, id, scope, name, creation time and trust."""
+    conn.execute(
+        """INSERT INTO tokens (token_hash, id, scope, name, created_at, trust)
+           VALUES (?, ?, ?, ?, ?, ?)""",
+        (token_hash, token_id, scope, name, now, trust),
+    )
+
+
+def by_hash(conn: sqlite3.Connection, digest: str) -> sqlite3.Row | None:
+    """Reads the stored token with this hash (id, scope, name, revoked_at), or None."""
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT id, scope, name, revoked_at FROM tokens WHERE token_hash = ?", (digest,)
+    ).fetchone()
+    return row
