@@ -26,6 +26,27 @@ _PART = {
 }
 
 
+def _name_pattern() -> str:
+    """``OllamaName.parse``'s rules as one JSON-schema pattern: what a valid name looks
+    like, for the OpenAPI schema (the parser stays the check)."""
+    part = {key: regex.pattern for key, regex in _PART.items()}
+    host, namespace, model, tag = part["host"], part["namespace"], part["model"], part["tag"]
+    kind = "(?:" + "|".join(sorted(KINDS)) + ")"
+    last = f"{model}(?::{tag})?"
+    shapes = [
+        last,  # model[:tag]
+        f"{namespace}/{last}",  # namespace/model[:tag]
+        f"{namespace}/{kind}/{last}",  # namespace/kind/model[:tag]
+        f"{host}/(?!{kind}/){namespace}/{last}",  # host/namespace/model[:tag]
+        f"{host}/{namespace}/{kind}/{last}",  # host/namespace/kind/model[:tag]
+    ]
+    # parse() strips surrounding white space first (Python's and the pattern's \s agree).
+    return r"^\s*(?:" + "|".join(f"(?:{shape})" for shape in shapes) + r")\s*$"
+
+
+OLLAMA_NAME_PATTERN = _name_pattern()
+
+
 @dataclass(frozen=True)
 class OllamaName:
     host: str

@@ -13,14 +13,16 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from airig.common.jsonsafe import check_json_value
-from airig.common.ollama_names import valid_ollama_name
+from airig.common.ollama_names import OLLAMA_NAME_PATTERN, valid_ollama_name
 
 TASK_CLASSES = ("cpu", "script", "llm", "resource")
 TRUST_LEVELS = ("trusted", "untrusted")
@@ -87,6 +89,19 @@ class Inbound(Wire):
         return data
 
 
+def _whole(value: Any) -> Any:
+    """JSON has one kind of number: ``2101.0`` is the integer 2101 to JSON Schema (what the
+    OpenAPI schema's ``integer`` means) and to a client that writes it so. ``2101.5``,
+    ``true`` and ``"2101"`` stay refused (strict)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An integer of a request body (``Inbound``): what the schema's ``integer`` accepts.
+WholeNumber = Annotated[int, BeforeValidator(_whole)]
+
+
 # Bounds of what a worker may report about a GPU: beyond any card made (4 TiB of VRAM, a
 # 5 kW board, 4096 cards) or any sensor reading (-40 to 150 °C) is a 422, not a number the
 # scheduler and the dashboard go on to use.
@@ -103,19 +118,27 @@ def _ollama_name(text: str) -> str:
 
 
 # What a worker reports resident: Ollama's own names, so anything else is refused (a
-# joined rig writes them, and the planner's prompt quotes them).
+# joined rig writes them, and the planner's prompt quotes them). The schema publishes the
+# parser's rules as a pattern; the parser stays the check.
 ResidentModels = Annotated[
-    list[Annotated[str, AfterValidator(_ollama_name)]], Field(max_length=MAX_RESIDENT)
+    list[
+        Annotated[
+            str,
+            AfterValidator(_ollama_name),
+            WithJsonSchema({"type": "string", "pattern": OLLAMA_NAME_PATTERN}),
+        ]
+    ],
+    Field(max_length=MAX_RESIDENT),
 ]
 
 
 class GpuInfo(Wire):
     model_config = ConfigDict(allow_inf_nan=False, strict=True)  # nested in requests
 
-    index: int = Field(ge=0, le=MAX_GPU_INDEX)
+    index: WholeNumber = Field(ge=0, le=MAX_GPU_INDEX)
     name: str = Field(default="", max_length=256)
-    vram_total_mb: int = Field(default=0, ge=0, le=MAX_VRAM_MB)  # 0: not known
-    vram_free_mb: int = Field(default=0, ge=0, le=MAX_VRAM_MB)
+    vram_total_mb: WholeNumber = Field(default=0, ge=0, le=MAX_VRAM_MB)  # 0: not known
+    vram_free_mb: WholeNumber = Field(default=0, ge=0, le=MAX_VRAM_MB)
     temperature_c: float | None = Field(default=None, ge=-40, le=150)
     power_w: float | None = Field(default=None, ge=0, le=5000)
 
@@ -147,7 +170,7 @@ class RegisterRequest(Inbound):
     # Empty from a worker that predates rigs; the brain shows it as unknown.
     host: str = Field(default="", max_length=63, pattern=f"{HOST_PATTERN}|^$")
     classes: list[str] = Field(default_factory=lambda: ["cpu"])
-    gpu_index: int | None = Field(default=None, ge=0, le=MAX_GPU_INDEX)
+    gpu_index: WholeNumber | None = Field(default=None, ge=0, le=MAX_GPU_INDEX)
     gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS)
     resident_models: ResidentModels = Field(default_factory=list)
     # The token this worker held, when it registers again (after a 401): proves it is
@@ -176,14 +199,14 @@ class ClaimRequest(Inbound):
     start: bool = False
     # Up to this many tasks; beyond the first only cpu / script tasks (prefetch never
     # binds GPU work early: that would defeat the residency policy).
-    max_tasks: int = Field(default=1, ge=1, le=32)
+    max_tasks: WholeNumber = Field(default=1, ge=1, le=32)
     # Chosen by the worker per claim and resent unchanged on a retry: a replayed claim
     # gets the tasks the lost answer carried instead of new ones.
     claim_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9]{8,40}$")
 
 
 class LeaseRef(Inbound):
-    attempt: int = Field(ge=1)
+    attempt: WholeNumber = Field(ge=1)
     lease_id: str = Field(min_length=1, max_length=64)
 
 
@@ -251,27 +274,27 @@ class ReleaseRequest(LeaseRef):
 # transaction, and optionally its next claim: one round trip per task, or per batch.
 class StartReport(LeaseRef):
     action: Literal["start"] = "start"
-    task_id: int
+    task_id: WholeNumber
 
 
 class RenewReport(LeaseRef):
     action: Literal["renew"] = "renew"
-    task_id: int
+    task_id: WholeNumber
 
 
 class CompleteReport(CompleteRequest):
     action: Literal["complete"] = "complete"
-    task_id: int
+    task_id: WholeNumber
 
 
 class FailReport(FailRequest):
     action: Literal["fail"] = "fail"
-    task_id: int
+    task_id: WholeNumber
 
 
 class ReleaseReport(ReleaseRequest):
     action: Literal["release"] = "release"
-    task_id: int
+    task_id: WholeNumber
 
 
 Report = Annotated[
@@ -301,19 +324,36 @@ class ExchangeResponse(Wire):
     assignments: list[Assignment]
 
 
-class TokenRequest(Inbound):
-    # join: registers workers of another rig (what the bootstrap token does), nothing else.
-    scope: str = Field(pattern="^(admin|submit|metrics|join)$")
+class JoinTokenRequest(Inbound):
+    """A join token: registers workers of another rig (what the bootstrap token does),
+    nothing else."""
+
+    scope: Literal["join"]
     name: str = Field(default="", max_length=128)
-    # A join token's rig: untrusted (the default: no sensitive task, its output tainted)
-    # or full (as this machine's own workers). Only for scope join.
+    # The rig's trust: untrusted (the default: no sensitive task, its output tainted) or
+    # full (as this machine's own workers).
     trust: Literal["untrusted", "full"] | None = None
 
-    @model_validator(mode="after")
-    def _trust_is_for_join(self) -> TokenRequest:
-        if self.trust is not None and self.scope != "join":
-            raise ValueError("trust is a join token's (a rig's); leave it out for this scope")
-        return self
+
+def _no_trust(value: Any) -> Any:
+    if value is not None:
+        raise ValueError("trust is a join token's (a rig's); leave it out for this scope")
+    return value
+
+
+class ScopedTokenRequest(Inbound):
+    """An admin, submit or metrics token: no trust level (that is a rig's)."""
+
+    scope: Literal["admin", "submit", "metrics"]
+    name: str = Field(default="", max_length=128)
+    trust: Annotated[None, BeforeValidator(_no_trust)] = Field(
+        None, description="only a join token has one: leave it out (or null)"
+    )
+
+
+# ``POST /v1/tokens``: the scope says which, so the schema itself says that ``trust``
+# goes with a join token only (a client generated from it cannot send it elsewhere).
+TokenRequest = Annotated[JoinTokenRequest | ScopedTokenRequest, Field(discriminator="scope")]
 
 
 class TokenCreated(Wire):
@@ -358,10 +398,37 @@ class WhoAmI(Wire):
     name: str
 
 
-class ErrorBody(Wire):
-    """Every refusal: ``{"detail": "what is wrong and how to fix it"}``."""
+class Refusal(Wire):
+    """What every error body of every server of the kit carries besides ``detail``
+    (``airig/common/http_errors.py`` builds it; ``airig/brain/PLANS.md``, "Error bodies")."""
+
+    retryable: bool = Field(
+        description="the same request, sent again unchanged, may succeed (after retry_after_s)"
+    )
+    retry_after_s: float | None = Field(
+        description="how long to wait before sending it again, when the server knows"
+    )
+
+
+class ErrorBody(Refusal):
+    """A refusal: ``{"detail": "what is wrong and how to fix it", "retryable",
+    "retry_after_s"}``."""
 
     detail: str
+
+
+class FieldError(Wire):
+    """Where a request does not fit the schema, and what is wrong (never the input)."""
+
+    type: str
+    loc: list[str | int]
+    msg: str
+
+
+class ValidationErrorBody(Refusal):
+    """A request that does not fit the schema (422): FastAPI's ``detail`` list."""
+
+    detail: list[FieldError]
 
 
 class PlanProblem(Wire):
@@ -370,7 +437,7 @@ class PlanProblem(Wire):
     fixes: list[Any] = Field(default_factory=list)
 
 
-class PlanErrorBody(Wire):
+class PlanErrorBody(Refusal):
     """A refused plan (413, 422): what is wrong with it, task by task."""
 
     detail: PlanProblem

@@ -53,6 +53,13 @@ class Payload(BaseModel):
 
 
 NAME_MAX = 255
+# A folder of the data volume as a JSON-schema pattern (for the OpenAPI schema; the
+# checks stay ``relative_data_path`` and the look-up, with their own messages): not
+# absolute, not ``~``, no backslash, no ``..`` name, no NUL (no file system path holds
+# one), names of at most NAME_MAX characters (the check counts UTF-8 bytes, which a
+# pattern cannot). Names are runs between slashes, so it never backtracks far.
+_NAME = rf"[^/\\\x00]{{1,{NAME_MAX}}}"
+DATA_PATH_PATTERN = rf"^(?![/~])(?!(?:[^/]*/)*\.\.(?![^/])){_NAME}(?:/+{_NAME})*/*$"
 
 
 def relative_data_path(value: str) -> str:

@@ -16,6 +16,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from airig.common.http_errors import error_body, error_bytes, install_error_handlers
+from airig.common.protocol import ErrorBody, ValidationErrorBody
 from airig.gateway.failures import ProviderFailure, Scrubber, classify
 from airig.gateway.idempotency import Answers, Reused
 from airig.gateway.providers import Completion, Prompt, Provider
@@ -51,13 +53,6 @@ class CompleteAnswer(BaseModel):
     stop_reason: str
 
 
-class Failure(BaseModel):
-    error: str
-    retryable: bool
-    # What the provider asked to wait (Retry-After), when it said.
-    retry_after_s: float | None = None
-
-
 class Health(BaseModel):
     ok: bool
     provider: str
@@ -84,13 +79,11 @@ class TokenGuard:
             return
         headers = dict(scope["headers"])
         if not hmac.compare_digest(headers.get(b"authorization", b""), self.expected):
-            await _json(send, 401, {"error": "missing or wrong bearer token", "retryable": False})
+            await _json(send, 401, error_bytes(401, "missing or wrong bearer token"))
             return
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_body:
-            await _json(
-                send, 413, {"error": f"body over {self.max_body} bytes", "retryable": False}
-            )
+            await _json(send, 413, error_bytes(413, f"body over {self.max_body} bytes"))
             return
         seen = 0
 
@@ -105,8 +98,7 @@ class TokenGuard:
         await self.app(scope, bounded, send)
 
 
-async def _json(send: Send, status: int, body: dict[str, object]) -> None:
-    data = json.dumps(body).encode()
+async def _json(send: Send, status: int, data: bytes) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -136,6 +128,7 @@ def create_app(
     max_body: int = 8 * 1024 * 1024,
 ) -> FastAPI:
     app = FastAPI(title="airig gateway", docs_url=None, redoc_url=None)
+    install_error_handlers(app)  # the kit's one error body (airig/common/http_errors.py)
     app.add_middleware(TokenGuard, token=token, max_body=max_body)
     answers: Answers[Completion] = Answers(cache_size)
     # Calls beyond it wait here, in arrival order: the provider's rate limit and the
@@ -181,12 +174,14 @@ def create_app(
         "/v1/complete",
         response_model=CompleteAnswer,
         responses={
-            401: {"model": Failure, "description": "missing or wrong bearer token"},
-            409: {"model": Failure, "description": "request_id reused for another request"},
-            413: {"description": "body too large"},
+            401: {"model": ErrorBody, "description": "missing or wrong bearer token"},
+            409: {"model": ErrorBody, "description": "request_id reused for another request"},
+            413: {"model": ErrorBody, "description": "body too large"},
+            422: {"model": ValidationErrorBody, "description": "the body does not fit"},
             502: {
-                "model": Failure,
-                "description": "the provider failed; retryable says if a retry may help",
+                "model": ErrorBody,
+                "description": "the provider failed; retryable says if a retry may help, "
+                "retry_after_s what the provider asked to wait (its Retry-After)",
             },
         },
     )
@@ -221,7 +216,7 @@ def create_app(
 
 
 def _failure(
-    status: int, error: str, retryable: bool, retry_after_s: float | None = None
+    status: int, detail: str, retryable: bool, retry_after_s: float | None = None
 ) -> JSONResponse:
-    body = Failure(error=error, retryable=retryable, retry_after_s=retry_after_s)
-    return JSONResponse(status_code=status, content=body.model_dump())
+    body = error_body(status, detail, retryable=retryable, retry_after_s=retry_after_s)
+    return JSONResponse(status_code=status, content=body)

@@ -3,6 +3,7 @@
 Compose starts it only after every init container exited 0 (service_completed_successfully),
 so its health means "every model named in .env is pulled and verified". It also serves the
 verified-model inventory that the init containers recorded, for `status` and the workers.
+Anything else is refused with the kit's one error body (airig/common/http_errors.py).
 
     python -m airig.services.gate            serve on :8099 (GET /health, GET /models)
                                     on GATE_LISTEN_HOST (default 127.0.0.1; compose: 0.0.0.0)
@@ -20,6 +21,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from airig.common.http_errors import error_bytes
 
 PORT = 8099
 
@@ -49,15 +52,28 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/models":
             self._send(200, inventory(_cache_paths()))
         else:
-            self._send(404, {"error": f"no route {self.path}"})
+            self._send_bytes(404, error_bytes(404, f"no route {self.path}; GET /health or /models"))
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (an unsupported method, a malformed request line)
+        in the kit's one error body instead of its HTML page."""
+        self.log_error("code %d, message %s", code, message)
+        short, _ = self.responses.get(code, ("error", ""))
+        self.close_connection = True
+        self._send_bytes(code, error_bytes(code, message or short), last=True)
 
     def _send(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
+        self._send_bytes(code, json.dumps(body).encode())
+
+    def _send_bytes(self, code: int, data: bytes, last: bool = False) -> None:
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if last:
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     def log_message(self, fmt: str, *args) -> None:  # keep logs to one JSON line a request
         print(json.dumps({"event": "gate.request", "line": fmt % args}), flush=True)

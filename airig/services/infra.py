@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import unquote
 
+from airig.common.http_errors import install_error_handlers
 from airig.common.secrets import is_placeholder
 
 AIRIG_UID = 10001
@@ -90,6 +91,7 @@ def create_app():
         return path
 
     app = FastAPI(title="airig files", dependencies=[])
+    install_error_handlers(app)  # the kit's one error body (airig/common/http_errors.py)
 
     @app.get("/health")
     def health() -> dict:

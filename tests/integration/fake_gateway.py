@@ -1,7 +1,8 @@
 """A gateway on loopback that honours the brain's contract (``POST /v1/complete``, bearer
-token, 502 ``{"error", "retryable"}``, idempotent ``request_id``) and answers from a
-script, recording every request it was sent. It stands in for airig/gateway/ in the
-escalation tests that need control over each answer (a held answer, huge usage, down)."""
+token, the kit's error body ``{"detail", "retryable", "retry_after_s"}``, idempotent
+``request_id``) and answers from a script, recording every request it was sent. It
+stands in for airig/gateway/ in the escalation tests that need control over each answer
+(a held answer, huge usage, down)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from airig.common.http_errors import error_body
 
 Answer = Callable[[dict[str, Any]], str]
 
@@ -46,7 +49,7 @@ class FakeGateway:
 
             def do_POST(self) -> None:
                 if self.headers.get("Authorization") != f"Bearer {gateway.token}":
-                    self._send(401, {"detail": "wrong token"})
+                    self._send(401, error_body(401, "wrong token"))
                     return
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 gateway.requests.append(body)

@@ -2,11 +2,15 @@
 
 The brain's OpenAPI schema is the contract; schemathesis generates valid and invalid
 requests from it and checks each answer: no 5xx, only documented status codes, bodies
-and headers as documented, invalid input refused, undeclared methods answered 405.
-One run per credential (admin, worker, bootstrap), so every route is reached with a
-token that may use it. ``positive_data_acceptance`` is left out on purpose: a plan that
-fits the schema can still be refused for what a schema cannot say (an unknown task
-type, a dependency on a task that does not exist), and that refusal is a 422 by design.
+and headers as documented (every error in the kit's one error body), invalid input
+refused, valid input accepted, undeclared methods answered 405. One run per credential
+(admin, worker, bootstrap, submit, metrics, join), so every route is reached with a
+token that may use it. Valid input accepted (``positive_data_acceptance``) holds on every
+route but two, which may answer 422 for what no schema can say: a plan's rules across
+tasks (a dependency on a task that does not exist, a cycle, a payload against its
+type's schema) and a goal's ``inputs_dir`` that is no folder on the data volume. There
+``fuzz_hooks.py`` checks that the refusal names exactly such a rule, never a field the
+schema describes (an unknown task type, a trust level on a token that takes none).
 
 The seed is fixed so a failure reproduces; ``AIRIG_FUZZ_SEED`` and
 ``AIRIG_FUZZ_EXAMPLES`` explore further (``python -m pytest tests/integration/test_api_fuzz.py``).
@@ -42,15 +46,39 @@ def brain(tmp_path):
     cluster.stop()
 
 
+HOOKS = Path(__file__).with_name("fuzz_hooks.py")
+# Where a schema-valid request may be refused with 422 (module docstring); fuzz_hooks.py
+# then checks what the refusal names.
+BEYOND_THE_SCHEMA = [("POST", "/v1/plans"), ("POST", "/v1/goals")]
+ACCEPTED = '["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]'
+
+
+def _config(plan_id: str, task_uid: int) -> str:
+    # Real identifiers, so the plan and task routes are exercised past their 404s.
+    text = (
+        f'[parameters]\n"path.plan_id" = "{plan_id}"\n"path.key" = "a"\n'
+        f'"path.task_id" = {task_uid}\n'
+    )
+    for method, path in BEYOND_THE_SCHEMA:
+        text += (
+            f'\n[[operations]]\ninclude-path = "{path}"\ninclude-method = "{method}"\n'
+            f"checks.positive_data_acceptance.expected-statuses = {ACCEPTED}\n"
+        )
+    return text
+
+
 def _fuzz(url: str, token: str, config: Path, report: Path) -> subprocess.CompletedProcess:
     command = [
         sys.executable, "-m", "schemathesis.cli", "--config-file", str(config),
         "run", f"{url}/openapi.json", "-H", f"Authorization: Bearer {token}", "--checks", "all",
-        "--exclude-checks", "positive_data_acceptance", "--max-examples", EXAMPLES,
+        "--max-examples", EXAMPLES,
         "--seed", SEED, "--phases", "examples,coverage,fuzzing", "--workers", "1",
         "--no-color", "--request-timeout", "10", "--generation-database", "none",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=report.parent)
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, cwd=report.parent, env=env
+    )
     report.write_text(done.stdout + done.stderr)
     return done
 
@@ -66,11 +94,7 @@ def test_the_api_holds_its_contract_for_every_scope(brain, tmp_path):
     )  # fmt: skip
     worker_token = registered.json()["token"]
     config = tmp_path / "schemathesis.toml"
-    # Real identifiers, so the plan and task routes are exercised past their 404s.
-    config.write_text(
-        f'[parameters]\n"path.plan_id" = "{plan["id"]}"\n"path.key" = "a"\n'
-        f'"path.task_id" = {plan["tasks"][0]["uid"]}\n'
-    )
+    config.write_text(_config(plan["id"], plan["tasks"][0]["uid"]))
     admin = ADMIN["Authorization"].split()[1]
     scoped = {}
     for scope in ("submit", "metrics", "join"):  # every kind of token the brain issues

@@ -250,7 +250,7 @@ def test_what_the_brain_may_retry(name, gateways, control):
     control.mode("down", times=1)
     down = ask(gateway, f"{name}-down")
     assert down.status_code == 502 and down.json()["retryable"] is True
-    assert down.json()["error"].startswith(f"provider answered {503 if name == 'openai' else 529}")
+    assert down.json()["detail"].startswith(f"provider answered {503 if name == 'openai' else 529}")
     assert ask(gateway, f"{name}-down").status_code == 200  # the same id, once it is back
     control.mode("rate_limited", retry_after=7)
     limited = ask(gateway, f"{name}-limited").json()
@@ -258,7 +258,7 @@ def test_what_the_brain_may_retry(name, gateways, control):
     control.mode("up")
     control.answers({"text": "too late", "delay_s": TIMEOUT_S + 1.5})
     late = ask(gateway, f"{name}-late").json()
-    assert late == {"error": "the provider did not answer in time", "retryable": True,
+    assert late == {"detail": "the provider did not answer in time", "retryable": True,
                     "retry_after_s": None}  # fmt: skip
     # one call each: the clients' own retries are off (the late one is recorded when the
     # stand-in finally answers)
@@ -269,18 +269,18 @@ def test_what_the_brain_may_retry(name, gateways, control):
 def test_what_the_brain_must_not_retry(gateways, control):
     unknown = ask(gateways["bad-model"], "model")
     assert unknown.status_code == 502 and unknown.json() == {
-        "error": "provider answered 404 not_found_error: model: claude-nonexistent-1",
+        "detail": "provider answered 404 not_found_error: model: claude-nonexistent-1",
         "retryable": False,
         "retry_after_s": None,
     }
     refused = ask(gateways["bad-key"], "key")
     assert refused.status_code == 502 and refused.json()["retryable"] is False
-    assert "refused the key" in refused.json()["error"]
+    assert "refused the key" in refused.json()["detail"]
     assert "Incorrect API key" not in refused.text  # upstream quotes part of the key there
     assert [c["auth"] for c in control.calls()] == ["ok", "wrong"]
     dead = ask(gateways["dead"], "dead")
     assert dead.status_code == 502 and dead.json()["retryable"] is True
-    assert dead.json()["error"].startswith("cannot reach the provider")
+    assert dead.json()["detail"].startswith("cannot reach the provider")
 
 
 @pytest.mark.parametrize("name", PROVIDERS)
@@ -333,7 +333,7 @@ def test_a_gateway_without_a_key_says_so_and_fails_health(tmp_path, provider):
         assert requests.get(gateway.url + "/health", timeout=10).json()["key_loaded"] is False
         answer = ask(gateway, "no-key")
         assert answer.status_code == 502 and answer.json()["retryable"] is False
-        assert "no provider key" in answer.json()["error"]
+        assert "no provider key" in answer.json()["detail"]
     finally:
         gateway.stop()
     assert "no provider key: every call will fail" in gateway.log()

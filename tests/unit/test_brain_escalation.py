@@ -488,9 +488,9 @@ def test_the_client_reads_the_gateways_answers():
 
     replies = [
         (200, {"text": "hi", "input_tokens": 1, "output_tokens": 1}),
-        (502, {"error": "provider down", "retryable": True, "retry_after_s": 2}),
-        (502, {"error": "bad model", "retryable": False}),
-        (401, {"error": "wrong token", "retryable": False}),
+        (502, {"detail": "provider down", "retryable": True, "retry_after_s": 2}),
+        (502, {"detail": "bad model", "retryable": False, "retry_after_s": None}),
+        (401, {"detail": "wrong token", "retryable": False, "retry_after_s": None}),
         (503, {}),
     ]
     seen: list[str] = []
@@ -519,6 +519,7 @@ def test_the_client_reads_the_gateways_answers():
         server.server_close()
     assert got[0].ok and got[0].body["text"] == "hi"
     assert (got[1].retryable, got[1].retry_after_s) == (True, 2.0)
+    assert "provider down" in got[1].error and "wrong token" in got[3].error
     assert [g.retryable for g in got[2:]] == [False, False, True]
     assert seen == ["Bearer tok"] * 5
     down = GatewayClient(f"http://127.0.0.1:{server.server_address[1]}", "tok").complete({})

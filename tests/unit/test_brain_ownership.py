@@ -44,7 +44,8 @@ def test_a_submit_token_acts_only_on_its_own_plans(client):
         assert answer.status_code == 404, (path, answer.text)
         missing = client.request(method, path.replace(plan, "000000000000"), headers=mallory)
         assert answer.json() == {
-            "detail": missing.json()["detail"].replace("000000000000", plan)
+            **missing.json(),
+            "detail": missing.json()["detail"].replace("000000000000", plan),
         }, "same answer as a plan that does not exist"
     assert client.get("/v1/plans", headers=mallory).json()["plans"] == []
     assert [p["id"] for p in client.get("/v1/plans", headers=alice).json()["plans"]] == [plan]

@@ -93,8 +93,9 @@ def test_the_bearer_token_and_the_body():
     assert api.post("/v1/complete", json=body()).status_code == 401
     wrong = api.post("/v1/complete", headers={"Authorization": f"Bearer {KEY}"}, json=body())
     assert wrong.status_code == 401 and wrong.json() == {
-        "error": "missing or wrong bearer token",
+        "detail": "missing or wrong bearer token",
         "retryable": False,
+        "retry_after_s": None,
     }
     assert api.get("/health").json() == {
         "ok": True, "provider": "openai", "model": "fake-model", "key_loaded": True,

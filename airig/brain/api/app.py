@@ -25,7 +25,8 @@ from airig.brain.api.routes import tokens as routes_tokens
 from airig.brain.api.routes import workers as routes_workers
 from airig.brain.service import Brain
 from airig.brain.settings import BrainSettings
-from airig.common.protocol import ErrorBody
+from airig.common.http_errors import error_body, headers_retry_after, validation_detail
+from airig.common.protocol import ErrorBody, ValidationErrorBody
 
 # Refusals any authenticated route can give, documented once for every /v1 route.
 COMMON_RESPONSES: dict = {
@@ -48,10 +49,17 @@ def _openapi(app: FastAPI) -> dict:
             title=app.title, version=app.version, description=app.description,
             routes=app.routes,
         )  # fmt: skip
-        plan = PlanRequest.model_json_schema(ref_template="#/components/schemas/{model}")
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components.update(plan.pop("$defs", {}))
-        components["PlanRequest"] = plan
+        # FastAPI's 422 body, as the brain answers it: the one error body
+        # (airig/common/http_errors.py) with FastAPI's list as its detail.
+        for name, model in (
+            ("PlanRequest", PlanRequest),
+            ("HTTPValidationError", ValidationErrorBody),
+        ):
+            published = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(published.pop("$defs", {}))
+            components[name] = published
+        components.pop("ValidationError", None)  # FastAPI's item, replaced by FieldError
         app.openapi_schema = schema
     return app.openapi_schema
 
@@ -137,23 +145,21 @@ def create_app(settings: BrainSettings) -> FastAPI:
                 if route.matches(request.scope)[0] != Match.NONE:
                     methods |= set(getattr(route, "methods", None) or ())
             headers["Allow"] = ", ".join(sorted(methods))
-        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
+        body = error_body(exc.status_code, exc.detail, retry_after_s=headers_retry_after(headers))
+        return JSONResponse(body, exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # FastAPI's own handler echoes the input back, and an input it cannot encode
         # (NaN, undecodable bytes) turned a 422 into a 500. Where and what only.
-        detail = [
-            {"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": str(e.get("msg"))}
-            for e in exc.errors()
-        ]
-        return JSONResponse(status_code=422, content={"detail": detail})
+        return JSONResponse(
+            status_code=422, content=error_body(422, validation_detail(exc.errors()))
+        )
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # One JSON error shape; the type and message only, never a traceback.
-        return JSONResponse(
-            status_code=500, content={"detail": f"internal error: {type(exc).__name__}"}
-        )
+        # The one error body (airig/common/http_errors.py); the type only, never a traceback.
+        detail = f"internal error: {type(exc).__name__}"
+        return JSONResponse(status_code=500, content=error_body(500, detail))
 
     return app

@@ -5,8 +5,9 @@ FastAPI's per-request machinery (middleware stack, dependency solving, a second
 serialisation pass) cost the brain more CPU than the transaction itself. This ASGI
 wrapper answers that route directly: same authentication (worker tokens only), same
 request model, same handler (``exchange.run_exchange``, in a worker thread because
-it commits and may long-poll), the same ``{"detail": ...}`` error shape. Every other
-path goes to the FastAPI app untouched; the FastAPI route stays for the OpenAPI schema.
+it commits and may long-poll), the same error body (``airig/common/http_errors.py``).
+Every other path goes to the FastAPI app untouched; the FastAPI route stays for the
+OpenAPI schema.
 
 The payloads an answer carries are charged to the brain's in-flight bytes
 (``inflight.py``) from their render until the answer's JSON bytes are built (the rendered
@@ -18,8 +19,6 @@ bytes alone, one copy, written as fast as the worker reads.
 
 from __future__ import annotations
 
-import json
-
 import anyio.to_thread
 from fastapi import FastAPI, HTTPException
 from pydantic import TypeAdapter, ValidationError
@@ -30,6 +29,7 @@ from airig.brain.api.exchange import run_exchange
 from airig.brain.api.guard import EXCHANGE_BODY
 from airig.brain.inflight import Hold
 from airig.brain.service import Brain
+from airig.common.http_errors import error_bytes, headers_retry_after, validation_detail
 from airig.common.protocol import ExchangeRequest, ExchangeResponse
 
 PATH = "/v1/exchange"
@@ -73,18 +73,15 @@ class ExchangeFastPath:
             request = ExchangeRequest.model_validate_json(raw)
         except ValidationError as exc:
             # Where and what only: the input may be undecodable bytes or NaN.
-            detail = [
-                {"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]}
-                for e in exc.errors(include_url=False, include_context=False, include_input=False)
-            ]
-            return 422, json.dumps({"detail": detail}).encode()
+            errors = exc.errors(include_url=False, include_context=False, include_input=False)
+            return 422, error_bytes(422, validation_detail(errors))
         brain: Brain = state.brain
         try:
             answer = await anyio.to_thread.run_sync(
                 run_exchange, brain, principal.name, request, hold
             )
         except HTTPException as exc:
-            return _error(exc.status_code, str(exc.detail))
+            return _error(exc.status_code, str(exc.detail), headers_retry_after(exc.headers))
         except Exception as exc:  # noqa: BLE001 - one JSON error shape, never a traceback
             return _error(500, f"internal error: {type(exc).__name__}")
         return 200, ANSWER.dump_json(answer)  # the rendered payloads go with ``answer``
@@ -106,5 +103,5 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _error(status: int, detail: str) -> tuple[int, bytes]:
-    return status, json.dumps({"detail": detail}).encode()
+def _error(status: int, detail: str, retry_after_s: float | None = None) -> tuple[int, bytes]:
+    return status, error_bytes(status, detail, retry_after_s=retry_after_s)

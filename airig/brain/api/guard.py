@@ -16,7 +16,6 @@ Requests without a body (GET, HEAD) pass through untouched.
 
 from __future__ import annotations
 
-import json
 import re
 
 from fastapi import FastAPI, HTTPException
@@ -25,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airig.brain.api.auth import bearer_from_scope, identify_token
 from airig.brain.settings import BrainSettings
+from airig.common.http_errors import error_bytes
 
 SMALL_BODY = 1024 * 1024  # registration, heartbeats, claims, lease writes, tokens
 EXCHANGE_BODY = 16 * 1024 * 1024  # reports carry results inline
@@ -109,7 +109,7 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _reply(send: Send, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
+    body = error_bytes(status, detail)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))

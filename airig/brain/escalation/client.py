@@ -1,8 +1,9 @@
 """The brain's client of the gateway (``POST /v1/complete``), the only door outward.
 
 The brain holds the gateway's token, never the provider's key. An unreachable gateway, a
-timeout, a 5xx or a 502 the gateway marks retryable are retryable; 401 (wrong token),
-422 (a request the gateway refuses) and a 502 marked not retryable are not.
+timeout and an answer the gateway marks retryable (a provider down, rate limited) are
+retryable; 401 (wrong token), 422 (a request the gateway refuses) and a 502 marked not
+retryable are not. An answer without the kit's error body: 5xx, 408 and 429 are.
 """
 
 from __future__ import annotations
@@ -50,13 +51,15 @@ class GatewayClient:
             answer = {}
         if response.status_code == 200 and isinstance(answer.get("text"), str):
             return CallResult(ok=True, body=answer)
-        detail = str(answer.get("error") or answer.get("detail") or response.text[:300])
+        # The kit's one error body (airig/common/http_errors.py): detail, retryable,
+        # retry_after_s. A proxy's answer without it: retryable by its status.
+        detail = str(answer.get("detail") or response.text[:300])
         error = f"gateway HTTP {response.status_code}: {detail}"
-        if response.status_code == 502:
-            after = answer.get("retry_after_s")
-            return CallResult(
-                ok=False, retryable=bool(answer.get("retryable", True)), error=error,
-                retry_after_s=float(after) if isinstance(after, int | float) else None,
-            )  # fmt: skip
-        retryable = response.status_code >= 500 or response.status_code in (408, 429)
-        return CallResult(ok=False, retryable=retryable, error=error)
+        retryable = answer.get("retryable")
+        if not isinstance(retryable, bool):
+            retryable = response.status_code >= 500 or response.status_code in (408, 429)
+        after = answer.get("retry_after_s")
+        return CallResult(
+            ok=False, retryable=retryable, error=error,
+            retry_after_s=float(after) if isinstance(after, int | float) else None,
+        )  # fmt: skip

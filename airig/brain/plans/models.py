@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airig.common.protocol import TASK_CLASSES
+from airig.common.task_schemas import PAYLOAD_SCHEMAS
+
 TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+# Published as enums in the OpenAPI schema, so a client generated from it sends only what
+# the brain runs; checked by ``validate.py`` (not by pydantic here), whose refusal names
+# every known type, for JSON, YAML and Markdown plans alike.
+TASK_TYPES = tuple(sorted(PAYLOAD_SCHEMAS))
 
 
 class TaskSpec(BaseModel):
@@ -16,8 +23,10 @@ class TaskSpec(BaseModel):
 
     id: str = Field(pattern=TASK_ID_PATTERN)
     name: str = Field("", max_length=200)
-    type: str = Field(min_length=1, max_length=32)
-    task_class: str | None = Field(None, max_length=32)
+    type: str = Field(min_length=1, max_length=32, json_schema_extra={"enum": list(TASK_TYPES)})
+    task_class: (
+        Annotated[str, Field(max_length=32, json_schema_extra={"enum": list(TASK_CLASSES)})] | None
+    ) = None
     payload: dict[str, Any] = Field(default_factory=dict)
     depends_on: list[str] = Field(default_factory=list)
     priority: int = Field(5, ge=1, le=10)

@@ -13,10 +13,16 @@ from airig.brain.api.auth import Principal, may_act_on, owner_of
 from airig.brain.api.deps import BrainDep, SubmitterDep
 from airig.brain.planner import catalogue, goals
 from airig.brain.plans.validate import PlanInvalid
+from airig.brain.store import goals as stored_goals
 from airig.brain.store.events import Outbox
 from airig.common.protocol import ErrorBody, PlanErrorBody
 from airig.common.spotlight import contains_reserved_delimiter
-from airig.common.task_schemas import MAX_SHORT_CHARS, relative_data_path
+from airig.common.task_schemas import (
+    DATA_PATH_PATTERN,
+    MAX_SHORT_CHARS,
+    NAME_MAX,
+    relative_data_path,
+)
 
 router = APIRouter(prefix="/v1", tags=["goals"])
 Responses = dict[int | str, dict[str, Any]]
@@ -44,8 +50,19 @@ class GoalRequest(BaseModel):
     goal: Annotated[str, StringConstraints(min_length=1, max_length=MAX_SHORT_CHARS)] = Field(
         description="what the plan should achieve, in words"
     )
-    inputs_dir: Annotated[str, StringConstraints(min_length=1, max_length=1024)] | None = Field(
-        None, description="a folder on the data volume whose files the planner is shown"
+    # The pattern publishes relative_data_path's rules (checked in the route, with its
+    # message); that the folder exists only the route can say (422 when it does not).
+    inputs_dir: (
+        Annotated[
+            str,
+            StringConstraints(min_length=1, max_length=1024),
+            Field(json_schema_extra={"pattern": DATA_PATH_PATTERN}),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="a folder on the data volume whose files the planner is shown: relative, "
+        f"no '..', names of at most {NAME_MAX} bytes; it must exist",
     )
 
     @field_validator("goal")
@@ -90,14 +107,10 @@ async def create_goal(body: GoalRequest, brain: BrainDep, who: SubmitterDep) -> 
 @router.get("/goals")
 def list_goals(brain: BrainDep, who: SubmitterDep, limit: int = 50) -> dict[str, Any]:
     """The newest goals: all for admin, a submit token's own for it."""
-    mine = "" if who.scope == "admin" else "WHERE owner = ?"
-    params: tuple[Any, ...] = () if who.scope == "admin" else (owner_of(who),)
+    owner = None if who.scope == "admin" else owner_of(who)
 
     def change(conn: sqlite3.Connection, _o: Outbox, now: float) -> dict[str, Any]:
-        rows = conn.execute(
-            f"SELECT * FROM goals {mine} ORDER BY created_at DESC LIMIT ?",
-            (*params, max(1, min(limit, 500))),
-        ).fetchall()
+        rows = stored_goals.newest(conn, owner, max(1, min(limit, 500)))
         return {"goals": [goals.view(conn, goals.refresh(conn, row, now)) for row in rows]}
 
     return brain.write(change)

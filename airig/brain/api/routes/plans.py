@@ -139,7 +139,10 @@ async def submit_plan(
     request: Request,
     brain: BrainDep,
     who: SubmitterDep,
-    idempotency_key: Annotated[str | None, Header()] = None,
+    # Its bounds in the schema; checked below, refused with the plan's error body.
+    idempotency_key: Annotated[
+        str | None, Header(json_schema_extra={"minLength": 1, "maxLength": 200})
+    ] = None,
 ) -> Any:
     """Submit a plan; the same Idempotency-Key and body answer the stored plan again."""
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:

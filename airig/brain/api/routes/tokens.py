@@ -9,8 +9,9 @@ their running attempts go back to the queue, so another worker finishes them.
 from __future__ import annotations
 
 import sqlite3
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, Body, HTTPException
 
 from airig.brain.api.auth import hash_token, new_token, store_token
 from airig.brain.api.deps import AdminDep, AnyTokenDep, BrainDep
@@ -20,6 +21,7 @@ from airig.brain.store.retry import RetryPolicy
 from airig.brain.store.trust import DEFAULT_JOIN_TRUST
 from airig.common.protocol import (
     ErrorBody,
+    JoinTokenRequest,
     TokenCreated,
     TokenInfo,
     TokenList,
@@ -32,11 +34,13 @@ router = APIRouter(prefix="/v1", tags=["tokens"])
 
 
 @router.post("/tokens", status_code=201, response_model=TokenCreated)
-def create_token(body: TokenRequest, brain: BrainDep, _: AdminDep) -> TokenCreated:
+def create_token(
+    body: Annotated[TokenRequest, Body()], brain: BrainDep, _: AdminDep
+) -> TokenCreated:
     """A new scoped token, shown once; only its hash is stored. A join token gets a trust
-    level: ``untrusted`` unless the request says ``full``."""
+    level: ``untrusted`` unless the request says ``full``; other scopes take none."""
     name = body.name or body.scope
-    trust = (body.trust or DEFAULT_JOIN_TRUST) if body.scope == "join" else None
+    trust = (body.trust or DEFAULT_JOIN_TRUST) if isinstance(body, JoinTokenRequest) else None
     token_id, token = store_token(brain.db, body.scope, name, trust)
     return TokenCreated(id=token_id, token=token, scope=body.scope, name=name, trust=trust)
 
