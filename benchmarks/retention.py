@@ -23,7 +23,7 @@ end, claims are timed side by side on a copy of the day-1 store and on the final
 level off once the retention window is full (day 90 within 1.25x of day ``retention + 5``),
 claim p99 on the final store within 1.5x of the day-1 store, retention's transactions
 p99 < 50 ms (what a claim may wait behind), and nothing of the running plan lost.
-``tests/unit/test_brain_retention_bound.py`` runs the same simulation, smaller, as a test
+``tests/unit/brain/test_brain_retention_bound.py`` runs the same simulation, smaller, as a test
 (sizes and the running plan only; no timings).
 """
 

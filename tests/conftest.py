@@ -36,14 +36,14 @@ def _unprivileged() -> bool:
 
 
 ALLOWED_SKIPS = (
-    # tests/unit/test_hardware_real_host.py: a runner with a GPU cannot show that a host
+    # tests/unit/launcher/test_hardware_real_host.py: a runner with a GPU cannot show that a host
     # without one decides `cpu`; the fixture hosts of the hardware tests cover both cases.
     AllowedSkip(r"this host has an NVIDIA/AMD GPU: cpu is not expected"),
-    # tests/unit/test_hardware_parts.py, tests/integration/test_compose_config.py: fixture
+    # tests/unit/launcher/test_hardware_parts.py, tests/integration/test_compose_config.py: fixture
     # device nodes owned by two groups need chown, which only root may do. CI runs as root
     # and runs them; the rule covers a developer (or .ci/run with sudo) running unprivileged.
     AllowedSkip(r"two owning groups need chown \(root\)", when=_unprivileged),
-    # tests/unit/test_hardware_hosts.py: the same for the fake /dev nodes' groups.
+    # tests/unit/launcher/test_hardware_hosts.py: the same for the fake /dev nodes' groups.
     AllowedSkip(r"the fake device nodes' groups need chown \(root\)", when=_unprivileged),
 )
 _skips: list[tuple[str, str]] = []  # (test id, reason) of every skip this run

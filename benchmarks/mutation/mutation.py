@@ -58,33 +58,33 @@ TARGETS = (
 )
 
 # The unit tests that exercise those modules (mutmut runs, per mutant, only the tests
-# that reached the mutated function), and every tests/unit/test_mutants_*.py.
+# that reached the mutated function), and every tests/unit/**/test_mutants_*.py.
 TESTS = (
-    "tests/unit/test_brain_api.py",
-    "tests/unit/test_brain_exchange.py",
-    "tests/unit/test_brain_inflight.py",
-    "tests/unit/test_brain_hostile.py",
-    "tests/unit/test_brain_placement.py",
-    "tests/unit/test_brain_retry.py",
-    "tests/unit/test_brain_scheduling.py",
-    "tests/unit/test_brain_states.py",
-    "tests/unit/test_brain_templates.py",
-    "tests/unit/test_brain_worker_runtime.py",
-    "tests/unit/test_plan_shell_inputs.py",
-    "tests/unit/test_rigs_brain.py",
-    "tests/unit/test_rigs_trust.py",
-    "tests/unit/test_residency.py",
-    "tests/unit/test_swap_assignment.py",
-    "tests/unit/test_hardware_decide.py",
-    "tests/unit/test_hardware_hosts.py",
-    "tests/unit/test_hardware_parts.py",
-    "tests/unit/test_verify.py",
-    "tests/unit/test_verify_cache.py",
-    "tests/unit/test_provision_cli.py",
-    "tests/unit/test_provision_ollama.py",
-    "tests/unit/test_provision_runner.py",
+    "tests/unit/brain/test_brain_api.py",
+    "tests/unit/brain/test_brain_exchange.py",
+    "tests/unit/brain/test_brain_inflight.py",
+    "tests/unit/brain/test_brain_hostile.py",
+    "tests/unit/brain/test_brain_placement.py",
+    "tests/unit/brain/test_brain_retry.py",
+    "tests/unit/brain/test_brain_scheduling.py",
+    "tests/unit/brain/test_brain_states.py",
+    "tests/unit/brain/test_brain_templates.py",
+    "tests/unit/brain/test_brain_worker_runtime.py",
+    "tests/unit/brain/test_plan_shell_inputs.py",
+    "tests/unit/brain/test_rigs_brain.py",
+    "tests/unit/brain/test_rigs_trust.py",
+    "tests/unit/brain/test_residency.py",
+    "tests/unit/worker/test_swap_assignment.py",
+    "tests/unit/launcher/test_hardware_decide.py",
+    "tests/unit/launcher/test_hardware_hosts.py",
+    "tests/unit/launcher/test_hardware_parts.py",
+    "tests/unit/provision/test_verify.py",
+    "tests/unit/provision/test_verify_cache.py",
+    "tests/unit/provision/test_provision_cli.py",
+    "tests/unit/provision/test_provision_ollama.py",
+    "tests/unit/provision/test_provision_runner.py",
 )
-MUTANT_TESTS = "tests/unit/test_mutants_*.py"
+MUTANT_TESTS = "tests/unit/**/test_mutants_*.py"
 # --with-standins adds the provisioning runs against the stand-in servers (127.0.0.1,
 # no Docker; slower: every surviving verifier mutant runs them).
 STANDIN_TESTS = ("tests/integration/test_provision_standins.py",)

@@ -212,7 +212,7 @@ def test_every_alert_kind_has_a_prometheus_rule():
     from airig.brain.ops.alerts import KINDS
 
     rules = yaml.safe_load(
-        (Path(__file__).parents[2] / "03-agents/prometheus/alerts.yml").read_text()
+        (Path(__file__).parents[3] / "03-agents/prometheus/alerts.yml").read_text()
     )
     exprs = [r["expr"] for group in rules["groups"] for r in group["rules"]]
     covered = {m for e in exprs for m in re.findall(r'alert="(\w+)"', e)}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-BRAIN = Path(__file__).resolve().parents[2] / "airig" / "brain"
+BRAIN = Path(__file__).resolve().parents[3] / "airig" / "brain"
 SQL_CALLS = {"execute", "executemany", "executescript"}
 
 # The files outside store/ that still run SQL themselves, relative to airig/brain/. This

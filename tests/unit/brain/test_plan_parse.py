@@ -115,7 +115,7 @@ def test_the_examples_in_plans_md_parse_and_validate():
 
     from airig.brain.plans.validate import Limits, validate_plan
 
-    doc = (Path(__file__).resolve().parents[2] / "airig" / "brain" / "PLANS.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "airig" / "brain" / "PLANS.md").read_text()
     as_yaml = re.search(r"## YAML\n\n```yaml\n(.*?)```\n", doc, re.S).group(1)
     as_markdown = re.search(r"## Markdown\n\n````markdown\n(.*?)````\n", doc, re.S).group(1)
     from_yaml, _ = validate_plan(parse_plan(as_yaml, "yaml"), Limits())

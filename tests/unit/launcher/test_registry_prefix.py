@@ -23,7 +23,7 @@ from airig.launcher.plan import ComposePlan, StackPlan
 from airig.launcher.pull import pull_error, pull_missing
 from airig.launcher.settings import load_settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CATALOG = load_catalog(ROOT)
 MIRROR = "127.0.0.1:5000"
 MANIFEST_UNKNOWN = (

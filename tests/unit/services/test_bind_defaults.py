@@ -15,7 +15,7 @@ import yaml
 from airig.brain.settings import BrainSettings
 from airig.services import gate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_brain_defaults_to_loopback(monkeypatch):

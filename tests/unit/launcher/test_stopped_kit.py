@@ -14,7 +14,7 @@ from airig.launcher.plan import GpuSlot, build_plan, gpu_workers_overlay, plan_f
 from airig.launcher.settings import STACKS, load_settings
 from airig.launcher.up import Launcher
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 REQUIRED = re.compile(r"\$\{([A-Z0-9_]+):\?")
 
 

@@ -14,7 +14,7 @@ from airig.launcher.hardware import detect
 from airig.launcher.hardware.choice import profile_gpus
 from airig.launcher.images import ImageSelection, choose_images, load_catalog
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NVIDIA, AMD = 0x10DE, 0x1002
 CATALOG = load_catalog(ROOT)
 

@@ -18,7 +18,7 @@ from airig.launcher.preflight import escalation_check
 from airig.launcher.settings import load_settings
 from airig.launcher.up import Launcher, _require
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KEY = "sk-secret-0123456789abcdef"
 ON = "AIRIG_ESCALATION=on\nAIRIG_GATEWAY_MODEL=claude-sonnet-5-5\nAIRIG_GATEWAY_TOKEN=t0k\n"
 

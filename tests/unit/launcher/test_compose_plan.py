@@ -21,7 +21,7 @@ from airig.launcher.plan import (
 from airig.launcher.settings import load_settings
 from airig.launcher.up import Launcher
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def settings(tmp_path, env=""):

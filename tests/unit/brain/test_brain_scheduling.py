@@ -1,4 +1,4 @@
-"""Which classes a worker may claim (the claim order is tests/unit/test_residency.py)."""
+"""Which classes a worker may claim (the claim order is tests/unit/brain/test_residency.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from airig.services import gate
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DATA_ROUTES = ("/v1/queue", "/v1/events", "/v1/models")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROUTES = Path(__file__).resolve().parents[2] / "airig" / "brain" / "api" / "routes"
+ROUTES = Path(__file__).resolve().parents[3] / "airig" / "brain" / "api" / "routes"
 
 
 def imported(path: Path) -> set[str]:

@@ -430,7 +430,7 @@ def test_a_cancelled_task_is_not_sent(tmp_path):
 # ---------------------------------------------------------------- the key stays out
 def test_the_brain_gets_no_provider_key_from_compose():
     compose = yaml.safe_load(
-        (Path(__file__).resolve().parents[2] / "03-agents" / "compose.yaml").read_text()
+        (Path(__file__).resolve().parents[3] / "03-agents" / "compose.yaml").read_text()
     )
     brain_env = compose["services"]["brain"]["environment"]
     names = brain_env if isinstance(brain_env, list) else list(brain_env)

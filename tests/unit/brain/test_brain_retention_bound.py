@@ -9,7 +9,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "retention.py"
+BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "retention.py"
 RETENTION_DAYS = 30
 TASKS_PER_DAY = 36
 

@@ -90,7 +90,7 @@ def test_a_kit_started_before_the_profile_was_recorded_reads_as_cpu(launcher_kit
 
 def compose_service(stack: str, name: str) -> dict:
     model = yaml.safe_load(
-        (Path(__file__).resolve().parents[2] / stack / "compose.yaml").read_text()
+        (Path(__file__).resolve().parents[3] / stack / "compose.yaml").read_text()
     )
     return model["services"][name]
 

@@ -25,7 +25,7 @@ from airig.launcher import comfy_volumes
 from airig.launcher.up import VOLUMES
 from airig.provision.comfyui_move import MARKER, TEMP_SUFFIX, move_all, move_tree
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VARIANTS = ("comfyui-cpu", "comfyui-gpu-nvidia", "comfyui-gpu-amd")
 UPSTREAM_MOUNTS = {
     "/root/ComfyUI/models",

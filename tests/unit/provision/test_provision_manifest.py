@@ -9,7 +9,7 @@ import pytest
 from airig.common.errors import ConfigError
 from airig.provision.manifest import load_manifest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GOOD = {
     "url": "https://example.org/v1-5.safetensors",
     "folder": "checkpoints",
