@@ -44,9 +44,9 @@ class ClaimBudget:
                 self.hold.charge(size)
             return
         if self.taken and size > self.left:
-            raise OverClaimBudget(f"{size} bytes; {self.left} left in this claim")
+            raise OverClaimBudget  # the claim stops adding tasks: no message, none is shown
         if self.hold is not None and not self.hold.take(size):
-            raise OverClaimBudget(f"{size} bytes; the brain holds its in-flight maximum")
+            raise OverClaimBudget
         self.left -= size
         self.taken += 1
 
