@@ -62,6 +62,13 @@ TARGETS = (
 TESTS = (
     "tests/unit/brain/test_brain_api.py",
     "tests/unit/brain/test_brain_exchange.py",
+    # leases.claim / complete / fail also hand plan tasks to the planner and failures to
+    # the external tier: the tests of those paths
+    "tests/unit/brain/test_brain_escalation.py",
+    "tests/unit/brain/test_escalation_trust.py",
+    "tests/unit/brain/test_planner_grow.py",
+    "tests/unit/brain/test_planner_trust.py",
+    "tests/unit/brain/test_trust_late_arrivals.py",
     "tests/unit/brain/test_brain_inflight.py",
     "tests/unit/brain/test_brain_hostile.py",
     "tests/unit/brain/test_brain_placement.py",
