@@ -24,3 +24,24 @@ def by_hash(conn: sqlite3.Connection, digest: str) -> sqlite3.Row | None:
         "SELECT id, scope, name, revoked_at FROM tokens WHERE token_hash = ?", (digest,)
     ).fetchone()
     return row
+
+
+def every(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    """Reads every stored token's id, scope, name, dates and trust, newest first (no hash)."""
+    return conn.execute(
+        """SELECT id, scope, name, created_at, revoked_at, trust FROM tokens
+           ORDER BY created_at DESC, id"""
+    ).fetchall()
+
+
+def by_id(conn: sqlite3.Connection, token_id: str) -> sqlite3.Row | None:
+    """Reads the whole row of the stored token with this id, or None."""
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM tokens WHERE id = ?", (token_id,)
+    ).fetchone()
+    return row
+
+
+def revoke(conn: sqlite3.Connection, token_id: str, now: float) -> None:
+    """Writes a stored token's revocation time."""
+    conn.execute("UPDATE tokens SET revoked_at = ? WHERE id = ?", (now, token_id))

@@ -85,3 +85,11 @@ def classes_json(conn: sqlite3.Connection, name: str) -> str | None:
     """Reads a worker's task classes (a JSON list), or None when it is not registered."""
     row = conn.execute("SELECT classes_json FROM workers WHERE id = ?", (name,)).fetchone()
     return None if row is None else str(row["classes_json"])
+
+
+def registered_with(conn: sqlite3.Connection, token_id: str) -> list[str]:
+    """Reads the names of the workers that registered with this join token, by name."""
+    rows = conn.execute(
+        "SELECT id FROM workers WHERE registered_by = ? ORDER BY id", (token_id,)
+    ).fetchall()
+    return [str(row["id"]) for row in rows]

@@ -221,17 +221,14 @@ def test_every_poll_of_counts_reads_an_index_only(client, two_plans):
     """The queue view and the plans list run on every dashboard poll: with 100k tasks a
     scan of the task rows cost hundreds of ms (benchmarks/dashboard.py)."""
     from airig.brain.api.routes.plans import plan_view
+    from airig.brain.store import plans as plan_store
 
     plan = two_plans[0]
     with brain_of(client).db.read() as conn:
         queue = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {task_queue.LIVE_GROUPS}")]
         counts = [
-            row[3]
-            for row in conn.execute(
-                "EXPLAIN QUERY PLAN SELECT state, COUNT(*) AS n FROM tasks WHERE plan_id = ? "
-                "GROUP BY state", (plan,),
-            )
-        ]  # fmt: skip
+            row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {plan_store.STATE_COUNTS}", (plan,))
+        ]
         row = conn.execute("SELECT * FROM plans WHERE id = ?", (plan,)).fetchone()
         view = plan_view(conn, row, with_tasks=False)
     assert all("COVERING INDEX" in step for step in queue), queue

@@ -17,6 +17,7 @@ from airig.brain.plans import submit
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError
 from airig.brain.plans.validate import Limits, PlanInvalid
+from airig.brain.store import plans as plan_store
 from airig.brain.store import results, states
 from airig.brain.store.events import Outbox
 from airig.common.protocol import ErrorBody, Inbound, PlanErrorBody
@@ -51,31 +52,21 @@ def _task_view(row: sqlite3.Row, deps: list[str]) -> dict[str, Any]:
 
 def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> dict[str, Any]:
     if with_tasks:
-        rows = conn.execute(
-            "SELECT * FROM tasks WHERE plan_id = ? ORDER BY id", (plan["id"],)
-        ).fetchall()
+        rows = plan_store.tasks(conn, plan["id"])
         counts: dict[str, int] = {}
         for row in rows:
             counts[row["state"]] = counts.get(row["state"], 0) + 1
     else:
         # The plans list (and every dashboard poll of it) needs counts only: one grouped
         # read instead of every task row (100k rows for one big plan).
-        grouped = conn.execute(
-            "SELECT state, COUNT(*) AS n FROM tasks WHERE plan_id = ? GROUP BY state",
-            (plan["id"],),
-        ).fetchall()
-        counts = {row["state"]: row["n"] for row in grouped}
+        counts = plan_store.state_counts(conn, plan["id"])
     view = {
         "id": plan["id"], "name": plan["name"], "created_at": plan["created_at"],
         "status": plan_status(counts, bool(plan["cancelled"])), "counts": counts,
         "fixes": json.loads(plan["fixes_json"]), "task_total": sum(counts.values()),
     }  # fmt: skip
     if with_tasks:
-        deps = conn.execute(
-            """SELECT d.task_id, u.key FROM deps d JOIN tasks u ON u.id = d.depends_on
-               WHERE u.plan_id = ?""",
-            (plan["id"],),
-        ).fetchall()
+        deps = plan_store.dependencies(conn, plan["id"])
         by_task: dict[int, list[str]] = {}
         for dep in deps:
             by_task.setdefault(dep["task_id"], []).append(dep["key"])
@@ -86,9 +77,7 @@ def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> 
 def _load_plan(conn: sqlite3.Connection, plan_id: str, who: Principal) -> sqlite3.Row:
     """The plan, when ``who`` may act on it; another submitter's plan is a 404 like a
     missing one, so plan ids are not confirmed to those who do not own them."""
-    plan: sqlite3.Row | None = conn.execute(
-        "SELECT * FROM plans WHERE id = ?", (plan_id,)
-    ).fetchone()
+    plan = plan_store.by_id(conn, plan_id)
     if plan is None or not may_act_on(who, plan["owner"]):
         raise HTTPException(404, f"no plan {plan_id}")
     return plan
@@ -189,15 +178,8 @@ def list_plans(brain: BrainDep, who: SubmitterDep, limit: int = 50) -> dict[str,
     """The newest plans: all of them for admin, a submit token's own for it."""
     limit = max(1, min(limit, 500))
     with brain.db.read() as conn:
-        if who.scope == "admin":
-            rows = conn.execute(
-                "SELECT * FROM plans ORDER BY created_at DESC LIMIT ?", (limit,)
-            ).fetchall()
-        else:
-            rows = conn.execute(
-                "SELECT * FROM plans WHERE owner = ? ORDER BY created_at DESC LIMIT ?",
-                (owner_of(who), limit),
-            ).fetchall()
+        owner = None if who.scope == "admin" else owner_of(who)
+        rows = plan_store.newest(conn, owner, limit)
         return {"plans": [plan_view(conn, row, with_tasks=False) for row in rows]}
 
 
@@ -218,9 +200,7 @@ def cancel_plan(plan_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, A
 
 def _task_row(conn: sqlite3.Connection, plan_id: str, key: str, who: Principal) -> sqlite3.Row:
     _load_plan(conn, plan_id, who)
-    row: sqlite3.Row | None = conn.execute(
-        "SELECT * FROM tasks WHERE plan_id = ? AND key = ?", (plan_id, key)
-    ).fetchone()
+    row = plan_store.task(conn, plan_id, key)
     if row is None:
         raise HTTPException(404, f"no task {key} in plan {plan_id}")
     return row
@@ -270,10 +250,8 @@ def task_file(
 def plan_events(plan_id: str, brain: BrainDep, who: SubmitterDep) -> dict[str, Any]:
     with brain.db.read() as conn:
         _load_plan(conn, plan_id, who)
-        rows = conn.execute(
-            "SELECT body_json FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)
-        ).fetchall()
-    return {"events": [json.loads(row["body_json"]) for row in rows]}
+        bodies = plan_store.event_bodies(conn, plan_id)
+    return {"events": [json.loads(body) for body in bodies]}
 
 
 class PruneRequest(Inbound):

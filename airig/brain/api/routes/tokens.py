@@ -16,6 +16,8 @@ from fastapi import APIRouter, Body, HTTPException
 from airig.brain.api.auth import hash_token, new_token, store_token
 from airig.brain.api.deps import AdminDep, AnyTokenDep, BrainDep
 from airig.brain.leases import drop_leases
+from airig.brain.store import tokens as token_store
+from airig.brain.store import workers as worker_store
 from airig.brain.store.events import Outbox
 from airig.brain.store.retry import RetryPolicy
 from airig.brain.store.trust import DEFAULT_JOIN_TRUST
@@ -50,10 +52,7 @@ def list_tokens(brain: BrainDep, _: AdminDep) -> TokenList:
     """Every stored token, newest first: id, scope, name, dates, a join token's trust.
     Never a token or a hash."""
     with brain.db.read() as conn:
-        rows = conn.execute(
-            """SELECT id, scope, name, created_at, revoked_at, trust FROM tokens
-               ORDER BY created_at DESC, id"""
-        ).fetchall()
+        rows = token_store.every(conn)
     return TokenList(tokens=[_info(row) for row in rows])
 
 
@@ -74,18 +73,13 @@ def revoke_token(token_id: str, brain: BrainDep, _: AdminDep) -> TokenRevoked:
     with it lose their tokens too (401 from then on) and their attempts are retried."""
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> TokenRevoked:
-        row = conn.execute("SELECT * FROM tokens WHERE id = ?", (token_id,)).fetchone()
+        row = token_store.by_id(conn, token_id)
         if row is None:
             raise HTTPException(404, f"no token {token_id}; list them with `token list`")
         revoked_now = row["revoked_at"] is None
         if revoked_now:
-            conn.execute("UPDATE tokens SET revoked_at = ? WHERE id = ?", (now, token_id))
-        workers = [
-            w["id"]
-            for w in conn.execute(
-                "SELECT id FROM workers WHERE registered_by = ? ORDER BY id", (token_id,)
-            )
-        ]
+            token_store.revoke(conn, token_id, now)
+        workers = worker_store.registered_with(conn, token_id)
         for worker in workers:
             _retire(conn, outbox, brain.retry, worker, now)
         return TokenRevoked(
@@ -101,10 +95,7 @@ def _retire(
     """A cut-off worker: its attempts are retried elsewhere, its token and name are gone
     (a random token nobody holds; no heartbeat, so the name is free at once)."""
     drop_leases(conn, outbox, policy, worker, now, "was cut off (its join token was revoked)")
-    conn.execute(
-        "UPDATE workers SET token_hash = ?, last_heartbeat = 0 WHERE id = ?",
-        (hash_token(new_token()), worker),
-    )
+    worker_store.retire(conn, worker, hash_token(new_token()))
 
 
 @router.get("/whoami", response_model=WhoAmI)

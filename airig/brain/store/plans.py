@@ -1,0 +1,66 @@
+"""Reads of a stored plan for its views: the ``plans`` row, its tasks, their counts and
+dependencies, and its events (``plans/submit.py`` stores a plan).
+
+Every function runs inside the caller's transaction (or read); none opens its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+# Read on every dashboard poll of the plans list: the index covers it (test_dashboard_api.py).
+STATE_COUNTS = "SELECT state, COUNT(*) AS n FROM tasks WHERE plan_id = ? GROUP BY state"
+
+
+def by_id(conn: sqlite3.Connection, plan_id: str) -> sqlite3.Row | None:
+    """Reads a plan's whole row, or None when no plan has this id."""
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM plans WHERE id = ?", (plan_id,)
+    ).fetchone()
+    return row
+
+
+def newest(conn: sqlite3.Connection, owner: str | None, limit: int) -> list[sqlite3.Row]:
+    """Reads the ``limit`` newest plans, whole rows: all (``owner`` None) or one owner's."""
+    if owner is None:
+        return conn.execute(
+            "SELECT * FROM plans ORDER BY created_at DESC LIMIT ?", (limit,)
+        ).fetchall()
+    return conn.execute(
+        "SELECT * FROM plans WHERE owner = ? ORDER BY created_at DESC LIMIT ?", (owner, limit)
+    ).fetchall()
+
+
+def tasks(conn: sqlite3.Connection, plan_id: str) -> list[sqlite3.Row]:
+    """Reads every task row of a plan, whole, by id."""
+    return conn.execute("SELECT * FROM tasks WHERE plan_id = ? ORDER BY id", (plan_id,)).fetchall()
+
+
+def state_counts(conn: sqlite3.Connection, plan_id: str) -> dict[str, int]:
+    """Reads how many of a plan's tasks are in each state (one grouped read, no task rows)."""
+    return {row["state"]: row["n"] for row in conn.execute(STATE_COUNTS, (plan_id,)).fetchall()}
+
+
+def dependencies(conn: sqlite3.Connection, plan_id: str) -> list[sqlite3.Row]:
+    """Reads a plan's dependencies: each dependent's ``task_id`` and the ``key`` it waits on."""
+    return conn.execute(
+        """SELECT d.task_id, u.key FROM deps d JOIN tasks u ON u.id = d.depends_on
+           WHERE u.plan_id = ?""",
+        (plan_id,),
+    ).fetchall()
+
+
+def task(conn: sqlite3.Connection, plan_id: str, key: str) -> sqlite3.Row | None:
+    """Reads the whole row of a plan's task by its key, or None."""
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM tasks WHERE plan_id = ? AND key = ?", (plan_id, key)
+    ).fetchone()
+    return row
+
+
+def event_bodies(conn: sqlite3.Connection, plan_id: str) -> list[str]:
+    """Reads a plan's recorded events (their JSON bodies), oldest first."""
+    rows = conn.execute(
+        "SELECT body_json FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)
+    ).fetchall()
+    return [row["body_json"] for row in rows]
