@@ -38,17 +38,23 @@ VENDOR_OF_PROFILE = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
 class Variant:
     image: str
     min_driver: str | None = None
+    # older driver branches the image also accepts ("535": any 535.x; "525.60.13": 525.x
+    # from 525.60.13): the nvidia/cuda base's NVIDIA_REQUIRE_CUDA brand exceptions
+    driver_branches: tuple[str, ...] = ()
     archs: tuple[str, ...] = ()  # compute capabilities with SASS kernels ("6.0", "12.0")
     ptx: str | None = None  # a PTX target the driver can JIT to any newer capability
     gfx: tuple[str, ...] = ()  # AMD targets the ROCm build carries
     args: str = ""  # flags the variant needs (the CPU ComfyUI needs --cpu)
+    # AMD targets upstream advises this tag for: chosen for them before the list's order
+    advised_for: tuple[str, ...] = ()
     source: str = ""
 
     def needs(self) -> str:
         """What this variant needs, in words, for a refusal or a warning."""
         parts = []
         if self.min_driver:
-            parts.append(f"driver ≥ {self.min_driver}")
+            branches = "".join(f" or {branch_words(b)}" for b in self.driver_branches)
+            parts.append(f"driver ≥ {self.min_driver}{branches}")
         if self.archs:
             ptx = f" (PTX {self.ptx}+)" if self.ptx else ""
             parts.append(f"compute capability {', '.join(self.archs)}{ptx}")
@@ -106,10 +112,12 @@ def _variant(raw: dict[str, Any]) -> Variant:
     return Variant(
         image=image,
         min_driver=str(raw["min_driver"]) if raw.get("min_driver") else None,
+        driver_branches=tuple(str(b) for b in raw.get("driver_branches") or ()),
         archs=tuple(str(a) for a in raw.get("archs") or ()),
         ptx=str(raw["ptx"]) if raw.get("ptx") else None,
         gfx=tuple(str(g) for g in raw.get("gfx") or ()),
         args=str(raw.get("args") or ""),
+        advised_for=tuple(str(g) for g in raw.get("advised_for") or ()),
         source=str(raw.get("source") or ""),
     )
 
@@ -128,6 +136,24 @@ def version_tuple(text: str) -> tuple[int, ...]:
             break
         parts.append(int(digits))
     return tuple(parts)
+
+
+def driver_fits(driver: str, min_driver: str | None, branches: tuple[str, ...] = ()) -> bool:
+    """``driver`` ≥ ``min_driver``, or on one of the older ``branches`` the image also
+    accepts: "535" is any 535.x, "525.60.13" a 525.x from 525.60.13 on."""
+    have = version_tuple(driver)
+    if not min_driver or have >= version_tuple(min_driver):
+        return True
+    return any(
+        have[:1] == version_tuple(branch)[:1] and have >= version_tuple(branch)
+        for branch in branches
+    )
+
+
+def branch_words(branch: str) -> str:
+    """ "535" → "535.x"; "525.60.13" → "525.x ≥ 525.60.13"."""
+    major = branch.split(".", 1)[0]
+    return f"{major}.x" if branch == major else f"{major}.x ≥ {branch}"
 
 
 def capability_fits(capability: str, archs: tuple[str, ...], ptx: str | None) -> bool:
@@ -151,15 +177,20 @@ def gfx_of_override(override: str) -> str | None:
     return f"gfx{major}{minor:x}{stepping:x}"
 
 
+def target_of(gpu: GpuInfo, hsa_override: str = "") -> str | None:
+    """The gfx target ROCm runs ``gpu`` as: the override's when one is set."""
+    return gfx_of_override(hsa_override) if hsa_override else gpu.gfx_target
+
+
 def misfit(variant: Variant, gpu: GpuInfo, hsa_override: str = "") -> str | None:
     """Why ``variant`` cannot run on ``gpu``, or None when it can (or airig cannot tell:
     a fact detection did not get is not held against the image)."""
     if gpu.vendor == "nvidia":
         reasons = []
         driver, capability = gpu.driver_version, gpu.compute_capability
-        old_driver = driver and version_tuple(driver) < version_tuple(variant.min_driver or "")
-        if variant.min_driver and old_driver:
-            reasons.append(f"needs driver ≥ {variant.min_driver}")
+        if driver and not driver_fits(driver, variant.min_driver, variant.driver_branches):
+            branches = "".join(f" or {branch_words(b)}" for b in variant.driver_branches)
+            reasons.append(f"needs driver ≥ {variant.min_driver}{branches}")
         if (
             capability
             and (variant.archs or variant.ptx)
@@ -168,7 +199,7 @@ def misfit(variant: Variant, gpu: GpuInfo, hsa_override: str = "") -> str | None
             reasons.append(f"has no kernels for compute capability {capability}")
         return "; ".join(reasons) or None
     if gpu.vendor == "amd" and variant.gfx:
-        target = gfx_of_override(hsa_override) if hsa_override else gpu.gfx_target
+        target = target_of(gpu, hsa_override)
         if target and target not in variant.gfx:
             return f"has no kernels for {target}"
     return None

@@ -4,7 +4,9 @@ Rules, in order:
 - A tag the user pinned in ``.env`` wins. A pin the catalogue knows and that cannot run on
   a detected GPU is refused (``✘``, ``up`` stops before starting anything); a pin the
   catalogue does not know is kept, with a note that its fit was not checked.
-- Otherwise the first (newest) variant of the service's vendor list that fits every GPU.
+- Otherwise a variant upstream advises for every GPU's gfx target (``advised_for``: yanwk
+  advises ``rocm6`` for RDNA2), when it fits; else the first (newest) variant of the
+  service's vendor list that fits every GPU.
 - When none fits, the service runs its CPU variant, with one warning line naming the GPU,
   its compute capability or gfx target, its driver, and the fix. The other services still
   use the GPUs.
@@ -31,6 +33,7 @@ from airig.launcher.images.catalog import (
     capability_fits,
     describe,
     misfit,
+    target_of,
     version_tuple,
 )
 from airig.launcher.images.registry import mirrored
@@ -138,6 +141,11 @@ def _choose(
     pinned = pins.get(variable)
     if pinned:
         return _pinned(catalog, service, variable, pinned, gpus, hsa_override)
+    advised = _advised(variants, gpus, hsa_override)
+    if advised is not None:
+        targets = ", ".join(sorted({target_of(gpu, hsa_override) or "" for gpu in gpus}))
+        why = f"upstream advises it for {targets} ({CATALOG_FILE}); fits {_gpu_words(gpus)}"
+        return ImageChoice(service, variable, advised.image, True, why, advised.args)
     for variant in variants:
         if all(misfit(variant, gpu, hsa_override) is None for gpu in gpus):
             return ImageChoice(
@@ -145,6 +153,21 @@ def _choose(
                 f"newest in {CATALOG_FILE} that fits {_gpu_words(gpus)}", variant.args,
             )  # fmt: skip
     return _fallback(catalog, service, vendor, variants, gpus, pins, hsa_override)
+
+
+def _advised(
+    variants: tuple[Variant, ...], gpus: list[GpuInfo], hsa_override: str
+) -> Variant | None:
+    """The first variant upstream advises for every GPU's target, if it fits them all."""
+    for variant in variants:
+        advised = (
+            gpus
+            and variant.advised_for
+            and all(target_of(gpu, hsa_override) in variant.advised_for for gpu in gpus)
+        )
+        if advised and all(misfit(variant, gpu, hsa_override) is None for gpu in gpus):
+            return variant
+    return None
 
 
 def _cpu_reason(service: str, vendor: str | None) -> str:

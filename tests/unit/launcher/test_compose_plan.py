@@ -255,13 +255,16 @@ def test_host_env_names_the_services_up_put_on_a_gpu(tmp_path):
     """The brain's probes alert when one of these answers that it runs on the CPU; a
     service the launcher itself moved to its CPU image (no build fits) is not listed."""
     rig = settings(tmp_path)
-    # the seed rig: GTX 1060 (6.1), driver 535 — no listed Whisper build runs there
-    pascal = GpuInfo("nvidia", "GTX 1060", "discrete", index=0, compute_capability="6.1",
-                     driver_version="535.183.01")  # fmt: skip
-    images = choose_images(load_catalog(tmp_path), "gpu-nvidia", [pascal], {})
-    plan = build_plan(rig, "gpu-nvidia", [GpuSlot(0, "GTX 1060")], None, images)
-    host_env = plan.generated[tmp_path / ".airig" / "host.env"]
-    values = dict(line.split("=", 1) for line in host_env.splitlines())
-    assert values["AIRIG_GPU_SERVICES"] == "comfyui,ollama"
+    # GTX 1060 (6.1): on the seed rig's 535 every service has a build (Whisper's CUDA
+    # 12.4.1 image accepts the 535 branch); on 545 no listed Whisper build runs
+    for driver, services in (("535.183.01", "comfyui,ollama,whisper"),
+                             ("545.29.06", "comfyui,ollama")):  # fmt: skip
+        pascal = GpuInfo("nvidia", "GTX 1060", "discrete", index=0, compute_capability="6.1",
+                         driver_version=driver)  # fmt: skip
+        images = choose_images(load_catalog(tmp_path), "gpu-nvidia", [pascal], {})
+        plan = build_plan(rig, "gpu-nvidia", [GpuSlot(0, "GTX 1060")], None, images)
+        host_env = plan.generated[tmp_path / ".airig" / "host.env"]
+        values = dict(line.split("=", 1) for line in host_env.splitlines())
+        assert values["AIRIG_GPU_SERVICES"] == services
     cpu = build_plan(rig, "cpu", [], None, choose_images(load_catalog(tmp_path), "cpu", [], {}))
     assert "AIRIG_GPU_SERVICES=\n" in cpu.generated[tmp_path / ".airig" / "host.env"]

@@ -520,9 +520,24 @@ def test_dry_run_on_the_seed_rig_picks_a_comfyui_for_pascal_and_says_why(
     assert code == 0, err
     (comfy,) = [line for line in out.splitlines() if "Image comfyui" in line]
     assert "(GPU): yanwk/comfyui-boot:cu126-slim" in comfy and "fits all 5 GPUs" in comfy
+    # Whisper's CUDA 12.4.1 image: its base accepts GeForce on the 535 branch
+    (whisper,) = [line for line in out.splitlines() if "Image whisper" in line]
+    assert "(GPU): ghcr.io/speaches-ai/speaches:0.8.3-cuda-12.4.1" in whisper
+    assert not [line for line in out.splitlines() if "⚠" in line]
+    (compute_up,) = [line for line in out.splitlines() if "airig-compute up" in line]
+    assert f"--env-file {kit / '.env'} --env-file {kit / '.airig' / 'host.env'}" in compute_up
+    assert "compute.cpu-fallback.yaml" not in compute_up
+
+
+def test_dry_run_on_a_driver_no_whisper_build_accepts_says_why_and_moves_it_to_cpu(
+    kit, host, monkeypatch, capsys
+) -> None:
+    seed_rig(monkeypatch, host, "545.29.06")  # between the 12.4.1 base's 535 and 550
+    code, out, err = run_cli(monkeypatch, capsys, FakeAdapter(base_engine()), "--dry-run")
+    assert code == 0, err
     (warning,) = [line for line in out.splitlines() if "⚠" in line]
     assert warning.strip().startswith("⚠ Whisper runs on CPU")
-    assert "GTX 1060" in warning and "6.1" in warning and "535.183.01" in warning
+    assert "GTX 1060" in warning and "6.1" in warning and "545.29.06" in warning
     # the exact commands: both env files, and the overlay that moves Whisper to its CPU image
     (compute_up,) = [line for line in out.splitlines() if "airig-compute up" in line]
     assert f"--env-file {kit / '.env'} --env-file {kit / '.airig' / 'host.env'}" in compute_up

@@ -1,7 +1,9 @@
 """02-compute/images.yaml on a matrix of fixture hosts: detection (fake sysfs + NVML) →
 the image each service runs. The expectations are the upstream facts the file cites:
 CUDA 13 builds need driver ≥ 580 and compute capability ≥ 7.5; cu126 builds have no
-Blackwell kernels; speaches' CUDA images refuse GeForce drivers older than their CUDA."""
+Blackwell kernels; speaches' CUDA images refuse GeForce drivers older than their CUDA,
+except the 12.4.1 one on the 525 and 535 branches; Ollama's CUDA 12 runner carries PTX;
+ComfyUI on AMD in yanwk's order (rocm, rocm7; rocm6 for RDNA2), Vega on none."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from pathlib import Path
 import pytest
 from hardware_fakes import GIB, FakeCard, FakeDocker, FakeHost, FakeNvml
 
+from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware import detect
 from airig.launcher.hardware.choice import profile_gpus
-from airig.launcher.images import ImageSelection, choose_images, load_catalog
+from airig.launcher.images import ImageSelection, choose_images, load_catalog, misfit
 
 ROOT = Path(__file__).resolve().parents[3]
 NVIDIA, AMD = 0x10DE, 0x1002
@@ -28,11 +31,17 @@ TURING = ("NVIDIA GeForce RTX 2080", (7, 5))
 AMPERE = ("NVIDIA GeForce RTX 3060", (8, 6))
 HOPPER = ("NVIDIA H100 PCIe", (9, 0))
 BLACKWELL = ("NVIDIA GeForce RTX 5090", (12, 0))
+B200 = ("NVIDIA B200", (10, 0))
 
 
 def nvidia_host(
     tmp_path: Path, driver: str, *models: tuple[str, tuple[int, int]]
 ) -> ImageSelection:
+    gpus = nvidia_gpus(tmp_path, driver, *models)
+    return choose_images(CATALOG, "gpu-nvidia", gpus, {})
+
+
+def nvidia_gpus(tmp_path: Path, driver: str, *models: tuple[str, tuple[int, int]]) -> list[GpuInfo]:
     host = FakeHost(tmp_path)
     cards = []
     for position, (name, capability) in enumerate(models):
@@ -40,7 +49,7 @@ def nvidia_host(
         host.pci(f"0000:{bus:02x}:00.0", NVIDIA, 0x1C03, driver="nvidia")
         cards.append(card(name, bus, capability))
     report = detect(host.sys, host.dev, FakeNvml(cards, driver=driver), None, FakeDocker())
-    return choose_images(CATALOG, "gpu-nvidia", profile_gpus(report, "gpu-nvidia"), {})
+    return profile_gpus(report, "gpu-nvidia")
 
 
 def amd_host(tmp_path: Path, gfx_version: int, override: str = "") -> ImageSelection:
@@ -63,12 +72,43 @@ def test_the_seed_rig_pascal_on_535(tmp_path):
     assert summary(chosen) == {
         "ollama": "ollama/ollama:0.20.6 gpu",  # its CUDA 12 runner: 5.0+, driver ≥ 531
         "comfyui": "yanwk/comfyui-boot:cu126-slim gpu",  # the only build with sm_60 kernels
-        "whisper": "ghcr.io/speaches-ai/speaches:0.8.3-cpu cpu",  # every CUDA tag needs ≥ 550
+        # the 12.4.1 base's NVIDIA_REQUIRE_CUDA accepts GeForce on the 535 branch
+        "whisper": "ghcr.io/speaches-ai/speaches:0.8.3-cuda-12.4.1 gpu",
     }
+    assert all(c.warning is None for c in chosen.choices)
+
+
+@pytest.mark.parametrize(
+    ("driver", "whisper"),
+    [
+        ("525.60.13", "0.8.3-cuda-12.4.1 gpu"),  # the 525 branch, from 12.x's floor
+        ("525.147.05", "0.8.3-cuda-12.4.1 gpu"),
+        ("535.54.03", "0.8.3-cuda-12.4.1 gpu"),
+        ("530.41.03", "0.8.3-cpu cpu"),  # between the branches: the runtime refuses it
+        ("545.29.06", "0.8.3-cpu cpu"),
+        ("550.54.14", "0.8.3-cuda-12.4.1 gpu"),
+        ("560.35.03", "0.8.3-cuda-12.6.3 gpu"),
+    ],
+)
+def test_whisper_on_pascal_follows_the_12_4_1_bases_driver_branches(tmp_path, driver, whisper):
+    chosen = nvidia_host(tmp_path, driver, PASCAL)
+    assert summary(chosen)["whisper"] == f"ghcr.io/speaches-ai/speaches:{whisper}"
     warning = chosen.of("whisper").warning
-    assert "GTX 1060" in warning and "6.1" in warning and "535.183.01" in warning
-    assert "upgrade the NVIDIA driver to ≥ 550.54.14" in warning
-    assert chosen.of("comfyui").warning is None
+    if "cpu" in whisper:
+        assert driver in warning and "upgrade the NVIDIA driver to ≥ 550.54.14" in warning
+    else:
+        assert warning is None
+
+
+def test_a_gpu_past_ollamas_cuda_12_sass_runs_its_ptx(tmp_path):
+    """A B200 (10.0) on driver 570: the CUDA 13 runner needs 580 and the CUDA 12 runner has
+    no sm_100 SASS, but its arch list has no -real suffix, so compute_90's PTX is JITed."""
+    (b200,) = nvidia_gpus(tmp_path, "570.124.06", B200)
+    ollama = choose_images(CATALOG, "gpu-nvidia", [b200], {}).of("ollama")
+    assert (ollama.image, ollama.on_gpu, ollama.warning) == ("ollama/ollama:0.20.6", True, None)
+    cuda13, cuda12 = CATALOG.gpu[("ollama", "nvidia")]
+    assert "needs driver ≥ 580.65.06" in (misfit(cuda13, b200) or "")
+    assert "10.0" not in cuda12.archs and misfit(cuda12, b200) is None
 
 
 @pytest.mark.parametrize(
@@ -111,24 +151,49 @@ def test_pascal_plus_ampere_share_the_cu126_build(tmp_path):
     assert chosen.of("comfyui").image == "yanwk/comfyui-boot:cu126-slim"
 
 
-def test_rdna3_gfx1100_runs_rocm7_everywhere_it_can(tmp_path):
+def test_rdna3_gfx1100_runs_rocm_everywhere_it_can(tmp_path):
     chosen = amd_host(tmp_path, 110000)
     assert summary(chosen) == {
         "ollama": "ollama/ollama:0.20.6-rocm gpu",
-        "comfyui": "yanwk/comfyui-boot:rocm7 gpu",
+        "comfyui": "yanwk/comfyui-boot:rocm gpu",  # yanwk: "use the rocm image first"
         "whisper": "ghcr.io/speaches-ai/speaches:0.8.3-cpu cpu",
     }
     assert all(c.warning is None for c in chosen.choices)  # whisper on CPU is by design
 
 
-def test_a_card_rocm7_dropped_keeps_what_still_supports_it(tmp_path):
-    """gfx906 (Radeon VII, MI50): not in ROCm 7's Ollama or rocm7 ComfyUI lists; PyTorch's
-    own ROCm 7.2 wheel still carries it."""
-    chosen = amd_host(tmp_path, 90006)
-    assert chosen.of("comfyui").image == "yanwk/comfyui-boot:rocm"
-    ollama = chosen.of("ollama")
+@pytest.mark.parametrize(("gfx_version", "gfx"), [(90000, "gfx900"), (90006, "gfx906")])
+def test_vega_is_never_sent_to_a_rocm_build_without_its_rocblas(tmp_path, gfx_version, gfx):
+    """gfx900 (Vega 56/64), gfx906 (Radeon VII, MI50): PyTorch's ROCm 7.2 wheel lists them,
+    but its rocBLAS has no kernels for them (pytorch#179865); rocm7, rocm6 and Ollama's
+    ROCm 7 build lack them too: CPU, with the line that says so."""
+    chosen = amd_host(tmp_path, gfx_version)
+    comfy, ollama = chosen.of("comfyui"), chosen.of("ollama")
+    assert (comfy.image, comfy.on_gpu) == ("yanwk/comfyui-boot:cpu", False)
+    assert gfx in comfy.warning
     assert (ollama.image, ollama.on_gpu) == ("ollama/ollama:0.20.6", False)
-    assert "gfx906" in ollama.warning
+    assert gfx in ollama.warning
+
+
+@pytest.mark.parametrize(
+    ("gfx_version", "override", "comfyui"),
+    [
+        (100300, "", "rocm6"),  # gfx1030 (RX 6800/6900, PRO W6800): RDNA2 → rocm6
+        (100301, "10.3.0", "rocm6"),  # gfx1031 (RX 6700 XT) running as gfx1030
+        (110001, "", "rocm"),  # RDNA3: ROCm 7, rocm first
+        (110501, "", "rocm"),  # RDNA3.5 (Ryzen AI Max) needs ROCm 7
+        (120001, "", "rocm"),  # RDNA4 needs ROCm 7
+    ],
+)
+def test_comfyui_on_amd_follows_yanwks_version_choice(tmp_path, gfx_version, override, comfyui):
+    chosen = amd_host(tmp_path, gfx_version, override)
+    comfy = chosen.of("comfyui")
+    assert (comfy.image, comfy.on_gpu, comfy.warning) == (
+        f"yanwk/comfyui-boot:{comfyui}",
+        True,
+        None,
+    )
+    if comfyui == "rocm6":
+        assert "upstream advises it for gfx1030" in comfy.why
 
 
 def test_a_card_no_rocm_build_carries_runs_on_cpu_with_the_override_hint(tmp_path):
@@ -142,7 +207,7 @@ def test_rdna2_consumer_cards_fit_through_the_override(tmp_path):
     without = amd_host(tmp_path / "a", 100301)  # gfx1031, RX 6700 XT
     assert not without.of("comfyui").on_gpu
     overridden = amd_host(tmp_path / "b", 100301, override="10.3.0")
-    assert overridden.of("comfyui").image == "yanwk/comfyui-boot:rocm7"
+    assert overridden.of("comfyui").image == "yanwk/comfyui-boot:rocm6"  # yanwk's RDNA2 advice
     assert overridden.of("ollama").image == "ollama/ollama:0.20.6-rocm"
 
 

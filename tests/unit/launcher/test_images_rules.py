@@ -9,42 +9,42 @@ from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.images import (
     capability_fits,
     choose_images,
+    driver_fits,
     gfx_of_override,
     misfit,
     parse_catalog,
     version_tuple,
 )
 
-CATALOG = parse_catalog(
-    {
-        "comfyui": {
-            "nvidia": [
-                {"image": "c:new", "min_driver": "580.65.06", "archs": ["7.5", "8.0", "12.0"]},
-                {"image": "c:mid", "min_driver": "525.60.13", "archs": ["7.5", "8.0", "12.0"]},
-                {"image": "c:old", "min_driver": "525.60.13", "archs": ["5.0", "6.0", "8.0"]},
-            ],
-            "amd": [
-                {"image": "c:rocm7", "gfx": ["gfx1100", "gfx1030"]},
-                {"image": "c:rocm6", "gfx": ["gfx906", "gfx1030"]},
-            ],
-            "cpu": {"image": "c:cpu", "args": "--cpu"},
-        },
-        "ollama": {
-            "nvidia": [
-                {"image": "o:1", "min_driver": "531", "archs": ["5.0", "6.0", "7.0"], "ptx": "7.0"}
-            ],  # fmt: skip
-            "amd": [{"image": "o:1-rocm", "gfx": ["gfx1100", "gfx1030"]}],
-            "cpu": {"image": "o:1"},
-        },
-        "whisper": {
-            "nvidia": [
-                {"image": "w:cuda", "min_driver": "560.28.03", "archs": ["5.0"], "ptx": "5.0"}
-            ],  # fmt: skip
-            "amd": [],
-            "cpu": {"image": "w:cpu"},
-        },
-    }
-)
+CATALOG_DATA: dict = {
+    "comfyui": {
+        "nvidia": [
+            {"image": "c:new", "min_driver": "580.65.06", "archs": ["7.5", "8.0", "12.0"]},
+            {"image": "c:mid", "min_driver": "525.60.13", "archs": ["7.5", "8.0", "12.0"]},
+            {"image": "c:old", "min_driver": "525.60.13", "archs": ["5.0", "6.0", "8.0"]},
+        ],
+        "amd": [
+            {"image": "c:rocm7", "gfx": ["gfx1100", "gfx1030"]},
+            {"image": "c:rocm6", "gfx": ["gfx906", "gfx1030"]},
+        ],
+        "cpu": {"image": "c:cpu", "args": "--cpu"},
+    },
+    "ollama": {
+        "nvidia": [
+            {"image": "o:1", "min_driver": "531", "archs": ["5.0", "6.0", "7.0"], "ptx": "7.0"}
+        ],  # fmt: skip
+        "amd": [{"image": "o:1-rocm", "gfx": ["gfx1100", "gfx1030"]}],
+        "cpu": {"image": "o:1"},
+    },
+    "whisper": {
+        "nvidia": [
+            {"image": "w:cuda", "min_driver": "560.28.03", "archs": ["5.0"], "ptx": "5.0"}
+        ],  # fmt: skip
+        "amd": [],
+        "cpu": {"image": "w:cpu"},
+    },
+}
+CATALOG = parse_catalog(CATALOG_DATA)
 
 
 def nvidia(cc: str, driver: str, index: int = 0, name: str = "GPU") -> GpuInfo:
@@ -71,6 +71,7 @@ def test_versions_compare_as_numbers():
         ("12.0", ("9.0",), None, False),  # no cubin across majors
         ("12.0", ("9.0",), "9.0", True),  # PTX JITs forward
         ("6.1", ("7.5",), "7.5", False),  # PTX never runs backward
+        ("10.0", ("9.0", "12.0"), "5.0", True),  # every arch with PTX: the lowest is `ptx`
     ],
 )
 def test_capability_rules(cc, archs, ptx, fits):
@@ -151,6 +152,74 @@ def test_amd_targets_and_the_hsa_override():
     )
     overridden = choose_images(CATALOG, "gpu-amd", [amd("gfx1031")], {}, hsa_override="10.3.0")
     assert overridden.of("comfyui").image == "c:rocm7"
+
+
+@pytest.mark.parametrize(
+    ("driver", "fits"),
+    [
+        ("550.54.14", True),  # min_driver
+        ("535.54.03", True),  # any 535.x
+        ("525.60.13", True),  # 525.x from 525.60.13
+        ("525.53", False),  # 525.x below the branch's own floor
+        ("530.30.02", False),  # between the branches
+        ("545.29.06", False),
+        ("470.256.02", False),  # a branch not listed
+    ],
+)
+def test_older_driver_branches_an_image_also_accepts(driver, fits):
+    assert driver_fits(driver, "550.54.14", ("525.60.13", "535")) is fits
+    assert driver_fits(driver, None) is True
+
+
+def test_a_variant_on_driver_branches_fits_them_and_says_so_when_it_does_not():
+    catalog = parse_catalog(
+        {
+            **{k: CATALOG_DATA[k] for k in ("comfyui", "ollama")},
+            "whisper": {
+                "nvidia": [
+                    {
+                        "image": "w:12.4",
+                        "min_driver": "550.54.14",
+                        "archs": ["6.0"],
+                        "driver_branches": ["525.60.13", "535"],
+                    },
+                ],  # fmt: skip
+                "cpu": {"image": "w:cpu"},
+            },
+        }
+    )
+    on_535 = choose_images(catalog, "gpu-nvidia", [nvidia("6.1", "535.183.01")], {})
+    assert on_535.of("whisper").image == "w:12.4" and on_535.of("whisper").on_gpu
+    on_545 = choose_images(catalog, "gpu-nvidia", [nvidia("6.1", "545.29.06")], {})
+    warning = on_545.of("whisper").warning
+    assert "needs driver ≥ 550.54.14 or 525.x ≥ 525.60.13 or 535.x" in warning
+    assert "upgrade the NVIDIA driver to ≥ 550.54.14" in warning
+
+
+def test_a_tag_upstream_advises_for_a_target_goes_before_the_order():
+    catalog = parse_catalog(
+        {
+            **{k: CATALOG_DATA[k] for k in ("ollama", "whisper")},
+            "comfyui": {
+                **CATALOG_DATA["comfyui"],
+                "amd": [
+                    {"image": "c:rocm", "gfx": ["gfx1100", "gfx1030"]},
+                    {"image": "c:rocm6", "gfx": ["gfx1100", "gfx1030"], "advised_for": ["gfx1030"]},
+                ],
+            },
+        }
+    )
+    rdna2 = choose_images(catalog, "gpu-amd", [amd("gfx1030")], {})
+    assert (
+        rdna2.of("comfyui").image == "c:rocm6"
+        and "advises it for gfx1030" in rdna2.of("comfyui").why
+    )
+    overridden = choose_images(catalog, "gpu-amd", [amd("gfx1031")], {}, hsa_override="10.3.0")
+    assert overridden.of("comfyui").image == "c:rocm6"
+    rdna3 = choose_images(catalog, "gpu-amd", [amd("gfx1100")], {})
+    assert rdna3.of("comfyui").image == "c:rocm"
+    mixed = choose_images(catalog, "gpu-amd", [amd("gfx1030"), amd("gfx1100")], {})
+    assert mixed.of("comfyui").image == "c:rocm"  # advised for one card only: the order
 
 
 def test_whisper_on_amd_is_the_cpu_image_without_a_warning():
