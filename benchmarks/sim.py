@@ -7,6 +7,8 @@ Whisper 3-5 s, embedding model 3-5 s) on 6 GB cards where the LLM and Whisper do
 together but the LLM and the embedding model do. Scenarios:
 
 a. 60 LLM and 60 Whisper tasks interleaved (L W L W ...) on 3 GPUs;
+d. recipes/video-notes.yaml over 50 videos (c. is below): transcribe, topics, keyframe
+   descriptions by a vision model, embeddings; per-video time on the seed's costs.
 b. the seed's video pipeline, transcribe -> segment (LLM) -> embed, over 50 videos,
    all queued at once (b) and arriving one per minute (b2);
 c. a priority mix on 2 GPUs: a steady stream of priority-7 LLM tasks, one priority-2
@@ -34,12 +36,15 @@ from sim_policies import OrderedClaims, ResidencyClaims  # noqa: E402
 from airig.brain.scheduling.residency import ResidencyPolicy  # noqa: E402
 
 LLM, WHISPER, EMBED = "qwen2.5:7b", "whisper-small.en", "all-mpnet-base-v2"
+VISION = "qwen2.5vl:7b"
 # Seed rig: 6 GB cards; Qwen 7B with its KV cache does not fit beside Whisper, but a
 # sentence-transformers embedding model fits beside either.
 MODELS = {
     LLM: ModelSpec(LLM, "llm", 5000, (90.0, 120.0)),
     WHISPER: ModelSpec(WHISPER, "script", 1500, (3.0, 5.0)),
     EMBED: ModelSpec(EMBED, "script", 800, (3.0, 5.0)),
+    # A 7B vision-language model at q4 fills a 6 GB card as the text model does.
+    VISION: ModelSpec(VISION, "llm", 5200, (90.0, 120.0)),
 }
 CARD_MB = 6144
 POLICY = ResidencyPolicy()  # the brain's defaults: max-wait 900 s, min-resident 120 s
@@ -71,6 +76,20 @@ def video_pipeline(rng: random.Random, every_s: float = 0.0) -> list[SimTask]:
     return tasks
 
 
+def video_notes(rng: random.Random) -> list[SimTask]:
+    """recipes/video-notes.yaml per video, GPU tasks only (keyframes and the note run on
+    CPU workers in seconds): transcribe, topics (LLM), describe 12 keyframes (the vision
+    model, 4-8 s each at the seed's speed), embed the topics."""
+    tasks = []
+    for video in range(50):
+        base = 4 * video
+        tasks.append(task(base, WHISPER, rng.uniform(30, 80)))
+        tasks.append(task(base + 1, LLM, rng.uniform(30, 90), deps=(base,)))
+        tasks.append(task(base + 2, VISION, 12 * rng.uniform(4, 8)))
+        tasks.append(task(base + 3, EMBED, rng.uniform(2, 8), deps=(base + 1, base + 2)))
+    return tasks
+
+
 def priority_mix(rng: random.Random) -> list[SimTask]:
     """Priority-7 LLM work arriving faster than two GPUs drain it, one priority-2
     transcription that strict priority would leave behind all of it, and one
@@ -89,6 +108,7 @@ SCENARIOS = {
         3,
     ),
     "c. priority mix, 2 GPUs": (priority_mix, 2),
+    "d. video-notes recipe x50, 3 GPUs": (video_notes, 3),
 }
 
 

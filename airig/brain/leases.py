@@ -15,13 +15,13 @@ import uuid
 from typing import Any
 
 from airig.brain.escalation import criteria
-from airig.brain.planner import catalogue
+from airig.brain.planner import catalogue, fanout
 from airig.brain.planner import hook as planner_hook
 from airig.brain.scheduling.placement import Placement
 from airig.brain.scheduling.residency import Decision
 from airig.brain.scheduling.workers import WorkerView
 from airig.brain.settings import BrainSettings
-from airig.brain.store import results, states, trust
+from airig.brain.store import results, states, trust, vectors
 from airig.brain.store.events import Outbox
 from airig.brain.store.payloads import (
     ClaimBudget,
@@ -165,6 +165,10 @@ def complete(
         )
         if refused is not None:
             return refused
+    if task["type"] == "embed":  # an index's vectors go in first, or the attempt fails
+        refused = index_embeddings(conn, outbox, task, report, now, settings, tainted_output)
+        if refused is not None:
+            return refused
     output_json, output_file = results.store_output(
         settings.results_dir, task["plan_id"], task["key"], report.output,
         settings.result_inline_bytes,
@@ -180,9 +184,47 @@ def complete(
     )  # fmt: skip
     for ready in states.release_dependents(conn, outbox, done, now):
         refuse_oversized(conn, outbox, ready, now, settings)
+    fanout.start_groups(conn, outbox, done, now, settings)  # a `from` group on this output
     if done["type"] == "llm":
         outbox.samples.append(training_sample(conn, done, report, settings, "succeeded"))
     return done
+
+
+def index_embeddings(
+    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, report: CompleteRequest,
+    now: float, settings: BrainSettings, tainted: int,
+) -> sqlite3.Row | None:  # fmt: skip
+    """An embed task with an ``index``: its vectors replace the ones it put there before.
+    None when written (or no index); else the task's row after its failed attempt: another
+    model than the index's, or an output that does not pair texts with vectors, fails for
+    good; an index file that cannot be written is retried. Tainted output is indexed, its
+    rows marked untrusted (search results show it)."""
+    payload = json.loads(task["payload_json"])
+    name = payload.get("index")
+    if not isinstance(name, str):
+        return None
+    output = report.output
+    model = str(output.get("model") or payload.get("model") or task["model"])
+    try:
+        entries = vectors.entries_of(output)
+        vectors.replace_task(
+            vectors.index_path(settings.data_dir), name, model, task["plan_id"], task["key"],
+            entries, bool(tainted), now,
+        )  # fmt: skip
+        return None
+    except vectors.IndexRefused as exc:
+        error_type, message, retryable = exc.error_type, str(exc), False
+    except vectors.IndexUnavailable as exc:
+        error_type, message, retryable = "index_unavailable", str(exc), True
+    policy = RetryPolicy(
+        initial_s=settings.retry_initial_s, cap_s=settings.retry_cap_s,
+        infra_budget=settings.infra_retries,
+    )  # fmt: skip
+    digest = results.result_hash(report.output, report.files)
+    return states.retry_or_fail(
+        conn, outbox, task, now, policy, TASK, error_type, message, retryable,
+        result_hash=digest,
+    )  # fmt: skip
 
 
 def training_sample(

@@ -122,8 +122,9 @@ PLANNER_MODEL = _shared(
     min_length=1,
 )  # fmt: skip
 PLAN_MAX_TASKS = _shared(
-    "AIRIG_PLAN_MAX_TASKS", int, 200,
-    "Tasks one plan may grow to through its `plan` tasks (a goal's draft too).",
+    "AIRIG_PLAN_MAX_TASKS", int, 2000,
+    "Tasks one plan may hold once its fan-outs are expanded and its `plan` tasks have "
+    "grown it (a goal's draft too).",
     ge=1,
 )  # fmt: skip
 PLAN_MAX_DEPTH = _shared(

@@ -8,6 +8,7 @@ standard library are imported here: the brain must not need the executors' HTTP 
 
 from __future__ import annotations
 
+import json
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -43,6 +44,10 @@ DEFAULT_CLASS_FOR_TYPE: dict[str, str] = {
     "resource": "resource",
     "noop": "cpu",
     "plan": "llm",
+    "frames": "cpu",
+    "pages": "cpu",
+    "ocr": "llm",
+    "note": "cpu",
 }
 
 
@@ -86,8 +91,18 @@ class Message(Payload):
     content: LongText
 
 
+MAX_IMAGES = 16
+# Images on the data volume: a list of paths, or (what a template inserts) a string holding
+# a JSON list of paths or of objects with a `path` (a frames / pages output), or one path.
+ImageList = (
+    Annotated[list[DataPath], Field(min_length=1, max_length=MAX_IMAGES)]
+    | Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
+)
+
+
 class LlmPayload(Payload):
-    """A generate (``prompt``) or chat (``messages``) call to Ollama."""
+    """A generate (``prompt``) or chat (``messages``) call to Ollama; with ``images`` the
+    model sees them (it must have Ollama's "vision" capability)."""
 
     model: ModelName
     prompt: LongText | None = None
@@ -96,11 +111,16 @@ class LlmPayload(Payload):
     options: Options | None = None
     format: Literal["json"] | dict[str, Any] | None = None
     untrusted_input: LongText | None = None
+    images: ImageList | None = None
+    # One call per image (same prompt), the answers listed per image and joined in `text`.
+    per_image: bool = False
 
     @model_validator(mode="after")
     def _one_input(self) -> LlmPayload:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give exactly one of 'prompt' or 'messages'")
+        if self.per_image and self.images is None:
+            raise ValueError("'per_image' needs 'images'")
         total = sum(len(m.content) for m in self.messages or [])
         if total > MAX_PROMPT_CHARS:
             raise ValueError(f"messages hold {total} characters; the limit is {MAX_PROMPT_CHARS}")
@@ -114,14 +134,84 @@ class LlmPayload(Payload):
         return value
 
 
+INDEX_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+IndexName = Annotated[str, StringConstraints(pattern=INDEX_NAME_PATTERN)]
+Locator = Annotated[str, StringConstraints(max_length=200)] | int | float
+
+
+class Document(Payload):
+    """One text to embed into an index, with where it came from: ``source`` (a file on the
+    data volume, a URL…) and ``locator`` (a timestamp, a page)."""
+
+    text: LongText
+    source: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    locator: Locator | None = None
+
+
+def parse_documents(value: Any) -> Any:
+    """``documents`` as a list, or as the JSON text of one (what a template such as
+    ``{{ tasks.note.output.documents }}`` inserts), or of an object holding it under
+    ``documents`` (``{{ tasks.note.output }}``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] in ("[", "{"):
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                if "{{" in text:  # a template not yet filled (at submission) stays a string
+                    return value
+                raise ValueError(f"is a string but not the JSON of a list: {exc}") from None
+    if isinstance(value, dict) and "documents" in value:
+        value = value["documents"]
+    return value
+
+
 class EmbedPayload(Payload):
-    """Ollama ``/api/embed``: one string or a batch."""
+    """Ollama ``/api/embed``: one string or a batch; with ``index``, ``documents`` (texts
+    with their source and locator) whose vectors the brain adds to that search index."""
 
     model: ModelName
-    input: LongText | Annotated[list[LongText], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
+    input: (
+        LongText
+        | Annotated[list[LongText], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
+        | None
+    ) = None
     truncate: bool | None = None
     dimensions: Annotated[int, Field(ge=1, le=65_536)] | None = None
     options: Options | None = None
+    index: IndexName | None = None
+    documents: (
+        # empty: an upstream task found nothing to index (a silent video); nothing is sent
+        Annotated[list[Document], Field(max_length=MAX_EMBED_INPUTS)]
+        | Annotated[str, StringConstraints(pattern=r"\{\{")]
+        | None
+    ) = None
+
+    @field_validator("documents", mode="before")
+    @classmethod
+    def _documents_json(cls, value: Any) -> Any:
+        return parse_documents(value)
+
+    @model_validator(mode="after")
+    def _inputs(self) -> EmbedPayload:
+        if self.documents is not None and self.index is None:
+            raise ValueError("'documents' go into an index: give 'index' too")
+        if self.index is not None:
+            if self.input is not None:
+                raise ValueError("with 'index', give the texts as 'documents', not 'input'")
+            if self.documents is None:
+                raise ValueError("with 'index', give 'documents' (text, source, locator)")
+        elif self.input is None:
+            raise ValueError("give 'input' (a string or a list), or 'index' and 'documents'")
+        return self
+
+    def texts(self) -> list[str]:
+        """What goes to Ollama, in order."""
+        if isinstance(self.documents, list):
+            return [document.text for document in self.documents]
+        if self.input is None or isinstance(self.documents, str):
+            raise ValueError("the documents were not filled in")
+        return [self.input] if isinstance(self.input, str) else list(self.input)
 
 
 class TranscribePayload(Payload):
@@ -271,6 +361,111 @@ class PlanPayload(Payload):
         return value
 
 
+MAX_FRAMES = 500
+MAX_PAGES = 2_000
+# A list of numbers, or a string a template filled: JSON text of such a list, or of objects
+# with a `start` (topics), parsed by the executor once the template is rendered.
+Seconds = Annotated[float, Field(ge=0, le=1e7)]
+TimesField = (
+    Annotated[list[Seconds], Field(min_length=1, max_length=MAX_FRAMES)]
+    | Annotated[str, StringConstraints(min_length=1, max_length=MAX_PROMPT_CHARS)]
+)
+
+
+class FramesPayload(Payload):
+    """Keyframes of a video (ffmpeg): at scene changes (default), every N seconds, or at
+    given times. At most one of ``scene``, ``every_s`` and ``at``."""
+
+    video: DataPath
+    scene: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    every_s: Annotated[float, Field(gt=0, le=86_400)] | None = None
+    at: TimesField | None = None
+    max_frames: Annotated[int, Field(ge=1, le=MAX_FRAMES)] = 20
+    out_dir: DataPath | None = None
+    width: Annotated[int, Field(ge=16, le=7680)] = 640
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> FramesPayload:
+        given = [n for n in ("scene", "every_s", "at") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of 'scene', 'every_s', 'at' (got {given})")
+        return self
+
+
+class PagesPayload(Payload):
+    """Each page of a PDF as a PNG (pdftoppm), with its text layer (pdftotext)."""
+
+    pdf: DataPath
+    dpi: Annotated[int, Field(ge=30, le=600)] = 150
+    max_pages: Annotated[int, Field(ge=1, le=MAX_PAGES)] = 200
+    out_dir: DataPath | None = None
+
+
+LanguageCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_+]{1,64}$")]
+
+
+class OcrPayload(Payload):
+    """Text out of images: a vision model, or tesseract. ``auto`` uses the model when one is
+    given and Ollama has it with the vision capability, else tesseract."""
+
+    image: DataPath | None = None
+    images: ImageList | None = None
+    engine: Literal["auto", "vision", "tesseract"] = "auto"
+    model: ModelName | None = None
+    language: LanguageCode = "eng"
+    options: Options | None = None
+
+    @model_validator(mode="after")
+    def _inputs(self) -> OcrPayload:
+        if (self.image is None) == (self.images is None):
+            raise ValueError("give exactly one of 'image' or 'images'")
+        if self.engine == "vision" and not self.model:
+            raise ValueError("engine 'vision' needs 'model' (a vision model, e.g. qwen2.5vl:7b)")
+        return self
+
+
+# What a template inserts (JSON text, plain text) or what a plan writes (a list, a mapping).
+MAX_NOTE_INPUT_CHARS = 4 * 1024 * 1024  # BRAIN_MAX_RENDERED_BYTES' default
+NoteInput = (
+    Annotated[str, StringConstraints(max_length=MAX_NOTE_INPUT_CHARS)] | list[Any] | dict[str, Any]
+)
+
+
+class NotePayload(Payload):
+    """A document a person reads, written onto the data volume from upstream outputs."""
+
+    path: DataPath
+    kind: Literal["video", "pages", "csv"]
+    title: ShortText | None = None
+    source: ShortText | None = None
+    # video
+    transcript: NoteInput | None = None
+    topics: NoteInput | None = None
+    frames: NoteInput | None = None
+    descriptions: NoteInput | None = None
+    # pages
+    pages: NoteInput | None = None
+    # csv
+    rows: NoteInput | None = None
+    columns: (
+        Annotated[
+            list[Annotated[str, StringConstraints(min_length=1, max_length=200)]],
+            Field(min_length=1, max_length=200),
+        ]
+        | None
+    ) = None
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> NotePayload:
+        if self.kind == "video" and self.transcript is None and self.frames is None:
+            raise ValueError("kind 'video' needs 'transcript' or 'frames'")
+        needs = {"video": (), "pages": ("pages",), "csv": ("rows", "columns")}
+        missing = [name for name in needs[self.kind] if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"kind {self.kind!r} needs {', '.join(repr(m) for m in missing)}")
+        return self
+
+
 PAYLOAD_SCHEMAS: dict[str, type[Payload]] = {
     "llm": LlmPayload,
     "embed": EmbedPayload,
@@ -280,4 +475,8 @@ PAYLOAD_SCHEMAS: dict[str, type[Payload]] = {
     "resource": ResourcePayload,
     "noop": NoopPayload,
     "plan": PlanPayload,
+    "frames": FramesPayload,
+    "pages": PagesPayload,
+    "ocr": OcrPayload,
+    "note": NotePayload,
 }

@@ -17,9 +17,13 @@ from airig.common.task_schemas import (
     DEFAULT_CLASS_FOR_TYPE,
     PAYLOAD_SCHEMAS,
     EmbedPayload,
+    FramesPayload,
     ImagePayload,
     LlmPayload,
     NoopPayload,
+    NotePayload,
+    OcrPayload,
+    PagesPayload,
     Payload,
     PlanPayload,
     ResourcePayload,
@@ -28,9 +32,13 @@ from airig.common.task_schemas import (
 )
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
 from airig.executors.embed import execute_embed
+from airig.executors.frames import execute_frames
 from airig.executors.image import execute_image
 from airig.executors.llm import execute_llm
 from airig.executors.noop import execute_noop
+from airig.executors.note import execute_note
+from airig.executors.ocr import execute_ocr
+from airig.executors.pages import execute_pages
 from airig.executors.plan import execute_plan
 from airig.executors.resource import execute_resource
 from airig.executors.shell import execute_shell
@@ -72,6 +80,10 @@ EXECUTORS: dict[str, Executor] = {
     "resource": _executor(ResourcePayload, execute_resource),
     "noop": _executor(NoopPayload, execute_noop),
     "plan": _executor(PlanPayload, execute_plan),
+    "frames": _executor(FramesPayload, execute_frames),
+    "pages": _executor(PagesPayload, execute_pages),
+    "ocr": _executor(OcrPayload, execute_ocr),
+    "note": _executor(NotePayload, execute_note),
 }
 
 

@@ -35,6 +35,8 @@ class ExecContext:
     # Load-time Ollama options pinned per model (num_ctx, num_gpu ...): every request and
     # every preload for that model uses the same values, so Ollama never reloads silently.
     model_options: dict[str, dict] = field(default_factory=dict)
+    # The largest image an llm / ocr task reads (AIRIG_MAX_IMAGE_BYTES; media.py says why).
+    max_image_bytes: int = 20 * 1024 * 1024
     started: float = field(default_factory=time.monotonic)
 
     def remaining(self) -> float:

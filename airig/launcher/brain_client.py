@@ -121,7 +121,11 @@ class BrainClient:
             raise ConfigError(
                 f"cannot read {plan_file}: {exc.strerror}", "check the path"
             ) from None
-        headers = {"Content-Type": CONTENT_TYPES.get(plan_file.suffix.lower(), "application/yaml")}
+        return self.submit_body(body, plan_file.suffix, idempotency_key)
+
+    def submit_body(self, body: bytes, suffix: str, idempotency_key: str | None = None) -> Json:
+        """A plan's text; ``suffix`` (``.yaml``, ``.json``, ``.md``) names its format."""
+        headers = {"Content-Type": CONTENT_TYPES.get(suffix.lower(), "application/yaml")}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
         return self._object("POST", "/v1/plans", data=body, headers=headers)
@@ -221,6 +225,42 @@ class BrainClient:
     def alerts(self) -> list[Json]:
         """The alerts that hold now (``GET /v1/alerts``): kind, subject, fired_at, message."""
         return cast(list[Json], self._object("GET", "/v1/alerts")["alerts"])
+
+    def search(self, query: str, index: str | None, k: int) -> Json:
+        """``POST /v1/search``: the entries of an index nearest ``query``. The brain's
+        refusals (no index, an unknown one, a bad query) become one line each."""
+        body: Json = {"query": query, "k": k, **({"index": index} if index else {})}
+        try:
+            response = requests.request(
+                "POST", f"{self.base_url}/v1/search", json=body, headers=self._headers,
+                timeout=self.timeout_s,
+            )  # fmt: skip
+        except requests.RequestException as exc:
+            raise AirigError(
+                f"cannot reach the brain at {self.base_url} ({type(exc).__name__})", UP_HINT
+            ) from None
+        if response.status_code in (404, 422, 502, 503):
+            try:
+                detail = response.json().get("detail")
+            except ValueError:
+                detail = response.text[:300]
+            if not isinstance(detail, str):  # FastAPI's field list
+                detail = "; ".join(
+                    f"{'.'.join(map(str, e.get('loc', [])[1:]))}: {e.get('msg')}"
+                    for e in detail or []
+                    if isinstance(e, dict)
+                )
+            hint = {
+                404: "list the indexes with `search --list`",
+                422: "check the query, -k (1..100) and the index name",
+            }.get(response.status_code, "check the ollama service: `python start_services.py "
+                  "triage ollama`")  # fmt: skip
+            raise AirigError(f"search refused: {detail}", hint)
+        return cast(Json, self._checked(response, "list the indexes with `search --list`"))
+
+    def search_indexes(self) -> list[Json]:
+        """``GET /v1/search/indexes``: name, model, dims, entries of each index."""
+        return cast(list[Json], self._object("GET", "/v1/search/indexes")["indexes"])
 
     def _object(self, method: str, path: str, **kwargs: Any) -> Json:
         """A request whose answer is a JSON object (every endpoint the CLI calls)."""

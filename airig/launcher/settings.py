@@ -190,6 +190,9 @@ class Settings(BaseSettings):
     ollama_models: Annotated[tuple[str, ...], NoDecode] = shared_knob(
         shared.OLLAMA_MODELS, "02-compute"
     )
+    whisper_models: Annotated[tuple[str, ...], NoDecode] = shared_knob(
+        shared.WHISPER_MODELS, "02-compute"
+    )
 
     # ------------------------------------------------------------ 03-agents
     image: str = knob(
@@ -224,6 +227,20 @@ class Settings(BaseSettings):
     )  # fmt: skip
     # The brain's model plans (airig/brain/planner/): `submit --goal`, `plan` tasks.
     planner_model: str = shared_knob(shared.PLANNER_MODEL, "03-agents", empty_is_default=True)
+    # What the recipes (recipes/) run on, besides AIRIG_PLANNER_MODEL and the first of
+    # AIRIG_WHISPER_MODELS: `submit` fills a recipe's {{ models.vision }} and
+    # {{ models.embed }} with these, and refuses one not in AIRIG_OLLAMA_MODELS.
+    vision_model: str = knob(
+        "qwen2.5vl:7b", "AIRIG_VISION_MODEL", "03-agents",
+        "The recipes' vision model (keyframes, photos, OCR on GPU); add it to "
+        "AIRIG_OLLAMA_MODELS to run them.",
+        empty_is_default=True,
+    )  # fmt: skip
+    embed_model: str = knob(
+        "nomic-embed-text", "AIRIG_EMBED_MODEL", "03-agents",
+        "The recipes' embedding model: what their search index is built and queried with.",
+        empty_is_default=True,
+    )  # fmt: skip
     plan_max_tasks: int = shared_knob(
         shared.PLAN_MAX_TASKS, "03-agents",
         problem="is not a whole number >= 1", fix="set {key} to 1 or more in .env",
@@ -324,7 +341,7 @@ class Settings(BaseSettings):
     def _empty_profile_detects(cls, value: Any) -> Any:
         return None if value == "" else value
 
-    @field_validator("ollama_models", "brain_gpus", mode="before")
+    @field_validator("ollama_models", "whisper_models", "brain_gpus", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):

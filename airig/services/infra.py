@@ -12,9 +12,11 @@ documents) on the volume the workers read and fetch what tasks wrote.
 
 import contextlib
 import errno
+import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import stat
 import sys
@@ -98,12 +100,17 @@ def create_app():
         return {"status": "ok", "root": str(root)}
 
     @app.get("/files/{rel:path}", dependencies=[Depends(authorised)])
-    def get(rel: str):
+    def get(rel: str, sha256: bool = False):
         path = resolve(rel)
         try:
             if path.is_dir():
                 listed = (_entry(root, p) for p in path.iterdir() if not _in_flight(p.name))
-                return {"path": rel, "entries": sorted(e for e in listed if e)}
+                entries = sorted(e for e in listed if e)
+                if sha256:
+                    # `submit --inputs-dir` uploads only what is not there yet: a file
+                    # of the same name and size may still differ, so it compares hashes.
+                    entries = [(*e, _digest(path / e[0])) for e in entries]
+                return {"path": rel, "entries": entries}
             found = path.is_file()
         except OSError as exc:
             raise HTTPException(*_os_failure(exc, rel)) from None
@@ -125,14 +132,19 @@ def create_app():
         declared = request.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise HTTPException(413, _too_large(limit))
+        expected = request.headers.get("x-content-sha256", "").strip().lower()
+        if expected and not SHA256_HEX.match(expected):
+            raise HTTPException(400, "X-Content-SHA256 must be 64 hex digits")
         try:
             dir_fd = _open_dirs(root, parent.relative_to(root).parts)
             try:
-                size = await _receive(request, dir_fd, name, limit)
+                size = await _receive(request, dir_fd, name, limit, expected or None)
             finally:
                 os.close(dir_fd)
         except UploadTooLarge:
             raise HTTPException(413, _too_large(limit)) from None
+        except UploadCorrupt as exc:
+            raise HTTPException(422, str(exc)) from None
         except ClientDisconnect:
             # Nobody is left to read this; answering keeps the disconnect out of the logs.
             raise HTTPException(400, "upload interrupted by the client") from None
@@ -145,6 +157,39 @@ def create_app():
 
 class UploadTooLarge(Exception):
     """The body passed FILES_MAX_UPLOAD_BYTES while streaming."""
+
+
+class UploadCorrupt(Exception):
+    """The body's sha256 is not the X-Content-SHA256 the client sent."""
+
+
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+# path -> ((device, inode, size, mtime_ns), sha256): a second `submit --inputs-dir` of a
+# folder of videos must not read every video again. Bounded: old entries just go.
+_DIGESTS: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+MAX_DIGESTS = 4096
+
+
+def _digest(path: Path) -> str | None:
+    """The file's sha256 (None for a folder or a file gone since the listing)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = _DIGESTS.get(str(path))
+        if cached and cached[0] == key:
+            return cached[1]
+        digest = hashlib.sha256()
+        with open(path, "rb") as source:
+            while chunk := source.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return None
+    if len(_DIGESTS) >= MAX_DIGESTS:
+        _DIGESTS.pop(next(iter(_DIGESTS)))
+    _DIGESTS[str(path)] = (key, digest.hexdigest())
+    return digest.hexdigest()
 
 
 def max_upload_bytes() -> int:
@@ -241,13 +286,14 @@ def _open_dirs(root: Path, parts: tuple[str, ...]) -> int:
     return fd
 
 
-async def _receive(request, dir_fd: int, name: str, limit: int) -> int:
+async def _receive(request, dir_fd: int, name: str, limit: int, sha256: str | None) -> int:
     """Stream the body into a fresh temp file beside `name`, then rename it into place:
     readers never see half a file, and O_EXCL|O_NOFOLLOW means a planted link is never
     opened. The temp file goes on any failure, disconnect or cancellation."""
     temp = f"{UPLOAD_PREFIX}{secrets.token_hex(8)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     size = 0
+    digest = hashlib.sha256()
     try:
         with os.fdopen(os.open(temp, flags, 0o644, dir_fd=dir_fd), "wb") as out:
             async for chunk in request.stream():
@@ -255,6 +301,12 @@ async def _receive(request, dir_fd: int, name: str, limit: int) -> int:
                 if size > limit:
                     raise UploadTooLarge
                 out.write(chunk)
+                digest.update(chunk)
+        if sha256 and digest.hexdigest() != sha256:
+            raise UploadCorrupt(
+                f"{name}: the body's sha256 is {digest.hexdigest()}, not the "
+                f"X-Content-SHA256 {sha256}; the old file (if any) is kept, upload it again"
+            )
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

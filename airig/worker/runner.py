@@ -181,6 +181,7 @@ class Worker:
             whisper_url=settings.whisper_url, data_dir=settings.data_dir,
             output_dir=output_dir, timeout_s=task.timeout_s, cancel=cancel,
             trusted=task.trusted, gpu_index=settings.gpu_index,
+            max_image_bytes=settings.max_image_bytes,
         )  # fmt: skip
 
         def target() -> ExecResult | TaskError:

@@ -44,6 +44,8 @@ class WorkerSettings(BaseSettings):
     retry_cap_s: float = Field(10.0, alias="WORKER_RETRY_CAP_S", gt=0)
     # Tasks a cpu / script worker may hold leased ahead (1 = none); GPU workers never do.
     prefetch: int = Field(1, alias="AIRIG_WORKER_PREFETCH", ge=1, le=32)
+    # The largest image an llm / ocr task sends on (airig/executors/media.py says why 20 MiB).
+    max_image_bytes: int = Field(20 * 1024 * 1024, alias="AIRIG_MAX_IMAGE_BYTES", ge=1)
 
     @model_validator(mode="after")
     def _rig(self) -> WorkerSettings:

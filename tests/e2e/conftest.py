@@ -32,6 +32,7 @@ KIT_FILES = [
     ".env.example",
     "start_services.py",
     ".dockerignore",
+    "recipes",
 ]
 
 

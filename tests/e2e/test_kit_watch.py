@@ -18,6 +18,8 @@ network, generated files under ``.airig/``, the stack folders' ``.env`` links).
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import subprocess
@@ -77,9 +79,11 @@ def watched_kit(tmp_path_factory, test_images, webhook):
     root = copy_kit(tmp_path_factory.mktemp("kit") / "airig")
     write_test_env(
         root,
-        AIRIG_OLLAMA_MODELS="qwen2.5:0.5b,nomic-embed-text",
+        AIRIG_OLLAMA_MODELS="qwen2.5:0.5b,nomic-embed-text,qwen2.5vl:7b",
         AIRIG_WHISPER_MODELS="Systran/faster-whisper-tiny",
         AIRIG_PLANNER_MODEL="qwen2.5:0.5b",
+        AIRIG_VISION_MODEL="qwen2.5vl:7b",
+        AIRIG_EMBED_MODEL="nomic-embed-text",
         AIRIG_ALERT_URLS=f"json://host.docker.internal:{webhook}/hook",
         BRAIN_PROBE_INTERVAL_S=str(PROBE_INTERVAL_S),
         BRAIN_PROBE_DOWN_AFTER=str(DOWN_AFTER),
@@ -267,6 +271,102 @@ def test_a_plan_through_every_executor_leaves_the_kit_healthy(watched_kit, tmp_p
     assert types >= {"transcribe", "llm", "embed", "image", "shell", "noop", "plan", "resource"}
     assert any(t["id"].startswith("grow__") for t in plan["tasks"]), states
     # the timers again, after the work: a probe round past the last unload
+    time.sleep((DOWN_AFTER + 2) * PROBE_INTERVAL_S)
+    assert violations(watched_kit) == {}
+
+
+def fetch(kit, rel: str) -> requests.Response:
+    return requests.get(f"http://127.0.0.1:8090/files/{rel}", headers=auth(kit), timeout=30)
+
+
+def run_recipe(kit, recipe: str, folder: Path) -> tuple[dict, str]:
+    """`submit recipes/<recipe>.yaml --inputs-dir folder --watch` as a user types it: the
+    finished plan and what the CLI printed."""
+    done = kit.run("submit", f"recipes/{recipe}.yaml", "--inputs-dir", str(folder), "--watch",
+                   timeout=600)  # fmt: skip
+    said = done.stdout + done.stderr
+    found = re.search(r"plan (\w+) submitted", said)
+    assert found, said
+    plan = requests.get(f"{BRAIN}/v1/plans/{found[1]}", headers=auth(kit), timeout=10).json()
+    return plan, said
+
+
+def item_states(plan: dict, group: str) -> dict[str, tuple[str, str | None]]:
+    fanout = next(f for f in plan["fanouts"] if f["id"] == group)
+    return {i["label"]: (i["state"], i.get("error")) for i in fanout["items"]}
+
+
+def search(kit, query: str, recipe: str) -> list[dict]:
+    done = kit.run("search", query, "--recipe", recipe, "--json", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)["results"]
+
+
+def test_the_recipes_run_on_folders_of_generated_media(watched_kit, tmp_path):
+    """The seed's workloads (issue 25): the three recipes on generated media, each with one
+    corrupt input that fails alone; notes, text, a CSV and two searchable indexes."""
+    from support_media import make_pdf, make_video, run
+
+    talks, scans, photos = (tmp_path / n for n in ("talks", "scans", "photos"))
+    for folder in (talks, scans, photos):
+        folder.mkdir()
+    make_video(talks / "volcanoes-of-iceland.mp4")
+    make_video(talks / "sourdough-bread-basics.mp4", size="256x192")
+    (talks / "truncated.mp4").write_bytes((talks / "volcanoes-of-iceland.mp4").read_bytes()[:2000])
+    make_pdf(scans / "harbour-report.pdf", [["Harbour report", "Ferries and cranes"],
+                                            ["Second page", "Lighthouse keepers"]])  # fmt: skip
+    make_pdf(scans / "orchard-ledger.pdf", [["Orchard ledger", "Apples and pears"]])
+    (scans / "garbage.pdf").write_bytes(b"%PDF-1.4\nnot really a pdf\n")
+    for name, source in (("bars", "smptebars"), ("pattern", "testsrc")):
+        run(["ffmpeg", "-v", "error", "-nostdin", "-y", "-f", "lavfi", "-i",
+             f"{source}=size=320x240", "-frames:v", "1", str(photos / f"{name}.jpg")])  # fmt: skip
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+
+    # video-notes: two notes, the truncated video fails alone, the plan ends partial
+    plan, said = run_recipe(watched_kit, "video-notes", talks)
+    assert "3 uploaded" in said, said
+    assert plan["status"] == "partial", said
+    items = item_states(plan, "videos")
+    assert items["volcanoes-of-iceland.mp4"][0] == "succeeded", items
+    assert items["sourdough-bread-basics.mp4"][0] == "succeeded", items
+    state, error = items["truncated.mp4"]
+    assert state == "failed" and error and "\n" not in error, items
+    note = fetch(watched_kit, "outputs/video-notes/talks/volcanoes-of-iceland.md")
+    assert note.status_code == 200, note.text
+    assert "# volcanoes-of-iceland" in note.text and "](" in note.text, note.text
+    frames = fetch(watched_kit, "outputs/video-notes/talks/volcanoes-of-iceland").json()
+    assert len([e for e in frames["entries"] if e[0].endswith(".png")]) >= 2, frames
+    hits = search(watched_kit, "volcanoes of iceland", "video-notes")
+    assert hits[0]["source"].endswith("volcanoes-of-iceland.mp4"), hits
+
+    # A second submit of the same folder sends nothing (checked by hash).
+    plan, said = run_recipe(watched_kit, "video-notes", talks)
+    assert "0 uploaded" in said and "3 already there" in said, said
+
+    # pdf-text: page-numbered text; the garbage PDF fails alone; a page is found by search
+    plan, said = run_recipe(watched_kit, "pdf-text", scans)
+    assert plan["status"] == "partial", said
+    items = item_states(plan, "pdfs")
+    assert items["garbage.pdf"][0] == "failed" and items["harbour-report.pdf"][0] == "succeeded"
+    text = fetch(watched_kit, "outputs/pdf-text/scans/harbour-report.txt").text
+    assert "--- page 2 ---" in text and "Lighthouse" in text.split("--- page 2 ---")[1], text
+    hits = search(watched_kit, "lighthouse keepers", "pdf-text")
+    assert hits[0]["source"].endswith("harbour-report.pdf"), hits
+    assert hits[0]["locator"] == "page 2", hits
+
+    # photos-captions: one CSV row per photo, the broken one with its error
+    plan, said = run_recipe(watched_kit, "photos-captions", photos)
+    assert plan["status"] == "partial", said
+    # UTF-8 with a byte-order mark, so a spreadsheet reads the accents right
+    sheet = fetch(watched_kit, "outputs/photos-captions/photos/captions.csv").content
+    assert sheet.startswith(b"\xef\xbb\xbf"), sheet[:40]
+    rows = list(csv.DictReader(io.StringIO(sheet.decode("utf-8-sig"))))
+    by_name = {row["item.name"]: row for row in rows}
+    assert set(by_name) == {"bars.jpg", "pattern.jpg", "broken.jpg"}, rows
+    assert by_name["bars.jpg"]["caption"] and not by_name["bars.jpg"]["error"], rows
+    assert by_name["broken.jpg"]["error"], rows
+
+    # the whole kit, as after every other plan
     time.sleep((DOWN_AFTER + 2) * PROBE_INTERVAL_S)
     assert violations(watched_kit) == {}
 

@@ -206,8 +206,50 @@ def test_ollama_embed_is_deterministic(standins):
     client.pull("nomic-embed-text")
     one = client.embed(model="nomic-embed-text", input="hello").embeddings
     two = client.embed(model="nomic-embed-text", input=["hello", "world"]).embeddings
-    assert len(one) == 1 and len(one[0]) == 8
+    assert len(one) == 1 and len(one[0]) == 64
     assert two[0] == one[0] and two[1] != one[0]
+
+
+def test_ollama_unloads_an_embedding_model_through_generate_but_runs_nothing_on_it(standins):
+    """A worker swapping models unloads an embedding model with generate + keep_alive 0:
+    upstream expires the runner before it checks the completion capability."""
+    server = standins("ollama", env=FAST_OLLAMA)
+    client = ollama.Client(host=server.url)
+    client.pull("nomic-embed-text")
+    client.embed(model="nomic-embed-text", input="load it")
+    assert [m.model for m in client.ps().models] == ["nomic-embed-text:latest"]
+    unload = client.generate(model="nomic-embed-text", prompt="", keep_alive=0)
+    assert unload.done_reason == "unload" and client.ps().models == []
+    for prompt in ("", "write a poem"):  # a preload, and a prompt: both need completion
+        refused = requests.post(
+            f"{server.url}/api/generate",
+            json={"model": "nomic-embed-text", "prompt": prompt},
+            timeout=5,
+        )
+        assert refused.status_code == 400
+        assert refused.json() == {"error": '"nomic-embed-text" does not support generate'}
+
+
+def test_ollama_answers_json_under_a_format_and_the_schema_s_shape(standins):
+    """Upstream constrains sampling to the format's grammar: the answer always parses."""
+    server = standins("ollama", env=FAST_OLLAMA)
+    client = ollama.Client(host=server.url)
+    client.pull("qwen2.5:0.5b")
+    free = client.generate(model="qwen2.5:0.5b", prompt="caption this").response
+    with pytest.raises(ValueError):
+        json.loads(free)
+    loose = json.loads(client.generate(model="qwen2.5:0.5b", prompt="x", format="json").response)
+    assert isinstance(loose, dict)
+    schema = {"type": "object", "required": ["caption", "tags"], "properties": {
+        "caption": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+        "topics": {"type": "array", "items": {"type": "object", "properties": {
+            "title": {"type": "string"}, "start": {"type": "number"}}}}}}  # fmt: skip
+    answer = client.chat("qwen2.5:0.5b", messages=[{"role": "user", "content": "caption it"}],
+                         format=schema).message.content  # fmt: skip
+    shaped = json.loads(answer)
+    assert isinstance(shaped["caption"], str) and shaped["caption"]
+    assert shaped["tags"] and all(isinstance(tag, str) for tag in shaped["tags"])
+    assert all(isinstance(t["start"], int | float) for t in shaped["topics"])
 
 
 def test_ollama_cli_list_is_a_healthcheck(standins):

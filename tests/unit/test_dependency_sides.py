@@ -28,6 +28,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 DISTRIBUTION = {
     "anthropic": "anthropic",
     "apprise": "apprise",
+    "apsw": "apsw",
     "docker": "docker",
     "dotenv": "python-dotenv",
     "fastapi": "fastapi",
@@ -46,6 +47,7 @@ DISTRIBUTION = {
     "rich": "rich",
     "schemathesis": "schemathesis",
     "selenium": "selenium",
+    "sqlite_vec": "sqlite-vec",
     "typer": "typer",
     "uvicorn": "uvicorn",
     "yaml": "pyyaml",

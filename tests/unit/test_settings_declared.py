@@ -44,6 +44,7 @@ EXAMPLE_CHOOSES = {
     "WORKER_BOOTSTRAP_TOKEN": "change-me: `up` replaces it with a generated secret",
     "AIRIG_GATEWAY_TOKEN": "change-me: `up` replaces it with a generated secret",
     "AIRIG_OLLAMA_MODELS": "the models a fresh kit pulls; unset, it pulls none",
+    "AIRIG_WHISPER_MODELS": "the models a fresh kit pulls; unset, it pulls none",
 }
 # Compose fallbacks that differ from the declared default, and why.
 COMPOSE_FALLS_BACK = {

@@ -20,6 +20,7 @@ from airig.brain.api.routes import dashboard as routes_dashboard
 from airig.brain.api.routes import escalations as routes_escalations
 from airig.brain.api.routes import goals as routes_goals
 from airig.brain.api.routes import plans as routes_plans
+from airig.brain.api.routes import search as routes_search
 from airig.brain.api.routes import tasks as routes_tasks
 from airig.brain.api.routes import tokens as routes_tokens
 from airig.brain.api.routes import workers as routes_workers
@@ -102,6 +103,7 @@ def create_app(settings: BrainSettings) -> FastAPI:
     app.include_router(routes_goals.router, responses=COMMON_RESPONSES)
     app.include_router(routes_escalations.router, responses=COMMON_RESPONSES)  # external tier
     app.include_router(routes_alerts.router, responses=COMMON_RESPONSES)  # read by triage
+    app.include_router(routes_search.router, responses=COMMON_RESPONSES)  # what embed indexed
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.get("/health", tags=["ops"])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from airig.brain.escalation import criteria
-from airig.brain.store import results
+from airig.brain.store import fanout
 from airig.common.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
 
 # Bounds of what one handoff carries, so a huge upstream result cannot make a huge call.
@@ -78,14 +78,14 @@ def attempts(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
 def upstream(conn: sqlite3.Connection, task_id: int, results_dir: Path) -> list[dict[str, Any]]:
     """The outputs of the tasks this one depends on: [{key, output}]."""
     rows = conn.execute(
-        """SELECT t.key, t.output_json, t.output_file FROM tasks t
+        """SELECT t.* FROM tasks t
            JOIN deps d ON d.depends_on = t.id WHERE d.task_id = ? ORDER BY t.key""",
         (task_id,),
     ).fetchall()
     found = []
     for row in rows:
         try:
-            output = results.load_output(results_dir, row["output_json"], row["output_file"])
+            output = fanout.load_output(conn, results_dir, row)  # a group's: its items'
         except OSError:
             output = {"missing": "the result file is gone"}
         found.append({"key": row["key"], "output": output})

@@ -16,6 +16,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from airig.brain.planner import fanout
 from airig.brain.planner.grow import add_subtasks
 from airig.brain.settings import BrainSettings
 from airig.brain.store import payloads, results, states
@@ -82,6 +83,7 @@ def _succeed(
     )  # fmt: skip
     for ready in states.release_dependents(conn, outbox, done, now):
         payloads.refuse_oversized(conn, outbox, ready, now, settings)
+    fanout.start_groups(conn, outbox, done, now, settings)  # a `from` group on this output
     return done
 
 

@@ -7,10 +7,13 @@ a worker thread and the event loop never waits on a hostile plan.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from airig.brain.plans.fanout import validate_with_fanout
 from airig.brain.plans.models import PlanSpec
 from airig.brain.plans.parse import PlanSyntaxError, detect_format, parse_plan
 from airig.brain.plans.submit import body_hash
-from airig.brain.plans.validate import Limits, validate_plan
+from airig.brain.plans.validate import Limits
 
 
 def decode_body(raw: bytes) -> str:
@@ -25,10 +28,11 @@ def decode_body(raw: bytes) -> str:
 
 
 def load_plan(
-    raw: bytes, content_type: str | None, limits: Limits
+    raw: bytes, content_type: str | None, limits: Limits, data_dir: Path | None = None
 ) -> tuple[PlanSpec, set[str], str]:
-    """(plan, tainted task ids, body digest); PlanSyntaxError or PlanInvalid."""
+    """(plan, tainted task ids, body digest); PlanSyntaxError or PlanInvalid. Fan-out
+    groups are expanded (``plans/fanout.py``; a ``glob`` reads ``data_dir``)."""
     body = decode_body(raw)
     data = parse_plan(body, detect_format(content_type, body))
-    plan, tainted = validate_plan(data, limits)
+    plan, tainted = validate_with_fanout(data, limits, data_dir)
     return plan, tainted, body_hash(body)

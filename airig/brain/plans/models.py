@@ -41,6 +41,34 @@ class TaskSpec(BaseModel):
     allow_external: bool = False
 
 
+class ForEach(BaseModel):
+    """A fan-out group's items: exactly one of the three (PLANS.md, "Fan-out")."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    glob: str | None = Field(None, description="files on the data volume, relative")
+    items: list[Any] | None = Field(None, description="text, numbers or mappings of fields")
+    from_: str | None = Field(
+        None,
+        alias="from",
+        description='a list in an upstream output: "{{ tasks.<id>.output.<field> }}"',
+    )
+
+
+class GroupSpec(BaseModel):
+    """A fan-out group: its template ``tasks`` repeated per item of ``for_each``, as the
+    tasks ``<id>__<index>__<task id>``; checked by ``plans/fanout.py`` (published here)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=TASK_ID_PATTERN)
+    name: str = Field("", max_length=200)
+    for_each: ForEach
+    output: str | None = Field(None, description="the template task whose output is the item's")
+    depends_on: list[str] = Field(default_factory=list)
+    tasks: list[TaskSpec] = Field(min_length=1)
+
+
 class PlanRequest(BaseModel):
     """What ``POST /v1/plans`` accepts, as published in its OpenAPI schema (JSON; YAML and
     Markdown carry the same fields). ``validate_plan`` reads these fields and no others;
@@ -50,7 +78,7 @@ class PlanRequest(BaseModel):
 
     name: str = Field("plan", description="empty = 'plan'; cut to 200 characters")
     description: str = ""
-    tasks: list[TaskSpec] = Field(min_length=1)
+    tasks: list[TaskSpec | GroupSpec] = Field(min_length=1)
 
 
 class PlanSpec(BaseModel):
@@ -59,3 +87,5 @@ class PlanSpec(BaseModel):
     name: str
     tasks: list[TaskSpec] = Field(min_length=1)
     fixes: list[dict[str, str]] = Field(default_factory=list)
+    # fan-out item tasks (plans/fanout.py): key -> (group key, item index)
+    members: dict[str, tuple[str, int]] = Field(default_factory=dict)

@@ -10,6 +10,7 @@ from typing import cast
 
 from airig.brain.plans.models import PlanSpec
 from airig.brain.store.events import Outbox, record
+from airig.brain.store.fanout import GROUP_TYPE
 from airig.common.protocol import TaskState as S
 
 
@@ -43,18 +44,21 @@ def insert_plan(
     )  # fmt: skip
     ids: dict[str, int] = {}
     for spec in plan.tasks:
-        state = S.PENDING if spec.depends_on else S.READY
+        # a fan-out group is never READY: the brain ends it when its items have ended
+        state = S.PENDING if spec.depends_on or spec.type == GROUP_TYPE else S.READY
+        group, index = plan.members.get(spec.id, (None, None))
         cursor = conn.execute(
             """INSERT INTO tasks (plan_id, key, name, type, task_class, payload_json, model,
                    priority, trusted, sensitive, timeout_s, retry_count, state, created_at,
-                   ready_at, escalate, allow_external)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   ready_at, escalate, allow_external, fanout_group, fanout_index)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             (
                 plan_id, spec.id, spec.name, spec.type, spec.task_class,
                 json.dumps(spec.payload), spec.model, spec.priority,
                 int(spec.id not in tainted), int(spec.sensitive),
                 spec.timeout_s or default_timeout_s, spec.retry_count, state, now,
                 now if state == S.READY else None, spec.escalate, int(spec.allow_external),
+                group, index,
             ),
         )  # fmt: skip
         # The INSERT just succeeded, which sets lastrowid (typeshed: ``int | None``, for

@@ -45,6 +45,9 @@ MAX_REPORTED_ERRORS = 200
 class Limits:
     max_tasks: int = 5000
     max_payload_bytes: int = 262_144
+    # What a plan may hold once its fan-out groups are expanded (AIRIG_PLAN_MAX_TASKS, the
+    # cap a growing plan has too); ``max_tasks`` bounds the tasks its body lists.
+    plan_max_tasks: int = 200
 
 
 @dataclass
@@ -87,7 +90,7 @@ def placement_model(task_type: str, payload: dict[str, Any], model: str | None) 
     """
     if not model or task_type in ("transcribe", "image"):
         return None
-    on_ollama = task_type in ("llm", "embed") or (
+    on_ollama = task_type in ("llm", "embed", "ocr") or (
         task_type == "resource" and payload.get("service") == "ollama"
     )
     if not on_ollama:
@@ -283,8 +286,11 @@ def sensitive_upstream(task_id: str, specs: dict[str, TaskSpec]) -> list[str]:
     return sorted(d for d in seen if specs[d].sensitive)
 
 
-def validate_plan(data: dict[str, Any], limits: Limits) -> tuple[PlanSpec, set[str]]:
-    """The plan and its tainted task ids, or PlanInvalid with every error."""
+def validate_plan(
+    data: dict[str, Any], limits: Limits, max_errors: int = MAX_REPORTED_ERRORS
+) -> tuple[PlanSpec, set[str]]:
+    """The plan and its tainted task ids, or PlanInvalid with every error (the first
+    ``max_errors`` of them)."""
     raw_tasks = data.get("tasks") or []
     if len(raw_tasks) > limits.max_tasks:
         error = _error(None, "tasks", f"{len(raw_tasks)} tasks; the limit is {limits.max_tasks}")
@@ -309,12 +315,12 @@ def validate_plan(data: dict[str, Any], limits: Limits) -> tuple[PlanSpec, set[s
     if not isinstance(name, str | int | float) or isinstance(name, bool):
         errors.append(_error(None, "name", f"the plan name must be text, got {name!r:.60}"))
     if errors:
-        raise PlanInvalid(_bounded(errors), too_large=too_large, fixes=fixes)
+        raise PlanInvalid(bounded(errors, max_errors), too_large=too_large, fixes=fixes)
     return PlanSpec(name=str(name)[:200], tasks=specs, fixes=fixes), tainted
 
 
-def _bounded(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if len(errors) <= MAX_REPORTED_ERRORS:
+def bounded(errors: list[dict[str, Any]], limit: int = MAX_REPORTED_ERRORS) -> list[dict[str, Any]]:
+    if len(errors) <= limit:
         return errors
-    more = len(errors) - MAX_REPORTED_ERRORS
-    return [*errors[:MAX_REPORTED_ERRORS], _error(None, "plan", f"and {more} more errors")]
+    more = len(errors) - limit
+    return [*errors[:limit], _error(None, "plan", f"and {more} more errors")]

@@ -67,6 +67,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     allow_external INTEGER NOT NULL DEFAULT 0,
     context_tokens INTEGER,
     reviewed INTEGER NOT NULL DEFAULT 0,
+    fanout_group TEXT,
+    fanout_index INTEGER,
     UNIQUE (plan_id, key)
 );
 CREATE TABLE IF NOT EXISTS deps (
@@ -156,6 +158,9 @@ ADDED_COLUMNS = (
     # added by that task, airig/brain/planner/grow.py) and how many growths deep it is
     ("tasks", "origin", "TEXT"),
     ("tasks", "depth", "INTEGER NOT NULL DEFAULT 0"),
+    # a fan-out item's task: its group's key and the item's index (plans/fanout.py)
+    ("tasks", "fanout_group", "TEXT"),
+    ("tasks", "fanout_index", "INTEGER"),
     # when the worker last leased a task (NULL: never): triage's "registered, idle, work waits"
     ("workers", "last_claim_at", "REAL"),
     # who may act on a plan or goal besides admin: auth.owner_of of the submitting token
@@ -171,6 +176,8 @@ ADDED_INDEXES = (
     # A claim with a claim_id looks up its earlier leases (queue.claim_leases) by lease id:
     # without it every live lease was read per claim (benchmarks/fleet.py, 500 workers).
     "CREATE INDEX IF NOT EXISTS tasks_lease ON tasks(lease_id)",
+    # a group's items, for its progress and its end (store/fanout.py)
+    "CREATE INDEX IF NOT EXISTS tasks_fanout ON tasks(plan_id, fanout_group, state)",
 )
 
 

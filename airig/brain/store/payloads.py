@@ -15,7 +15,7 @@ from typing import Any
 
 from airig.brain.inflight import Hold
 from airig.brain.settings import BrainSettings
-from airig.brain.store import results, shell_inputs, states
+from airig.brain.store import fanout, results, shell_inputs, states
 from airig.brain.store.events import Outbox
 
 
@@ -56,10 +56,9 @@ def _output_of(
 ) -> Callable[[str], dict]:
     def output_of(key: str) -> dict:
         row = conn.execute(
-            "SELECT output_json, output_file FROM tasks WHERE plan_id = ? AND key = ?",
-            (task["plan_id"], key),
+            "SELECT * FROM tasks WHERE plan_id = ? AND key = ?", (task["plan_id"], key)
         ).fetchone()
-        return results.load_output(settings.results_dir, row["output_json"], row["output_file"])
+        return fanout.load_output(conn, settings.results_dir, row)  # a group's: its items'
 
     return output_of
 
@@ -69,10 +68,12 @@ def _stored_bytes(
 ) -> Callable[[str], int]:
     def stored_bytes(key: str) -> int:
         row = conn.execute(
-            """SELECT length(output_json) AS n, output_file FROM tasks
+            """SELECT length(output_json) AS n, * FROM tasks
                WHERE plan_id = ? AND key = ?""",
             (task["plan_id"], key),
         ).fetchone()
+        if row["type"] == fanout.GROUP_TYPE:
+            return fanout.group_output_bytes(conn, settings.results_dir, row)
         if row["n"] is not None:  # canonical JSON is ASCII: characters are bytes
             return int(row["n"])
         if not row["output_file"]:

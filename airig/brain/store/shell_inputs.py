@@ -51,6 +51,18 @@ def substitute(payload: dict[str, Any], texts: Texts) -> dict[str, Any]:
     return {"command": command, **rest} if "command" in payload else rest
 
 
+def command_with_variables(
+    command: str | list[str], pattern: re.Pattern[str], reference: Callable[[re.Match[str]], str]
+) -> str | list[str]:
+    """``command`` with each match of ``pattern`` replaced by the quoted reference to the
+    variable ``reference`` names for it (a fan-out item's fields, ``plans/fanout.py``)."""
+    if isinstance(command, str):
+        return _string_command(command, reference, pattern)
+    if any(pattern.search(word) for word in command):
+        return _list_command(command, reference, pattern)
+    return command
+
+
 class _Variables:
     """One variable per distinct template (upstream task and field)."""
 
@@ -92,9 +104,13 @@ def _quoted(name: str, state: str) -> str:
     return f'"${{{name}}}"'
 
 
-def _string_command(command: str, reference: Callable[[re.Match[str]], str]) -> str:
+def _string_command(
+    command: str,
+    reference: Callable[[re.Match[str]], str],
+    pattern: re.Pattern[str] = results.TEMPLATE,
+) -> str:
     parts, state, end = [], BARE, 0
-    for match in results.TEMPLATE.finditer(command):
+    for match in pattern.finditer(command):
         literal = command[end : match.start()]
         state = _quote_state(literal, state)
         parts += [literal, _quoted(reference(match), state)]
@@ -103,14 +119,18 @@ def _string_command(command: str, reference: Callable[[re.Match[str]], str]) -> 
     return "".join(parts)
 
 
-def _list_command(words: list[str], reference: Callable[[re.Match[str]], str]) -> list[str]:
+def _list_command(
+    words: list[str],
+    reference: Callable[[re.Match[str]], str],
+    pattern: re.Pattern[str] = results.TEMPLATE,
+) -> list[str]:
     """``/bin/sh -c 'exec "${1}""${AIRIG_INPUT_1}" …' sh <literal pieces…>``: the same
     argv, with each template's value expanded from the environment."""
     literals: list[str] = []
     script: list[str] = []
     for word in words:
         pieces, end = [], 0
-        for match in results.TEMPLATE.finditer(word):
+        for match in pattern.finditer(word):
             if match.start() > end:
                 literals.append(word[end : match.start()])
                 pieces.append(f'"${{{len(literals)}}}"')

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from airig.brain.store import fanout
 from airig.brain.store.events import Outbox, record
 from airig.brain.store.retry import INFRA, RetryPolicy
 from airig.common.protocol import TaskState as S
@@ -30,6 +31,9 @@ ALLOWED = {
     # The external tier's answer, its refusal, or a cancel (airig/brain/escalation/).
     S.ESCALATED: {S.SUCCEEDED, S.FAILED, S.CANCELLED},
 }
+# A fan-out group (store/fanout.py) waits PENDING and ends when its items have: no worker
+# ever holds it, so it never is READY.
+GROUP_ALLOWED = {S.PENDING: {S.SUCCEEDED, S.FAILED, S.UPSTREAM_FAILED, S.CANCELLED}}
 
 
 class InvalidTransition(Exception):
@@ -66,7 +70,8 @@ def transition(
     **columns: Any,
 ) -> sqlite3.Row:
     """Move one task to ``to``, update ``columns``, record the event; the new row."""
-    if to not in ALLOWED.get(task["state"], set()):
+    allowed = GROUP_ALLOWED if task["type"] == fanout.GROUP_TYPE else ALLOWED
+    if to not in allowed.get(task["state"], set()):
         raise InvalidTransition(f"task {task['id']}: {task['state']} -> {to}")
     columns["state"] = to
     if to in S.TERMINAL:
@@ -82,16 +87,60 @@ def transition(
     record(conn, outbox, event_type, updated, now, **details)
     if to == S.READY:
         outbox.work_ready = True
+    if to in S.TERMINAL and updated["fanout_group"] is not None:
+        _item_ended(conn, outbox, updated, now)
     return updated
+
+
+def _item_ended(conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, now: float) -> None:
+    """A fan-out item's task ended: when it was the group's last, the group ends."""
+    group = fanout.group_of(conn, task)
+    if group is None or group["state"] != S.PENDING:
+        return
+    if fanout.has_unfinished_items(conn, task["plan_id"], group["key"]):
+        return
+    finish_group(conn, outbox, group, now)
+
+
+def finish_group(conn: sqlite3.Connection, outbox: Outbox, group: sqlite3.Row, now: float) -> None:
+    """End a group whose items have all ended: SUCCEEDED when one item or more fully
+    succeeded (or it had none), its dependents released; else FAILED, theirs
+    UPSTREAM_FAILED. A failing item never stops the others."""
+    total, ok, tainted, first = fanout.ending(
+        group, fanout.item_tasks(conn, group["plan_id"], group["key"])
+    )
+    summary = f"{ok} of {total} items succeeded"
+    if ok or not total:
+        done = transition(
+            conn, outbox, group, S.SUCCEEDED, now, "task_completed",
+            {"items": total, "succeeded": ok}, reason=summary, tainted_output=int(tainted),
+            error=None,
+        )  # fmt: skip
+        release_dependents(conn, outbox, done, now)
+        return
+    dead = fanout.dead_upstream(conn, group)
+    if dead is not None:  # its items ended because the group's own upstream did
+        reason = f"upstream {dead['key']} {dead['state']}"
+        error = dead["error"] or reason
+        ended = transition(
+            conn, outbox, group, S.UPSTREAM_FAILED, now, "task_upstream_failed",
+            {"error": error}, reason=reason, error=error,
+        )  # fmt: skip
+        cascade(conn, outbox, ended, now)
+        return
+    error = f"none of the {total} items of group {group['key']} succeeded; {first}"
+    fail_terminal(conn, outbox, group, now, "fanout_failed", error[:2000], summary)
 
 
 def release_dependents(
     conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, now: float
 ) -> list[sqlite3.Row]:
     """Dependents whose every upstream has succeeded become READY; their new rows."""
+    # A group is never READY: its items wait on its dependencies themselves, and a
+    # ``from`` group is expanded by the caller (planner/fanout.py).
     rows = conn.execute(
         """SELECT t.* FROM tasks t JOIN deps d ON d.task_id = t.id
-           WHERE d.depends_on = ? AND t.state = 'PENDING' AND NOT EXISTS (
+           WHERE d.depends_on = ? AND t.state = 'PENDING' AND t.type != 'group' AND NOT EXISTS (
                SELECT 1 FROM deps d2 JOIN tasks u ON u.id = d2.depends_on
                WHERE d2.task_id = t.id AND u.state != 'SUCCEEDED')""",
         (task["id"],),
@@ -112,6 +161,8 @@ def cascade(conn: sqlite3.Connection, outbox: Outbox, root: sqlite3.Row, now: fl
             (current,),
         ).fetchall()
         for row in rows:
+            # read again: a group that ended within this cascade may have marked it already
+            row = require_task(conn, row["id"])
             if row["state"] in S.TERMINAL:
                 continue
             transition(
@@ -204,14 +255,19 @@ def cancel_task(
         conn, outbox, task, S.CANCELLED, now, "task_cancelled", reason=reason, error=reason
     )
     cascade(conn, outbox, cancelled, now)
+    if task["type"] == fanout.GROUP_TYPE:  # its items go with it
+        for item in fanout.cancel_targets(conn, task):
+            cancel_task(conn, outbox, require_task(conn, item["id"]), now, reason)
     return True
 
 
 def cancel_plan(conn: sqlite3.Connection, outbox: Outbox, plan_id: str, now: float) -> int:
     """Cancel every unfinished task of a plan; how many were cancelled."""
     conn.execute("UPDATE plans SET cancelled = 1 WHERE id = ?", (plan_id,))
+    # groups first: an item cancelled after its group does not end the group again
     rows = conn.execute(
-        "SELECT * FROM tasks WHERE plan_id = ? AND state NOT IN (?, ?, ?, ?)",
+        """SELECT * FROM tasks WHERE plan_id = ? AND state NOT IN (?, ?, ?, ?)
+           ORDER BY type = 'group' DESC, id""",
         (plan_id, *sorted(S.TERMINAL)),
     ).fetchall()
     for row in rows:

@@ -317,6 +317,9 @@ def _mount_subcommands() -> None:
     from airig.launcher.cli.triage import register as register_triage
 
     register_triage(app)  # triage
+    from airig.launcher.cli.search import register as register_search
+
+    register_search(app, _settings)  # search "query": what embed tasks indexed
 
 
 _mount_subcommands()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path, PureWindowsPath
 from typing import Any
 
 import typer
@@ -18,9 +17,8 @@ from rich.status import Status
 from rich.table import Table
 
 from airig.common.errors import AirigError
-from airig.launcher.brain_client import BrainClient, url_host
+from airig.launcher.brain_client import BrainClient
 from airig.launcher.console import console
-from airig.launcher.settings import Settings
 
 
 def draft_table(goal: dict[str, Any]) -> Table:
@@ -99,28 +97,6 @@ def failure(goal: dict[str, Any], planner_model: str = "") -> AirigError:
     return AirigError(
         f"{stopped}: the drafting task failed ({kind})",
         f"see `plan {goal.get('drafting_plan_id')} draft`, then submit the goal again",
-    )
-
-
-def host_inputs_refusal(inputs_dir: str, settings: Settings) -> AirigError | None:
-    """--inputs-dir names a folder on the data volume, which workers read; a path on this
-    machine (absolute, or ~) is refused here with the way to put its files there: the
-    file service of 01-infra (README, "Submit work")."""
-    if not inputs_dir.startswith(("/", "~")) and not PureWindowsPath(inputs_dir).drive:
-        return None
-    folder = Path(inputs_dir).expanduser()
-    name = folder.name or "mine"
-    address = settings.bind_address or "127.0.0.1"
-    if address in ("0.0.0.0", "::", "[::]"):
-        address = "127.0.0.1"
-    files = f"http://{url_host(address)}:{settings.files_port}/files/inputs/{name}"
-    return AirigError(
-        f"--inputs-dir {inputs_dir} is a path on this machine; the workers read the data "
-        "volume, where it is not",
-        "upload its files through the file service, in the airig folder: `TOKEN=$(grep "
-        f"^BRAIN_ADMIN_TOKEN= .env | cut -d= -f2); for f in {folder}/*; do curl -fsS -H "
-        f'"Authorization: Bearer $TOKEN" -T "$f" {files}/; done`; then give --inputs-dir '
-        f"inputs/{name}",
     )
 
 

@@ -18,11 +18,14 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from airig.common.errors import AirigError
 from airig.common.protocol import TaskState as S
+from airig.launcher import plan_inputs
 from airig.launcher.brain_client import BrainClient, PlanRefused
 from airig.launcher.cli import goal_flow, task_view
 from airig.launcher.console import console
-from airig.launcher.settings import checkout_settings
+from airig.launcher.inputs_sync import files_url, is_host_path, sync
+from airig.launcher.settings import Settings, checkout_settings
 
 STATE_STYLE = {
     S.SUCCEEDED: "green",
@@ -45,15 +48,41 @@ def tasks_table(plan: dict[str, Any]) -> Table:
     for column in ("task", "type", "class", "state", "attempt", "worker"):
         table.add_column(column, overflow="fold")
     table.add_column("note", overflow="fold", ratio=1, min_width=20)
+    fanouts = {fan["id"]: fan for fan in plan.get("fanouts") or []}
     for task in plan.get("tasks", []):
+        if task.get("group"):  # a fan-out item's task: its group's line counts it
+            continue
         style = STATE_STYLE.get(task["state"], "white")
         note = task.get("error") or task.get("reason") or ""
+        if task["id"] in fanouts:
+            note = " · ".join(filter(None, [fanout_progress(fanouts[task["id"]]), note]))
         table.add_row(
             escape(task["id"]), escape(task["type"]), escape(task["task_class"]),
             f"[{style}]{escape(task['state'])}[/]", str(task["attempt"]),
             escape(task.get("worker_id") or ""), escape(note),
         )  # fmt: skip
     return table
+
+
+PARTIAL_EXIT = 3
+
+
+def failed_items(plan: dict[str, Any]) -> list[str]:
+    """One line per failed fan-out item: the group, the item and its error."""
+    lines = []
+    for fan in plan.get("fanouts") or []:
+        for item in fan.get("items", []):
+            if item.get("state") == "failed":
+                error = " ".join(str(item.get("error") or "failed").split())[:300]
+                lines.append(f"{fan['id']}[{item['index']}] {item.get('label', '')}: {error}")
+    return lines
+
+
+def fanout_progress(fan: dict[str, Any]) -> str:
+    """A fan-out group in one line: ``3 done / 2 running / 1 failed of 10``."""
+    return (
+        f"{fan['done']} done / {fan['running']} running / {fan['failed']} failed of {fan['total']}"
+    )
 
 
 def plans_table(plans: list[dict[str, Any]]) -> Table:
@@ -112,7 +141,12 @@ def submit(
     ] = None,
     inputs_dir: Annotated[
         str | None,
-        typer.Option("--inputs-dir", help="With --goal: a data-volume folder to show the model."),
+        typer.Option(
+            "--inputs-dir",
+            help="A folder of this machine (uploaded to the data volume, only what is not "
+            "there yet) or a data-volume folder: fills the plan's {{ inputs_dir }}, or is "
+            "shown to a --goal's model.",
+        ),
     ] = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="With --goal: run the draft without asking.")
@@ -121,24 +155,33 @@ def submit(
     """Submit a plan to the brain, or a goal its model drafts a plan for (you approve it)."""
     if (plan_file is None) == (goal is None):
         raise typer.BadParameter("give PLAN_FILE or --goal TEXT (one of them)")
-    if goal is None and (inputs_dir or yes):
-        raise typer.BadParameter("--inputs-dir and --yes go with --goal")
+    if goal is None and yes:
+        raise typer.BadParameter("--yes goes with --goal")
+    if goal is not None and idempotency_key:
+        raise typer.BadParameter("--idempotency-key goes with a plan file")
     settings = checkout_settings()
     client = BrainClient.from_settings(settings)
+    body = plan_inputs.read_plan(plan_file) if plan_file is not None else None
+    if body is not None and inputs_dir is None and plan_inputs.needs_inputs(body):
+        raise AirigError(
+            f"{plan_file} reads {{{{ inputs_dir }}}}: say which folder",
+            f"python start_services.py submit {plan_file} --inputs-dir ~/my-folder",
+        )
+    if body is not None:  # a model this rig does not pull: refused before any upload
+        body = plan_inputs.fill_models(body, settings, str(plan_file))
+    data_dir = inputs_dir and _inputs_on_the_data_volume(inputs_dir, settings)
     if goal is not None:
-        if idempotency_key:
-            raise typer.BadParameter("--idempotency-key goes with a plan file")
-        refusal = inputs_dir and goal_flow.host_inputs_refusal(inputs_dir, settings)
-        if refusal:
-            raise refusal
         goal_flow.run(
-            client, goal, inputs_dir, yes, watch_plan, watch,
+            client, goal, data_dir, yes, watch_plan, watch,
             planner_model=settings.planner_model,
         )  # fmt: skip
         return
-    assert plan_file is not None  # checked above: exactly one of the two
+    assert plan_file is not None and body is not None  # checked above: exactly one of the two
+    outputs = data_dir and plan_inputs.outputs_dir(plan_file, data_dir)
+    if data_dir and outputs:
+        body = plan_inputs.fill(body, data_dir, outputs)
     try:
-        plan = client.submit(plan_file, idempotency_key)
+        plan = client.submit_body(body, plan_file.suffix, idempotency_key)
     except PlanRefused as exc:
         if exc.errors:
             console.print(errors_table(exc.errors))
@@ -147,10 +190,34 @@ def submit(
         said = f"{fix['task']}.{fix['field']}: {fix['fix']} ({fix['reason']})"
         console.print(f"[yellow]fixed[/] {escape(said)}")
     console.print(f"plan [bold]{escape(plan['id'])}[/] submitted with {plan['task_total']} tasks")
+    if outputs and plan_inputs.writes_outputs(body, outputs):
+        console.print(
+            f"outputs go to the data volume's {escape(outputs)}/ "
+            f"({escape(files_url(settings))}/{escape(outputs)}/)"
+        )
     if watch_plan:
         final = watch(client, plan["id"])
+        for line in failed_items(final):
+            console.print(f"[red]✘[/] {escape(line)}")
+        if final["status"] == "partial":
+            # Some items failed, the rest are done: not the 0 of a clean run, nor the 1
+            # of a failed one, so a script can tell the three apart.
+            raise typer.Exit(PARTIAL_EXIT)
         if final["status"] != "succeeded":
             raise typer.Exit(1)
+
+
+def _inputs_on_the_data_volume(inputs_dir: str, settings: Settings) -> str:
+    """The data-volume folder of --inputs-dir: a host folder is uploaded there first."""
+    if not is_host_path(inputs_dir):
+        return plan_inputs.data_relative(inputs_dir)
+    synced = sync(Path(inputs_dir), settings)
+    sent = f"{synced.sent_bytes / 1e6:.1f} MB" if synced.uploaded else "nothing"
+    console.print(
+        f"inputs: {len(synced.uploaded)} uploaded ({sent}), {len(synced.skipped)} already "
+        f"there -> data volume {escape(synced.data_dir)}/"
+    )
+    return synced.data_dir
 
 
 def plans(

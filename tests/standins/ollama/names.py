@@ -39,6 +39,8 @@ DEFAULT_CATALOGUE = (
     "llama3.2:1b",
     "llama3.1:8b",
     "tinyllama:latest",
+    "qwen2.5vl:7b",  # a vision model (is_vision_model), the one the kit's hints name
+    "llava:7b",
 )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 FOREVER = timedelta(days=365 * 290)  # what a negative keep_alive means upstream
-EMBED_DIMENSIONS = 8
+EMBED_DIMENSIONS = 64
 _DURATION = re.compile(r"(-?\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
 
@@ -99,9 +99,18 @@ def reply_words(model: str, prompt: str, limit: int | None) -> list[str]:
 
 
 def embedding(model: str, text: str) -> list[float]:
-    """A unit vector derived from the model and the text."""
-    digest = hashlib.sha256(f"{model}\n{text}".encode()).digest()
-    raw = [(digest[i] - 127.5) / 127.5 for i in range(EMBED_DIMENSIONS)]
+    """A unit vector derived from the model and the text's words: each lowercased word
+    hashed (with the model's name) into one of EMBED_DIMENSIONS dimensions, with a sign, so
+    texts that share words lie near each other (search tests find a document by its words)
+    and two models' vectors differ. A text without words: a hash of the whole text."""
+    raw = [0.0] * EMBED_DIMENSIONS
+    for word in re.findall(r"\w+", text.lower()):
+        digest = hashlib.sha256(f"{model}\n{word}".encode()).digest()
+        slot = int.from_bytes(digest[:4], "big") % EMBED_DIMENSIONS
+        raw[slot] += 1.0 if digest[4] & 1 else -1.0
+    if not any(raw):
+        digest = hashlib.sha256(f"{model}\n{text}".encode()).digest()
+        raw = [(digest[i % len(digest)] - 127.5) / 127.5 for i in range(EMBED_DIMENSIONS)]
     norm = math.sqrt(sum(v * v for v in raw)) or 1.0
     return [round(v / norm, 6) for v in raw]
 

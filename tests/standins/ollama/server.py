@@ -35,7 +35,16 @@ from names import (
 )
 from runtime import LoadedModel, Runtime, embedding, eval_metrics, parse_keep_alive, reply_words
 from script import Script, format_error
-from store import ModelStore, PullError, is_embedding_model, stream_pull
+from store import (
+    ModelStore,
+    PullError,
+    capabilities,
+    is_embedding_model,
+    is_vision_model,
+    stream_pull,
+)
+from structured import shaped
+from vision import ImageError, decode_all, describe
 
 VERSION = os.environ.get("STANDIN_OLLAMA_VERSION", "0.20.6")
 
@@ -230,7 +239,6 @@ class Handler(BaseHTTPRequestHandler):
         if manifest is None:
             raise ApiError(404, f"model '{given.strip()}' not found")
         details = self.details(manifest)
-        capability = "embedding" if is_embedding_model(name) else "completion"
         self.send_json(
             200,
             {
@@ -240,7 +248,8 @@ class Handler(BaseHTTPRequestHandler):
                 "template": "{{ .System }}\n{{ .Prompt }}",
                 "details": details,
                 "model_info": {"general.architecture": details["family"]},
-                "capabilities": [capability],
+                # server/routes.go GetModelInfo: m.Capabilities() (server/images.go)
+                "capabilities": capabilities(name),
                 "modified_at": now_iso(),
             },
         )
@@ -285,12 +294,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def generate(self) -> None:
         body = self.read_json()
+        images = self.images_of([body.get("images")])
         prompt = str(body.get("prompt") or "")
-        self.infer(body, prompt, lambda text: {"response": text}, "response")
+        self.infer(body, prompt, lambda text: {"response": text}, "response", images)
 
     def chat(self) -> None:
         body = self.read_json()
         messages = body.get("messages") or []
+        images = self.images_of([m.get("images") for m in messages if isinstance(m, dict)])
         user = [m.get("content", "") for m in messages if isinstance(m, dict)]
         prompt = str(user[-1]) if user else ""
         self.infer(
@@ -298,30 +309,54 @@ class Handler(BaseHTTPRequestHandler):
             prompt if messages else "",
             lambda text: {"message": {"role": "assistant", "content": text}},
             "message",
+            images,
         )
 
-    def infer(self, body: dict, prompt: str, content, kind: str) -> None:
+    @staticmethod
+    def images_of(fields: list) -> list[bytes]:
+        """Every image of the request, decoded as binding the body does (vision.py)."""
+        try:
+            return [image for field in fields for image in decode_all(field)]
+        except ImageError as exc:
+            raise ApiError(exc.status, str(exc)) from exc
+
+    def infer(self, body: dict, prompt: str, content, kind: str, images: list[bytes]) -> None:
         """generate and chat share everything but the shape of the content field."""
         required = ApiError(400, MODEL_REQUIRED) if kind == "message" else None
         model, load_seconds, unload = self.prepare(body, required)
         refused = format_error(body.get("format"))
         if refused:
             raise ApiError(500, refused)
-        if kind == "response" and is_embedding_model(ModelName.parse(model.name)):
-            raise ApiError(400, f'"{body.get("model")}" does not support generate')
         base = {"model": body.get("model"), "created_at": now_iso()}
+        if not prompt and unload:
+            # Empty prompt with keep_alive 0 unloads any model, an embedding model too:
+            # server/routes.go GenerateHandler expires the runner (`req.Prompt == "" &&
+            # req.KeepAlive.Duration == 0` -> s.sched.expireRunner) before it asks
+            # scheduleRunner for the completion capability.
+            self.server.runtime.unload(model.name)
+            self.send_json(200, {**base, **content(""), "done": True, "done_reason": "unload"})
+            return
+        if kind == "response" and is_embedding_model(ModelName.parse(model.name)):
+            # ...which is where anything else sent to an embedding model stops
+            # (errCapabilityCompletion -> 400 "%q does not support generate").
+            raise ApiError(400, f'"{body.get("model")}" does not support generate')
         if not prompt:
-            # Empty prompt: preload, or unload with keep_alive 0 (upstream's done_reason).
-            if unload:
-                self.server.runtime.unload(model.name)
-            reason = "unload" if unload else "load"
-            self.send_json(200, {**base, **content(""), "done": True, "done_reason": reason})
+            # Empty prompt: preload (upstream's done_reason "load").
+            self.send_json(200, {**base, **content(""), "done": True, "done_reason": "load"})
             return
         if unload:
             load_seconds = self.server.runtime.ensure_loaded(model, parse_keep_alive("1m"))
         limit = (body.get("options") or {}).get("num_predict")
         words = reply_words(model.name, prompt, limit)
+        if images and is_vision_model(ModelName.parse(model.name)):
+            # A text model leaves the images unused (vision.py); a vision model "sees" them.
+            try:
+                words = [words[0], *describe(images), *words[1:]]
+            except ImageError as exc:
+                raise ApiError(exc.status, str(exc)) from exc
         scripted = self.server.script.next_answer(body)
+        if scripted is None:
+            scripted = shaped(body.get("format"), words)  # JSON, as a format makes it
         if scripted is not None:
             # The canned text, cut into pieces that keep its spaces: joined, they are it.
             words = [scripted[i : i + 16] for i in range(0, len(scripted), 16)] or [""]

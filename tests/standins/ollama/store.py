@@ -37,6 +37,22 @@ def is_embedding_model(name: ModelName) -> bool:
     return "embed" in name.model
 
 
+# The stand-in's rule for a vision model (upstream reads it from the model's files: a
+# projector layer or vision tensors, server/images.go Capabilities): the model part of the
+# name (no tag) contains "vision" or "llava", or ends in "vl" / "-vl" (qwen2.5vl,
+# qwen3-vl, llama3.2-vision, llava). Such a model reports "vision" in /api/show.
+def is_vision_model(name: ModelName) -> bool:
+    model = name.model.lower()
+    return "vision" in model or "llava" in model or model.endswith("vl")
+
+
+def capabilities(name: ModelName) -> list[str]:
+    """/api/show's `capabilities` (types/model/capability.go names)."""
+    if is_embedding_model(name):
+        return ["embedding"]
+    return ["completion", "vision"] if is_vision_model(name) else ["completion"]
+
+
 def model_family(name: ModelName) -> str:
     return "nomic-bert" if is_embedding_model(name) else name.model.split(".")[0].split("-")[0]
 

@@ -73,12 +73,14 @@ def test_an_invalid_draft_still_asks_to_reword():
     assert "reword the goal" in goal_flow.failure(goal).hint
 
 
-def test_a_host_path_for_inputs_dir_says_how_to_upload(tmp_path, brain, brain_calls):
+def test_a_host_path_for_inputs_dir_is_uploaded_first_and_a_down_service_is_one_line(
+    tmp_path, brain, brain_calls
+):
     talks = tmp_path / "talks"
     talks.mkdir()
+    (talks / "a.wav").write_bytes(b"RIFF")
     result = CliRunner().invoke(app, ["submit", "--goal", "x", "--inputs-dir", str(talks)])
     error = result.exception
-    assert error.message.startswith(f"--inputs-dir {talks} is a path on this machine")
-    assert "http://127.0.0.1:8090/files/inputs/talks/" in error.hint
-    assert "--inputs-dir inputs/talks" in error.hint
-    assert brain_calls == []  # refused before the brain is asked
+    assert error.message.startswith("cannot reach the file service at http://127.0.0.1:")
+    # nothing is asked of the brain before the inputs are there
+    assert [url for _, url in brain_calls if "/v1/" in url] == []

@@ -17,8 +17,8 @@ from airig.brain.plans import submit
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError
 from airig.brain.plans.validate import Limits, PlanInvalid
+from airig.brain.store import fanout, results, states
 from airig.brain.store import plans as plan_store
-from airig.brain.store import results, states
 from airig.brain.store.events import Outbox
 from airig.common.protocol import ErrorBody, Inbound, PlanErrorBody
 from airig.common.protocol import TaskState as S
@@ -28,12 +28,19 @@ router = APIRouter(prefix="/v1", tags=["plans"])
 Responses = dict[int | str, dict[str, Any]]
 
 
-def plan_status(counts: dict[str, int], cancelled: bool) -> str:
+PLAN_STATUSES = ("running", "succeeded", "partial", "failed", "cancelled")
+
+
+def plan_status(counts: dict[str, int], cancelled: bool, only_items_failed: bool = False) -> str:
+    """``partial``: finished, not cancelled, and what did not succeed are fan-out items
+    only (each group went on and succeeded with the items that did)."""
     if any(state not in S.TERMINAL for state in counts):
         return "running"
     if cancelled:
         return "cancelled"
-    return "succeeded" if set(counts) <= {S.SUCCEEDED} else "failed"
+    if set(counts) <= {S.SUCCEEDED}:
+        return "succeeded"
+    return "partial" if only_items_failed else "failed"
 
 
 def _task_view(row: sqlite3.Row, deps: list[str]) -> dict[str, Any]:
@@ -44,6 +51,7 @@ def _task_view(row: sqlite3.Row, deps: list[str]) -> dict[str, Any]:
         "trusted": bool(row["trusted"]), "tainted_output": bool(row["tainted_output"]),
         "depends_on": deps, "error": row["error"],
         "origin": row["origin"], "depth": row["depth"],
+        "group": row["fanout_group"], "item": row["fanout_index"],
         "error_type": row["error_type"], "reason": row["reason"],
         "started_at": row["started_at"], "finished_at": row["finished_at"],
         "files": json.loads(row["files_json"]), "metrics": json.loads(row["metrics_json"]),
@@ -60,9 +68,13 @@ def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> 
         # The plans list (and every dashboard poll of it) needs counts only: one grouped
         # read instead of every task row (100k rows for one big plan).
         counts = plan_store.state_counts(conn, plan["id"])
+    finished = all(state in S.TERMINAL for state in counts) and not plan["cancelled"]
+    partial = (
+        finished and set(counts) - {S.SUCCEEDED} and fanout.only_items_failed(conn, plan["id"])
+    )
     view = {
         "id": plan["id"], "name": plan["name"], "created_at": plan["created_at"],
-        "status": plan_status(counts, bool(plan["cancelled"])), "counts": counts,
+        "status": plan_status(counts, bool(plan["cancelled"]), bool(partial)), "counts": counts,
         "fixes": json.loads(plan["fixes_json"]), "task_total": sum(counts.values()),
     }  # fmt: skip
     if with_tasks:
@@ -71,6 +83,7 @@ def plan_view(conn: sqlite3.Connection, plan: sqlite3.Row, with_tasks: bool) -> 
         for dep in deps:
             by_task.setdefault(dep["task_id"], []).append(dep["key"])
         view["tasks"] = [_task_view(row, by_task.get(row["id"], [])) for row in rows]
+        view["fanouts"] = fanout.plan_fanouts(conn, plan["id"])
     return view
 
 
@@ -138,12 +151,14 @@ async def submit_plan(
         raise _plan_error(422, "Idempotency-Key must be 1 to 200 characters")
     # The request guard has already bounded the body to BRAIN_MAX_PLAN_BYTES.
     raw = await request.body()
-    limits = Limits(brain.settings.max_tasks, brain.settings.max_payload_bytes)
+    limits = Limits(
+        brain.settings.max_tasks, brain.settings.max_payload_bytes, brain.settings.plan_max_tasks
+    )
     try:
         # Parsing and validation are CPU work: off the event loop, so one big or
         # hostile plan never stalls every other request.
         plan, tainted, digest = await anyio.to_thread.run_sync(
-            load_plan, raw, request.headers.get("content-type"), limits
+            load_plan, raw, request.headers.get("content-type"), limits, brain.settings.data_dir
         )
     except PlanSyntaxError as exc:
         raise _plan_error(422, str(exc)) from None
@@ -224,7 +239,8 @@ def task_result(plan_id: str, key: str, brain: BrainDep, who: SubmitterDep) -> d
         row = _task_row(conn, plan_id, key, who)
     if row["state"] != S.SUCCEEDED:
         raise HTTPException(409, f"task {key} is {row['state']}, not SUCCEEDED")
-    output = results.load_output(brain.settings.results_dir, row["output_json"], row["output_file"])
+    with brain.db.read() as conn:  # a group's output is read from its items'
+        output = fanout.load_output(conn, brain.settings.results_dir, row)
     return {"output": output, "files": json.loads(row["files_json"])}
 
 

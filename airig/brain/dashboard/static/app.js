@@ -539,10 +539,32 @@
     return svg;
   }
 
-  function taskRows(tasks) {
+  // A fan-out group: one row with its items' progress, opened to list them (kept open
+  // across refreshes in ``opened``).
+  function fanoutCell(fan, opened) {
+    const progress = `${fan.done} done / ${fan.running} running / ${fan.failed} failed of ${fan.total}`;
+    const items = fan.items.slice(0, MAX_TABLE_ROWS).map((i) => h('li', { 'data-item': i.index },
+      pill(i.state.toUpperCase(), i.state), ' ', h('span', { class: 'mono', text: `#${i.index} ${i.label}` }),
+      i.error ? h('span', { class: 'detail', text: ` ${i.error}` }) : null));
+    return h('details', { 'data-fanout': fan.id, open: opened.has(fan.id),
+      ontoggle: (e) => { if (e.target.open) opened.add(fan.id); else opened.delete(fan.id); } },
+    h('summary', { 'data-fanout-progress': fan.id, text: progress }),
+    h('ul', { class: 'fanout-items' }, items),
+    fan.items.length > MAX_TABLE_ROWS ? h('p', { class: 'muted small', text: `The first ${MAX_TABLE_ROWS} items are shown.` }) : null);
+  }
+
+  function taskRows(tasks, fanouts = new Map(), opened = new Set()) {
     return tasks.slice(0, MAX_TABLE_ROWS).map((t) => {
       const took = t.started_at && t.finished_at ? duration(t.finished_at - t.started_at)
         : t.started_at ? `${duration(Date.now() / 1000 - t.started_at)} so far` : '—';
+      const fan = fanouts.get(t.id);
+      if (fan) {
+        return h('tr', { 'data-task-row': t.id, 'data-group': t.id },
+          h('td', { class: 'mono', text: t.id }), h('td', { text: 'fan-out' }), h('td', { text: '—' }),
+          h('td', {}, pill(t.state)), h('td', { class: 'num', text: '—' }), h('td', { text: '—' }),
+          h('td', { text: '—' }), h('td', { text: '—' }), h('td', { class: 'num', text: took }),
+          h('td', { class: 'detail' }, fanoutCell(fan, opened), t.error ? h('div', { text: t.error }) : null));
+      }
       return h('tr', { 'data-task-row': t.id },
         h('td', { class: 'mono', text: t.id }), h('td', { text: t.type }), h('td', { text: t.task_class }),
         h('td', {}, pill(t.state)), h('td', { class: 'num', text: t.attempt }),
@@ -556,6 +578,7 @@
     const head = h('div', {});
     const graph = h('div', { class: 'card dag-card' });
     const list = h('div', { class: 'card' });
+    const opened = new Set();
     root.append(head, graph, list);
     return {
       async refresh() {
@@ -568,14 +591,16 @@
           h('div', { class: 'plan-meta' },
             h('span', { class: `pill st-plan-${plan.status}`, 'data-plan-status': plan.status, text: plan.status }),
             mono(plan.id), h('span', { class: 'muted', text: `submitted ${ago(plan.created_at)}` }), counts));
-        const tasks = plan.tasks || [];
+        // a fan-out item's tasks are counted on their group's row, not listed one by one
+        const tasks = (plan.tasks || []).filter((t) => !t.group);
+        const fanouts = new Map((plan.fanouts || []).map((f) => [f.id, f]));
         fill(graph, h('h2', { text: 'Task graph' }),
           tasks.length > MAX_DAG_NODES
             ? empty(`${tasks.length} tasks: too many to draw; see the table below.`)
             : h('div', { class: 'dag-scroll' }, dag(tasks)),
           h('div', { class: 'legend' }, ALL_STATES.map((st) => h('span', { class: `legend-item st-${st}`, text: label(st) }))));
         fill(list, h('h2', { text: `Tasks (${tasks.length})` }),
-          table(['Task', 'Type', 'Class', 'State', { num: 'Attempt' }, 'Worker', 'Model', 'Origin', { num: 'Took' }, 'Error / reason'], taskRows(tasks)),
+          table(['Task', 'Type', 'Class', 'State', { num: 'Attempt' }, 'Worker', 'Model', 'Origin', { num: 'Took' }, 'Error / reason'], taskRows(tasks, fanouts, opened)),
           tasks.length > MAX_TABLE_ROWS ? h('p', { class: 'muted small', text: `The first ${MAX_TABLE_ROWS} are shown.` }) : null);
       },
     };

@@ -1,0 +1,102 @@
+"""The ocr executor: the text in images, read by a vision model or by tesseract.
+
+``engine: auto`` chooses by what the rig has: on a GPU worker, the vision model when the
+payload names one and Ollama has it with the "vision" capability (the seed's path); on a
+CPU worker, or without such a model (none named, a text-only one, Ollama unreachable),
+tesseract, and ``engine_reason`` in the output says why. A 7B vision model on a CPU takes
+minutes a page where tesseract takes seconds, and reads print no better.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airig.common.task_schemas import LlmPayload, OcrPayload
+from airig.executors.context import (
+    ExecContext,
+    ExecResult,
+    TaskError,
+    elapsed_ms,
+    resolve_data_path,
+)
+from airig.executors.llm import execute_llm, model_capabilities, not_vision_error
+from airig.executors.media import bad_input, image_paths, last_line, read_image, run_tool
+
+OCR_PROMPT = (
+    "Transcribe all text in this image exactly as written, in reading order. Keep line "
+    "breaks. Output only the text, without comments; output nothing if there is no text."
+)
+
+
+def execute_ocr(payload: OcrPayload, ctx: ExecContext) -> ExecResult:
+    start = time.monotonic()
+    paths = [payload.image] if payload.image is not None else image_paths(payload.images or [])
+    images = [read_image(ctx, path) for path in paths]  # every one checked before any runs
+    engine, reason = _choose(payload, ctx)
+    if engine == "vision":
+        assert payload.model is not None  # _choose picks vision only with a model
+        llm = LlmPayload(
+            model=payload.model,
+            prompt=OCR_PROMPT,
+            images=paths,
+            per_image=True,
+            options=payload.options,
+        )
+        result = execute_llm(llm, ctx)
+        pages = result.output["images"]
+        metrics = dict(result.metrics)
+    else:
+        pages = []
+        for image in images:
+            ctx.check()
+            pages.append({"path": image.path, "text": _tesseract(ctx, image.path, payload)})
+        metrics = {}
+    output: dict[str, Any] = {
+        "text": "\n\n".join(page["text"] for page in pages),
+        "pages": pages,
+        "engine": engine,
+    }
+    if engine == "vision":
+        output["model"] = payload.model
+    if reason:
+        output["engine_reason"] = reason
+    metrics.update({"wall_ms": elapsed_ms(start), "images": len(images)})
+    return ExecResult(output=output, metrics=metrics)
+
+
+def _choose(payload: OcrPayload, ctx: ExecContext) -> tuple[str, str]:
+    if payload.engine == "tesseract":
+        return "tesseract", ""
+    if payload.engine == "vision":
+        assert payload.model is not None  # the schema requires it
+        capabilities = model_capabilities(ctx, payload.model)
+        if capabilities is not None and "vision" not in capabilities:
+            raise not_vision_error(payload.model, capabilities)
+        return "vision", ""
+    if not payload.model:
+        return "tesseract", "no model given"
+    if ctx.gpu_index is None:
+        return "tesseract", "a CPU worker: tesseract is faster there than a vision model"
+    try:
+        capabilities = model_capabilities(ctx, payload.model)
+    except TaskError as exc:
+        ctx.check()
+        return "tesseract", f"{payload.model}: {exc.message}"
+    if capabilities is not None and "vision" not in capabilities:
+        return "tesseract", f"{payload.model} has no vision capability"
+    return "vision", ""
+
+
+def _tesseract(ctx: ExecContext, relative: str, payload: OcrPayload) -> str:
+    path = resolve_data_path(ctx.data_dir, relative)
+    result = run_tool(ctx, ["tesseract", str(path), "stdout", "-l", payload.language])
+    if result.returncode != 0:
+        why = last_line(result.stderr)
+        if "language" in result.stderr.lower() or "traineddata" in result.stderr:
+            raise bad_input(
+                f"tesseract has no language {payload.language!r}: {why}",
+                hint=f"install Debian's tesseract-ocr-{payload.language} package, or use 'eng'",
+            )
+        raise bad_input(f"tesseract could not read image {relative!r}: {why}")
+    return result.stdout.decode("utf-8", "replace").strip()

@@ -1,0 +1,168 @@
+"""Put a folder of this machine onto the shared data volume: `submit --inputs-dir ~/talks`.
+
+Workers read the data volume, not the host, so the folder's files go through 01-infra's
+file service (``airig.services.infra``) into ``inputs/<folder name>/``. Only what is not
+there yet is sent: the service lists the folder with each file's sha256, and a file of
+the same name and hash is skipped (a second submit of 50 talks sends nothing). Every
+upload carries its sha256, which the service checks before the file replaces the old
+one, so a cut connection never leaves half a video under the real name.
+
+Only the folder's own files go (not sub-folders, not hidden files, not links that lead
+out of it): a recipe's glob names what it reads, and a user who points at ``~`` must not
+upload their home.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PureWindowsPath
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from airig.common.errors import AirigError
+from airig.launcher.brain_client import url_host
+from airig.launcher.settings import Settings
+
+# The data-volume folder name made from the host folder's: what the file service and
+# task payloads (DataPath) accept without quoting games.
+UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+UPLOAD_TIMEOUT_S = 600.0
+
+
+@dataclass
+class Synced:
+    """Where the inputs are on the data volume, and what this run sent."""
+
+    data_dir: str  # e.g. "inputs/talks"
+    uploaded: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    sent_bytes: int = 0
+
+
+def is_host_path(value: str) -> bool:
+    """A path on this machine (absolute, ~, or a drive), not one on the data volume."""
+    return value.startswith(("/", "~")) or bool(PureWindowsPath(value).drive)
+
+
+def files_url(settings: Settings) -> str:
+    address = settings.bind_address or "127.0.0.1"
+    if address in ("0.0.0.0", "::", "[::]"):
+        address = "127.0.0.1"
+    return f"http://{url_host(address)}:{settings.files_port}/files"
+
+
+def local_files(folder: Path) -> list[Path]:
+    """The folder's own regular files, sorted; one-line errors for what cannot be used."""
+    if not folder.exists():
+        raise AirigError(f"--inputs-dir {folder} does not exist", "give a folder of input files")
+    if not folder.is_dir():
+        raise AirigError(f"--inputs-dir {folder} is a file", "give the folder that holds it")
+    root = folder.resolve()
+    found = []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        if path.is_symlink() and root not in path.resolve().parents:
+            continue
+        found.append(path)
+    if not found:
+        raise AirigError(
+            f"--inputs-dir {folder} holds no files (sub-folders and hidden files are not sent)",
+            "put the inputs directly in that folder",
+        )
+    return found
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while chunk := source.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def data_folder_for(folder: Path) -> str:
+    name = UNSAFE.sub("-", folder.expanduser().resolve().name).strip("-.") or "inputs"
+    return f"inputs/{name[:100]}"
+
+
+class FileService:
+    """The few calls of the file service this needs, with one-line errors."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    def _fail(self, what: str, exc: Exception | None, response: Any = None) -> AirigError:
+        if response is not None:
+            try:
+                detail = response.json().get("detail")
+            except ValueError:
+                detail = response.text[:200]
+            return AirigError(
+                f"the file service refused {what}: HTTP {response.status_code}: {detail}",
+                "see `docker compose -f 01-infra/compose.yaml logs files`",
+            )
+        return AirigError(
+            f"cannot reach the file service at {self.base_url} ({type(exc).__name__})",
+            "start the kit with `python start_services.py up` (or set FILES_PORT as it runs)",
+        )
+
+    def hashes(self, data_dir: str) -> dict[str, str | None]:
+        """name -> sha256 of what the data-volume folder holds ({} when it is new)."""
+        url = f"{self.base_url}/{quote(data_dir)}"
+        try:
+            response = requests.get(url, params={"sha256": "true"}, headers=self.headers,
+                                    timeout=UPLOAD_TIMEOUT_S)  # fmt: skip
+        except requests.RequestException as exc:
+            raise self._fail(f"listing {data_dir}", exc) from None
+        if response.status_code == 404:
+            return {}
+        if response.status_code != 200:
+            raise self._fail(f"listing {data_dir}", None, response)
+        entries = response.json().get("entries", [])
+        return {e[0]: (e[2] if len(e) > 2 else None) for e in entries if not e[0].endswith("/")}
+
+    def put(self, path: Path, rel: str, sha256: str) -> None:
+        headers = {**self.headers, "X-Content-SHA256": sha256}
+        try:
+            with path.open("rb") as body:
+                response = requests.put(f"{self.base_url}/{quote(rel)}", data=body,
+                                        headers=headers, timeout=UPLOAD_TIMEOUT_S)  # fmt: skip
+        except requests.RequestException as exc:
+            raise self._fail(f"uploading {path.name}", exc) from None
+        except OSError as exc:
+            raise AirigError(f"cannot read {path}: {exc.strerror}", "check the file") from None
+        if response.status_code != 201:
+            raise self._fail(f"uploading {path.name}", None, response)
+
+
+def sync(folder: Path, settings: Settings, service: FileService | None = None) -> Synced:
+    """Upload what ``folder`` holds and the data volume lacks; where it all is now."""
+    folder = folder.expanduser()
+    files = local_files(folder)
+    service = service or FileService(files_url(settings), settings.brain_admin_token)
+    names = {path: UNSAFE.sub("-", path.name) for path in files}
+    clash = [p.name for p in files if list(names.values()).count(names[p]) > 1]
+    if clash:
+        raise AirigError(
+            f"--inputs-dir {folder}: {', '.join(clash[:4])} would have the same name on the "
+            "data volume (characters other than letters, digits, . _ - become -)",
+            "rename one of them",
+        )
+    synced = Synced(data_folder_for(folder))
+    there = service.hashes(synced.data_dir)
+    for path in files:
+        digest = sha256_of(path)
+        name = names[path]
+        if there.get(name) == digest:
+            synced.skipped.append(name)
+            continue
+        service.put(path, f"{synced.data_dir}/{name}", digest)
+        synced.uploaded.append(name)
+        synced.sent_bytes += path.stat().st_size
+    return synced

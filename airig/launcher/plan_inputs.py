@@ -1,0 +1,126 @@
+"""The placeholders a plan file may hold for the CLI: ``{{ inputs_dir }}``,
+``{{ outputs_dir }}`` and ``{{ models.llm|vision|embed|whisper }}``.
+
+A recipe (``recipes/``) runs on any folder: it names its inputs ``{{ inputs_dir }}/*.mp4``
+and its outputs ``{{ outputs_dir }}/...``, and ``submit PLAN --inputs-dir FOLDER`` fills
+both before the plan reaches the brain (inputs: the data-volume folder the files are in;
+outputs: ``outputs/<plan file's stem>/<that folder's name>``). They are filled here, not
+by the brain, because they are the submitter's choice, like the file itself; a plan sent
+with curl writes the paths in. The brain's own templates (``{{ tasks.… }}``,
+``{{ item.… }}``) are left as they are.
+
+``{{ models.<role> }}`` names the model .env chose for that role (``AIRIG_PLANNER_MODEL``,
+``AIRIG_VISION_MODEL``, ``AIRIG_EMBED_MODEL``, the first of ``AIRIG_WHISPER_MODELS``), so
+a recipe runs on what this rig pulls; a model the rig does not pull is refused here in
+one line, before any task runs and fails at its model call an hour into the plan.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+
+from airig.common.errors import AirigError, ConfigError
+from airig.common.ollama_names import OllamaName
+from airig.launcher.settings import Settings
+
+PLACEHOLDER = re.compile(r"\{\{\s*(inputs_dir|outputs_dir)\s*\}\}")
+MODEL = re.compile(r"\{\{\s*models\.([A-Za-z_]+)\s*\}\}")
+ROLES = {
+    "llm": ("AIRIG_PLANNER_MODEL", "AIRIG_OLLAMA_MODELS"),
+    "vision": ("AIRIG_VISION_MODEL", "AIRIG_OLLAMA_MODELS"),
+    "embed": ("AIRIG_EMBED_MODEL", "AIRIG_OLLAMA_MODELS"),
+    "whisper": ("AIRIG_WHISPER_MODELS", "AIRIG_WHISPER_MODELS"),
+}
+SAFE_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def read_plan(plan_file: Path) -> bytes:
+    try:
+        return plan_file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {plan_file}: {exc.strerror}", "check the path") from None
+
+
+def _names(body: bytes) -> set[str]:
+    return {m.group(1) for m in PLACEHOLDER.finditer(body.decode("utf-8", "replace"))}
+
+
+def needs_inputs(body: bytes) -> bool:
+    return bool(_names(body))
+
+
+def writes_outputs(body: bytes, outputs: str) -> bool:
+    return outputs in body.decode("utf-8", "replace")
+
+
+def data_relative(value: str) -> str:
+    """A data-volume folder as given (``inputs/talks``), checked: relative, no ``..``."""
+    path = PurePosixPath(value.strip().rstrip("/"))
+    parts = path.parts
+    if (
+        not parts
+        or path.is_absolute()
+        or any(p in ("..", ".") for p in parts)
+        or not all(SAFE_PART.match(p) for p in parts)
+    ):
+        raise AirigError(
+            f"--inputs-dir {value!r} is not a folder of the data volume",
+            "give a folder on this machine (~/talks, /srv/talks: its files are uploaded) or "
+            "one on the data volume such as inputs/talks",
+        )
+    return str(path)
+
+
+def outputs_dir(plan_file: Path, data_dir: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", plan_file.stem).strip("-.") or "plan"
+    return f"outputs/{stem}/{PurePosixPath(data_dir).name}"
+
+
+def fill(body: bytes, data_dir: str, outputs: str) -> bytes:
+    values = {"inputs_dir": data_dir, "outputs_dir": outputs}
+    text = body.decode("utf-8", "replace")
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], text).encode()
+
+
+def fill_models(body: bytes, settings: Settings, where: str) -> bytes:
+    """``body`` with each ``{{ models.<role> }}`` replaced; AirigError for a role this rig
+    has no model for, or a model it does not pull."""
+    text = body.decode("utf-8", "replace")
+    chosen = {
+        "llm": settings.planner_model,
+        "vision": settings.vision_model,
+        "embed": settings.embed_model,
+        "whisper": settings.whisper_models[0] if settings.whisper_models else "",
+    }
+    pulled = {"AIRIG_OLLAMA_MODELS": settings.ollama_models,
+              "AIRIG_WHISPER_MODELS": settings.whisper_models}  # fmt: skip
+    for role in sorted({m.group(1) for m in MODEL.finditer(text)}):
+        if role not in ROLES:
+            raise AirigError(
+                f"{where} names {{{{ models.{role} }}}}, which is no model role",
+                "use models." + ", models.".join(ROLES),
+            )
+        knob, listed = ROLES[role]
+        model = chosen[role]
+        if not model:
+            raise AirigError(
+                f"{where} needs a {role} model and {knob} is empty",
+                f"set {knob} in .env and run `python start_services.py up`",
+            )
+        if not any(_same(model, name, listed) for name in pulled[listed]):
+            raise AirigError(
+                f"{where} runs {model} ({role}), which this rig does not pull",
+                f"add {model} to {listed} in .env and run `python start_services.py up`",
+            )
+    return MODEL.sub(lambda m: chosen[m.group(1)], text).encode()
+
+
+def _same(model: str, name: str, listed: str) -> bool:
+    """Ollama spells one model several ways (``library/x:latest`` is ``x``)."""
+    if listed != "AIRIG_OLLAMA_MODELS":
+        return model == name
+    try:
+        return OllamaName.parse(model).display == OllamaName.parse(name).display
+    except ConfigError:
+        return False
