@@ -1,10 +1,11 @@
 """Fan-out benchmark: a plan over 100 files beside the same plan over 10,000.
 
-Usage: python benchmarks/fanout.py [--sizes 100,10000] [--claims 300] [--per-item 2]
+Usage: python benchmarks/fanout.py [--sizes 100,10000] [--claims 180] [--per-item 2]
 
 For each size a real brain process (``python -m airig.brain``) serves a fresh store whose
 data folder holds that many files; one plan is submitted over HTTP whose group repeats
-``--per-item`` chained no-op tasks for each file (``for_each: {glob: ...}``, resolved at
+``--per-item`` no-op tasks for each file (independent, so the 100-file plan has as
+many READY tasks as the claims take) (``for_each: {glob: ...}``, resolved at
 submission: airig/brain/PLANS.md, "Fan-out"). Reported: the submission's round trip (glob,
 validation of every item's tasks, one transaction), the brain's resident memory (VmRSS)
 after it, and the round trips of ``--claims`` non-blocking claims by one worker, each
@@ -31,13 +32,11 @@ from scale import claim_latencies, percentile  # noqa: E402
 
 
 def plan_body(per_item: int) -> str:
-    chain = []
-    for step in range(per_item):
-        after = f", depends_on: [s{step - 1}]" if step else ""
-        chain.append(
-            f"      - {{id: s{step}, type: noop, task_class: cpu{after}, "
-            f'payload: {{echo: "{{{{ item.path }}}}"}}}}'
-        )
+    chain = [
+        f"      - {{id: s{step}, type: noop, task_class: cpu, "
+        f'payload: {{echo: "{{{{ item.path }}}}"}}}}'
+        for step in range(per_item)
+    ]
     return (
         "name: fan-out benchmark\ntasks:\n  - id: files\n"
         "    for_each: {glob: 'inputs/bench/*.txt'}\n    tasks:\n" + "\n".join(chain) + "\n"
@@ -110,7 +109,7 @@ def markdown(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,10000")
-    parser.add_argument("--claims", type=int, default=300)
+    parser.add_argument("--claims", type=int, default=180)
     parser.add_argument("--per-item", type=int, default=2)
     args = parser.parse_args(argv)
     rows = [measure(int(size), args.claims, args.per_item) for size in args.sizes.split(",")]

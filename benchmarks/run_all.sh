@@ -9,6 +9,7 @@ mkdir -p results
 status=0
 python sim.py --json results/makespan.json || status=1
 python scale.py --json results/scale.json || status=1
+python fanout.py || status=1
 python templates.py --json results/templates.json || status=1
 if command -v redis-server >/dev/null && python -c "import celery, redis" 2>/dev/null; then
     python dispatch.py --json results/dispatch.json || status=1

@@ -117,7 +117,8 @@ def execute_shell(payload: ShellPayload, ctx: ExecContext) -> ExecResult:
     if process.returncode != 0:
         tail = stderr_tail[-ERROR_TAIL_CHARS:].strip() or stdout_tail[-ERROR_TAIL_CHARS:].strip()
         raise TaskError(
-            f"command exited with code {process.returncode}: {tail}",
+            # a silent failure says only its code, with no dangling colon
+            f"command exited with code {process.returncode}" + (f": {tail}" if tail else ""),
             error_type="nonzero_exit",
             details=output,
         )

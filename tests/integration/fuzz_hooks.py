@@ -12,6 +12,8 @@ there; this check then holds those refusals to exactly that:
   any JSON object to the schema, so a value the brain does not store (an integer past
   64 bits) is beyond it too; a YAML or Markdown plan is "a string" to the schema, so
   any refusal of one is.
+  A fan-out group's glob (files on the data volume), its item values and its template's
+  cross-task rules are beyond the schema as well; its one item source is in it.
 - ``POST /v1/goals``: ``inputs_dir`` names no folder on the data volume (the brain's
   state), or one of its names is longer than 255 bytes (the pattern counts characters).
 """
@@ -27,7 +29,8 @@ import schemathesis
 PLAN_RULES_BEYOND_THE_SCHEMA = ("depends_on", "payload", "trust", "escalate", "sensitive")
 # What a plan body may hold, refused while it is read: a payload is any JSON object to the
 # schema, bounded by the brain (PLANS.md, "Validation").
-PAYLOAD_VALUE = re.compile(r"plan\.tasks\[\d+\]\.payload\b")
+# (a group's template task's payload too: plan.tasks[4].tasks[0].payload)
+PAYLOAD_VALUE = re.compile(r"plan\.tasks\[\d+\](?:\.tasks\[\d+\])?\.payload\b")
 GOAL_STATE = (
     "is not a folder on the data volume",
     "leaves the data volume",
@@ -42,6 +45,14 @@ def _beyond_the_schema(error: Any) -> bool:
     if field.split(".")[0] in PLAN_RULES_BEYOND_THE_SCHEMA:
         return True
     if field == "id" and message == "duplicate task id":
+        return True
+    # A fan-out group (PLANS.md, "Fan-out"): what its glob finds on the data volume (the
+    # brain's state), item values that hold a template, its template tasks' rules (a key
+    # <group>__<index>__<id> within 64 characters, dependencies inside the group, the
+    # output naming one of them). The choice of one source is the schema's (oneOf).
+    if field.startswith("for_each.") or field in ("output", "tasks"):
+        return True
+    if field.startswith("tasks.") and field.split(".")[-1] in PLAN_RULES_BEYOND_THE_SCHEMA:
         return True
     return field == "task_class" and "goes with type 'resource'" in message
 

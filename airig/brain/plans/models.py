@@ -41,10 +41,26 @@ class TaskSpec(BaseModel):
     allow_external: bool = False
 
 
+def _exactly_one_source(schema: dict[str, Any]) -> None:
+    """Publish what ``plans/fanout.py`` enforces: one source, given (never null)."""
+    properties = schema.get("properties", {})
+    for name, kind in (("glob", "string"), ("from", "string")):
+        properties[name] = {**properties.get(name, {}), "type": kind}
+        properties[name].pop("anyOf", None)
+        properties[name].pop("default", None)
+    properties["items"] = {**properties.get("items", {}), "type": "array", "minItems": 1}
+    properties["items"].pop("anyOf", None)
+    properties["items"].pop("default", None)
+    schema["minProperties"] = schema["maxProperties"] = 1
+    schema["oneOf"] = [{"required": [name]} for name in ("glob", "items", "from")]
+
+
 class ForEach(BaseModel):
     """A fan-out group's items: exactly one of the three (PLANS.md, "Fan-out")."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, json_schema_extra=_exactly_one_source
+    )
 
     glob: str | None = Field(None, description="files on the data volume, relative")
     items: list[Any] | None = Field(None, description="text, numbers or mappings of fields")

@@ -43,6 +43,12 @@ def test_nonzero_exit_is_retryable_and_carries_code_and_tail(make_ctx):
     assert "boom" in error.message
 
 
+def test_a_silent_failure_says_its_code_alone(make_ctx):
+    with pytest.raises(TaskError) as caught:
+        run_task("shell", {"command": "exit 1"}, make_ctx())
+    assert caught.value.message == "command exited with code 1"
+
+
 def test_timeout_kills_the_whole_process_group(make_ctx, tmp_path):
     # The child outlives the hang guard below unless the timeout kills it.
     command = "sleep 60 & echo $! > child.pid; wait"
