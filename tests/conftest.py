@@ -6,7 +6,17 @@ import ...`), which only works while tests/e2e/conftest.py is the last conftest 
 
 Skips: pytest prints every skip with its reason (`-ra` in pyproject.toml). With
 AIRIG_STRICT_SKIPS=1 (.ci/run sets it) a skip whose reason no rule in ALLOWED_SKIPS allows
-turns the run red: on CI a skipped test is a check that silently did not happen.
+turns the run red: on CI a skipped test is a check that silently did not happen. Under
+pytest-xdist the controller receives every worker's reports, so it counts the skips and
+sets the exit status of the whole run.
+
+Parallel runs: with pytest-xdist installed (the `test` extra) a plain `python -m pytest`
+runs on every CPU (`-n auto`, set here rather than in addopts so that `-p no:xdist` and an
+environment without xdist still work). The tests in tests/e2e/ share the engine's fixed
+resources (the kit's host ports, the `airig-*` projects and volumes, `ai-network`, the test
+registry, `force_clean()`): they run in order on one worker while the other workers take
+the rest (pytest_xdist_make_scheduler below), and a test marked `docker` anywhere else is an
+error. `-n 0` runs everything in this process; so do `--pdb`, `--trace` and `-s`.
 """
 
 from __future__ import annotations
@@ -87,6 +97,48 @@ def pytest_terminal_summary(terminalreporter) -> None:
         for test, reason in disallowed:
             terminalreporter.line(f"{test}: {reason}", red=True)
         terminalreporter.line("fix the cause, or add a rule to ALLOWED_SKIPS (tests/conftest.py)")
+
+
+# ------------------------------------------------------------------ parallel runs
+E2E = "tests/e2e/"  # how their node ids start (relative to the checkout, pytest's rootdir)
+
+
+def _xdist(config: pytest.Config) -> bool:
+    return config.pluginmanager.hasplugin("xdist")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns -n into workers
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    if not _xdist(config) or hasattr(config, "workerinput"):  # no xdist, or an xdist worker
+        return
+    option = config.option
+    needs_terminal = option.usepdb or option.trace or option.capture == "no"
+    if option.numprocesses is None and not option.tx and not needs_terminal:
+        option.numprocesses = "auto"
+    if option.numprocesses and option.dist == "no":
+        option.dist = "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's loadgroup, and every test under tests/e2e/ in one group, in collection order.
+    By folder, not by the `docker` mark: the controller only sees node ids, and xdist's own
+    `xdist_group` mark no longer reaches them on pytest 9.2 (pytest-xdist issue #1386)."""
+    if config.option.dist not in ("load", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class OneDockerWorker(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return E2E if nodeid.startswith(E2E) else super()._split_scope(nodeid)
+
+    return OneDockerWorker(config, log)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test on the real engine lives in tests/e2e/: the folder xdist runs on one worker."""
+    if item.get_closest_marker("docker") and not item.nodeid.startswith(E2E):
+        pytest.fail(f"marked docker outside {E2E}: move it there (tests/conftest.py)")
 
 
 # ------------------------------------------------------------------ the kit

@@ -169,7 +169,8 @@ def mutmut_config(targets: tuple[Target, ...], tests: tuple[str, ...], root: Pat
         f"only_mutate = {toml_list(t.path for t in targets)}\n"
         f"also_copy = {toml_list(also_copy)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
-        f"pytest_add_cli_args = {toml_list(['-p', 'no:cacheprovider'])}\n"
+        # in mutmut's own processes: no xdist workers (tests/conftest.py starts them)
+        f"pytest_add_cli_args = {toml_list(['-p', 'no:cacheprovider', '-p', 'no:xdist'])}\n"
         "use_git_change_detection = false\n"
         "use_setproctitle = false\n"
     )

@@ -65,11 +65,22 @@ def _run_script(*args: str) -> str:
 @pytest.fixture(scope="session")
 def test_images() -> None:
     """Base image, wheelhouse and stand-ins (each cached; .ci/run builds them first), and
-    the stand-ins pushed to the test registry under every name of 02-compute/images.yaml."""
-    _run_script("tests/images/build-base.sh")
-    _run_script("tests/images/wheelhouse.sh")
-    _run_script("tests/standins/build.sh")
-    _run_script("tests/images/registry.sh", "push")
+    the stand-ins pushed to the test registry under every name of 02-compute/images.yaml.
+    One process at a time (a session fixture runs once per xdist worker, and two pytest
+    runs may share the engine): the scripts' caches are not safe to fill twice at once."""
+    import fcntl
+    import tempfile
+
+    # read-only: any user may lock the file whoever made it
+    lock = os.open(Path(tempfile.gettempdir()) / "airig-test-images.lock", os.O_RDONLY | os.O_CREAT)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _run_script("tests/images/build-base.sh")
+        _run_script("tests/images/wheelhouse.sh")
+        _run_script("tests/standins/build.sh")
+        _run_script("tests/images/registry.sh", "push")
+    finally:
+        os.close(lock)  # releases the lock
 
 
 def registry() -> str:

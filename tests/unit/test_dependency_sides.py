@@ -50,6 +50,7 @@ DISTRIBUTION = {
     "sqlite_vec": "sqlite-vec",
     "typer": "typer",
     "uvicorn": "uvicorn",
+    "xdist": "pytest-xdist",
     "yaml": "pyyaml",
 }
 # Imported, and installed by the declared distribution that requires it.

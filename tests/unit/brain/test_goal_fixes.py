@@ -74,8 +74,11 @@ def test_an_invalid_draft_still_asks_to_reword():
 
 
 def test_a_host_path_for_inputs_dir_is_uploaded_first_and_a_down_service_is_one_line(
-    tmp_path, brain, brain_calls
+    tmp_path, brain, brain_calls, monkeypatch
 ):
+    # a port nothing listens on, not the default 8090: a kit may be up on this machine (the
+    # e2e tests' kit, on another xdist worker of the same run)
+    monkeypatch.setenv("FILES_PORT", "9")
     talks = tmp_path / "talks"
     talks.mkdir()
     (talks / "a.wav").write_bytes(b"RIFF")
