@@ -101,6 +101,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 # ------------------------------------------------------------------ parallel runs
 E2E = "tests/e2e/"  # how their node ids start (relative to the checkout, pytest's rootdir)
+# The one e2e module whose kits use their own project prefixes, network and host ports
+# (tworig-*): it runs on another worker at the same time as the airig-* kits.
+OWN_KIT = "tests/e2e/test_two_rigs.py"
 
 
 def _xdist(config: pytest.Config) -> bool:
@@ -130,6 +133,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class OneDockerWorker(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(OWN_KIT):
+                return OWN_KIT  # its own projects, network and ports: beside the others
             return E2E if nodeid.startswith(E2E) else super()._split_scope(nodeid)
 
     return OneDockerWorker(config, log)

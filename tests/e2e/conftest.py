@@ -192,14 +192,19 @@ def airig_leftovers() -> dict[str, list[str]]:
         return [n for n in out.split() if n]
 
     return {
-        "containers": names(
-            "ps",
-            "-a",
-            "--filter",
-            "label=com.docker.compose.project",
-            "--format",
-            '{{.Label "com.docker.compose.project"}}:{{.Names}}',
-        ),
+        # this kit's projects only: test_two_rigs.py runs its tworig-* kits meanwhile
+        "containers": [
+            c
+            for c in names(
+                "ps",
+                "-a",
+                "--filter",
+                "label=com.docker.compose.project",
+                "--format",
+                '{{.Label "com.docker.compose.project"}}:{{.Names}}',
+            )
+            if c.startswith("airig-")
+        ],
         "networks": [
             n for n in names("network", "ls", "--format", "{{.Name}}") if n == "ai-network"
         ],

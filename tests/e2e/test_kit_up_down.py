@@ -17,12 +17,14 @@ def docker_json(*cmd: str):
 
 
 def container_ids() -> set[str]:
+    """This kit's containers (airig-* projects): test_two_rigs.py may run its own meanwhile."""
     out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project"],
+        ["docker", "ps", "-a", "--filter", "label=com.docker.compose.project",
+         "--format", '{{.ID}} {{.Label "com.docker.compose.project"}}'],
         capture_output=True,
         text=True,
-    ).stdout
-    return set(out.split())
+    ).stdout  # fmt: skip
+    return {line.split()[0] for line in out.splitlines() if " airig-" in line}
 
 
 def test_up_runs_every_service_healthy_and_down_removes_everything(kit):

@@ -72,7 +72,9 @@ def clean() -> None:
                 ["docker", "ps", "-aq", "--filter", label], capture_output=True, text=True
             ).stdout.split()
             if ids:
-                subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+                # with their anonymous volumes: none left dangling for the other kits'
+                # tests to count (test_kit_comfyui_upgrade.py runs meanwhile)
+                subprocess.run(["docker", "rm", "-f", "-v", *ids], capture_output=True)
     left = leftovers()
     for network in left["networks"]:
         subprocess.run(["docker", "network", "rm", network], capture_output=True)
