@@ -121,6 +121,84 @@ def summary(values: list[float]) -> dict:
             "p99_ms": round(percentile(values, 0.99), 2)}  # fmt: skip
 
 
+# The routes the breakdown follows (airig.brain.timing.py labels), and their names here.
+ROUTES = {
+    "POST /v1/exchange": "exchange", "POST /v1/workers/heartbeat": "heartbeat",
+    "POST /v1/tasks/{task_id}/heartbeat": "renew", "GET /v1/workers": "poll /v1/workers",
+    "POST /v1/plans": "submit",
+}  # fmt: skip
+PHASES = ("before", "store_wait", "statements", "commit", "between", "after")
+SLOW_MS = 40.0  # the brain logs each request over this with its phases: the tail's anatomy
+
+
+def scrape(url: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """The brain's per-route, per-phase histograms: {(route, phase): [(le, count)]}; the
+    whole request is phase "total"."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
+    found: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in ("airig_brain_request_phase_seconds", "airig_brain_request_seconds"):
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_bucket"):
+                continue
+            key = (sample.labels["route"], sample.labels.get("phase", "total"))
+            found.setdefault(key, []).append((float(sample.labels["le"]), sample.value))
+    return found
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """histogram_quantile as Prometheus computes it: linear within the bucket."""
+    buckets = sorted(buckets)
+    total = buckets[-1][1] if buckets else 0
+    if total <= 0:
+        return None
+    rank, low, below = q * total, 0.0, 0.0
+    for le, count in buckets:
+        if count >= rank:
+            if math.isinf(le):
+                return low * 1000
+            share = (rank - below) / (count - below) if count > below else 1.0
+            return round((low + (le - low) * share) * 1000, 2)
+        low, below = le, count
+    return None
+
+
+def breakdown(before: dict, after: dict) -> dict:
+    """Per route of ROUTES: p50 / p99 ms of each phase and of the whole, over the window."""
+    out: dict[str, dict] = {}
+    for (route, phase), buckets in after.items():
+        if route not in ROUTES:
+            continue
+        earlier = dict(before.get((route, phase), []))
+        window = [(le, count - earlier.get(le, 0.0)) for le, count in buckets]
+        out.setdefault(ROUTES[route], {})[phase] = {
+            "p50_ms": quantile(window, 0.5), "p99_ms": quantile(window, 0.99),
+        }  # fmt: skip
+    return out
+
+
+def slow_requests(log: Path, since: float, until: float) -> dict:
+    """The brain's "slow request" lines (over SLOW_MS) logged in the window: per route, how
+    many, and the mean ms of each phase among them."""
+    found: dict[str, list[dict]] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if '"slow request"' not in line:
+            continue
+        entry = json.loads(line)
+        when = datetime.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
+        if not since <= when.timestamp() <= until or entry["route"] not in ROUTES:
+            continue
+        found.setdefault(ROUTES[entry["route"]], []).append(entry)
+    return {
+        route: {"n": len(entries), "ms": round(statistics.mean(e["ms"] for e in entries), 1),
+                **{p: round(statistics.mean(e[f"{p}_ms"] for e in entries), 1) for p in PHASES}}
+        for route, entries in found.items()
+    }  # fmt: skip
+
+
 async def join_tokens(url: str, rigs: int) -> list[str]:
     headers = {"Authorization": f"Bearer {ADMIN}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
@@ -158,6 +236,7 @@ async def drive(brain: Brain, workers: int, args: argparse.Namespace) -> dict:
     db_path = root / "state" / "brain.db"
     before = (time.monotonic(), cpu_seconds(brain.pid), time.process_time(),
               db_bytes(db_path), log_bytes(root), runqueue_seconds(brain.pid))  # fmt: skip
+    phases_before, window_start = scrape(brain.url), time.time()
     probing = threading.Event()
     probe = threading.Thread(target=fsync_probe, args=(db_path.parent, stats, probing))
     probe.start()
@@ -168,6 +247,7 @@ async def drive(brain: Brain, workers: int, args: argparse.Namespace) -> dict:
     probe.join()
     after = (time.monotonic(), cpu_seconds(brain.pid), time.process_time(),
              db_bytes(db_path), log_bytes(root), runqueue_seconds(brain.pid))  # fmt: skip
+    phases_after, window_end = scrape(brain.url), time.time()
     load = os.getloadavg()[0]
     rss = rss_mb(brain.pid)
     stop.set()
@@ -199,12 +279,14 @@ async def drive(brain: Brain, workers: int, args: argparse.Namespace) -> dict:
         "db_mb_per_h": round((after[3] - before[3]) * per_hour / 2**20, 1),
         "logs_mb_per_h": round((after[4] - before[4]) * per_hour / 2**20, 1),
         "errors": len(stats.errors), "first_errors": stats.errors[:5],
+        "phases": breakdown(phases_before, phases_after),
+        "slow": slow_requests(root / "brain.log", window_start, window_end),
     }  # fmt: skip
 
 
 def measure(workers: int, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="airig-fleet-", dir=args.state_dir) as tmp:
-        brain = Brain(Path(tmp), code=args.code)
+        brain = Brain(Path(tmp), {"BRAIN_SLOW_REQUEST_MS": str(SLOW_MS)}, code=args.code)
         try:
             brain.start()
             row = asyncio.run(drive(brain, workers, args))
@@ -221,12 +303,13 @@ def verdicts(rows: list[dict]) -> list[str]:
     def check(ok: bool, text: str) -> str:
         return f"{'PASS' if ok else 'FAIL'} {text}"
 
-    ex, hb = last["exchange"]["p99_ms"], last["heartbeat"]["p99_ms"]
+    ex, hb, rn = last["exchange"]["p99_ms"], last["heartbeat"]["p99_ms"], last["renew"]["p99_ms"]
     growth = last["brain_cpu_ms_per_task"] / first["brain_cpu_ms_per_task"]
     errors = sum(r["errors"] for r in rows)
     return [
         check(ex is not None and ex < 50, f"exchange p99 {ex} ms at {n} workers (target < 50 ms)"),
         check(hb is not None and hb < 50, f"heartbeat p99 {hb} ms at {n} workers (target < 50 ms)"),
+        check(rn is not None and rn < 50, f"renew p99 {rn} ms at {n} workers (target < 50 ms)"),
         check(
             last["brain_cores"] < 1,
             f"brain CPU {last['brain_cores']} cores at {n} workers (target < 1 core)",
@@ -259,6 +342,34 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def phase_table(row: dict) -> str:
+    """Where the time of one step's requests went: each phase's p50 / p99 inside the brain
+    (its histograms), then the mean of each phase over the requests slower than SLOW_MS
+    (its slow-request lines): what the tail is made of."""
+    head = " | ".join(PHASES)
+    lines = [
+        f"| {row['workers']} workers | requests | whole p50 / p99 ms | {head} |",
+        "|---|---|---:|" + "---:|" * len(PHASES),
+    ]
+    for route in dict.fromkeys(ROUTES.values()):
+        phases = row.get("phases", {}).get(route)
+        if not phases or "total" not in phases:
+            continue
+        whole = phases["total"]
+        cells = " | ".join(
+            f"{phases.get(p, {}).get('p50_ms')} / {phases.get(p, {}).get('p99_ms')}"
+            for p in PHASES
+        )  # fmt: skip
+        lines.append(f"| {route} | all (p50 / p99 ms) | {whole['p50_ms']} / {whole['p99_ms']} "
+                     f"| {cells} |")  # fmt: skip
+        slow = row.get("slow", {}).get(route)
+        if slow:
+            means = " | ".join(str(slow[p]) for p in PHASES)
+            lines.append(f"| {route} | {slow['n']} over {SLOW_MS:g} ms (mean ms) | {slow['ms']} "
+                         f"| {means} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def notes(rows: list[dict], args: argparse.Namespace) -> list[str]:
     cores = len(os.sched_getaffinity(0))
     out = [
@@ -284,6 +395,44 @@ def notes(rows: list[dict], args: argparse.Namespace) -> list[str]:
     return out
 
 
+def tail_row(label: str, code: str, r: dict) -> tuple[str, bool]:
+    ex, hb, rn, poll = r["exchange"], r["heartbeat"], r["renew"], r["polls"]["poll /v1/workers"]
+    ok = (all(x["p99_ms"] is not None and x["p99_ms"] < 50 for x in (ex, hb, rn))
+          and r["brain_cores"] < 1 and r["errors"] == 0)  # fmt: skip
+    line = (f"| {label} | {code} | {ex['p50_ms']} / **{ex['p99_ms']}** | {hb['p99_ms']} "
+            f"| {rn['p99_ms']} | {poll['p50_ms']} / {poll['p99_ms']} | {r['fsync']['p99_ms']} "
+            f"| {r['brain_cores']} | {r['errors']} | {'PASS' if ok else 'FAIL'} |")  # fmt: skip
+    return line, ok
+
+
+def tail(args: argparse.Namespace, workers: int) -> int:
+    """Issue 26's protocol: the largest step on tmpfs, then on this disk, each with the
+    tree at ``--before`` (e.g. a ``git archive`` of the parent commit) and this one, back
+    to back. Target per row: exchange, heartbeat and renew p99 < 50 ms, brain < 1 core,
+    no errors."""
+    head = ("| store | brain | exchange p50 / p99 ms | heartbeat p99 ms | renew p99 ms "
+            "| `/v1/workers` poll p50 / p99 ms | one fsync p99 ms | brain cores | errors "
+            "| target |")  # fmt: skip
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    anatomies, verdicts_ok = [], []
+    for label, folder in (("tmpfs", "/dev/shm"), ("disk", None)):
+        for code, tree in (("before", args.before), ("after", REPO)):
+            if tree is None:
+                continue
+            run = argparse.Namespace(**{**vars(args), "state_dir": folder, "code": tree})
+            row = measure(workers, run)
+            line, ok = tail_row(label, code, row)
+            lines.append(line)
+            if code == "after":
+                verdicts_ok.append(ok)
+                anatomies.append(f"{label}, this tree:\n\n{phase_table(row)}")
+    text = "\n".join(lines) + "\n\n" + "\n\n".join(anatomies)
+    print(text)
+    if args.readme:
+        write_section(args.readme, text, name="fleet-tail")
+    return 0 if all(verdicts_ok) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="10,50,100,500")
@@ -304,6 +453,11 @@ def main(argv: list[str] | None = None) -> int:
         "commit) for a before/after in one sitting",
     )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--tail", action="store_true",
+        help="the largest --workers step on tmpfs and on the disk (issue 26), with --before",
+    )  # fmt: skip
+    parser.add_argument("--before", type=Path, help="with --tail: the tree to compare against")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--readme", type=Path, help=f"rewrite this file's {NAME} section")
     args = parser.parse_args(argv)
@@ -312,14 +466,18 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(n) for n in args.workers.split(",")]
     if any(n < 1 or math.ceil(n / GPUS_PER_RIG) > 100 for n in sizes):
         parser.error("--workers: 1 to 500 each (at most 100 rigs of 5 GPUs)")
+    if args.tail:
+        return tail(args, max(sizes))
     rows = [measure(n, args) for n in sizes]
     checks = verdicts(rows)
     extra = notes(rows, args)
+    anatomy = phase_table(rows[-1])
     print(markdown(rows))
+    print(anatomy)
     print("\n".join(checks + extra))
     if args.readme:
         bullets = [f"- {c}" for c in checks + extra]
-        write_section(args.readme, "\n".join([markdown(rows), "", *bullets]))
+        write_section(args.readme, "\n".join([markdown(rows), "", anatomy, "", *bullets]))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"rows": rows, "verdicts": checks, "notes": extra},
@@ -327,9 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(c.startswith("PASS") for c in checks) else 1
 
 
-def write_section(readme: Path, text: str) -> None:
+def write_section(readme: Path, text: str, name: str = NAME) -> None:
     """Replace what stands between this benchmark's markers in ``readme``."""
-    start, end = f"<!-- {NAME}:start -->", f"<!-- {NAME}:end -->"
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     head, rest = readme.read_text().split(start, 1)
     _, tail = rest.split(end, 1)
     stamp = f"Measured {datetime.date.today().isoformat()} on {os.cpu_count()} cores."

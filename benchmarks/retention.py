@@ -177,7 +177,7 @@ class Rig:
         )
         self.brain = Brain(settings)
         if not sync_full:  # the test's speed: durability is not what it checks
-            with self.brain.db.read() as conn:
+            with self.brain.db.writer() as conn:
                 conn.execute("PRAGMA synchronous=OFF")
         self.now = START
         self.brain.events.clock = lambda: self.now

@@ -18,6 +18,7 @@ from airig.common.errors import AirigError
 from airig.common.jsonlog import setup_json_logging
 
 log = logging.getLogger("airig.brain")
+SWITCH_INTERVAL_S = 0.001
 
 
 def check(settings: BrainSettings) -> int:
@@ -40,6 +41,12 @@ def serve(settings: BrainSettings) -> int:
     from airig.brain.service import Brain
 
     return_large_frees()  # freed answers go back to the system, not to a heap
+    # Every SQLite call gives the GIL away; while another thread computes (a dashboard's
+    # list of 500 workers, a plan's validation) taking it back waits for that thread's
+    # switch interval, 5 ms by default, and a transaction holding the write lock made
+    # dozens of such calls. 1 ms bounds each wait: a 500-task submit beside one busy
+    # thread went from 165-200 ms to 40-50 ms (benchmarks/fleet.py, the brain's README).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     app = create_app(settings)
     brain: Brain = app.state.brain
 

@@ -114,6 +114,10 @@ class BrainSettings(BaseSettings):
     log_max_mb: float = Field(100.0, alias="AIRIG_LOG_MAX_MB", ge=0)
     log_keep: int = Field(5, alias="AIRIG_LOG_KEEP", ge=0)
 
+    # A request slower than this (its long-poll wait not counted) is logged with where its
+    # time went (airig.brain.timing.py); 0: never.
+    slow_request_ms: float = Field(500.0, alias="BRAIN_SLOW_REQUEST_MS", ge=0)
+
     max_plan_bytes: int = Field(1_048_576, alias="BRAIN_MAX_PLAN_BYTES", gt=0)
     max_tasks: int = Field(5000, alias="BRAIN_MAX_TASKS", gt=0)
     max_payload_bytes: int = Field(262_144, alias="BRAIN_MAX_PAYLOAD_BYTES", gt=0)

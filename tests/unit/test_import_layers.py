@@ -174,10 +174,11 @@ def layers(edges: dict[str, set[str]]) -> int:
 # store/ is the database and what it records; scheduling/ and ops/ read it; plans/ and
 # planner/ shape plans; escalation/ hands tasks out; leases.py ties a claim together;
 # service.py is the running brain; api/ is the HTTP edge; __main__ starts it.
-BRAIN_BASE = {"settings", "inflight", "dashboard"}
+BRAIN_BASE = {"settings", "inflight", "timing", "dashboard"}
 BRAIN_ROOMS: dict[str, set[str]] = {
     "settings": set(),
     "inflight": set(),
+    "timing": set(),
     "store": set(),
     "ops": {"store"},
     "scheduling": {"store"},

@@ -66,11 +66,16 @@ def _openapi(app: FastAPI) -> dict:
 
 
 def served(app: FastAPI):
-    """What the brain process serves: the exchange fast path in front of the app (it
-    checks the token before the body and bounds the body itself, like the guard)."""
+    """What the brain process serves: each request's clock (``timing.py``) outermost,
+    then the exchange fast path in front of the app (it checks the token before the body
+    and bounds the body itself, like the guard)."""
     from airig.brain.api.fastpath import ExchangeFastPath
+    from airig.brain.timing import RequestTiming
 
-    return ExchangeFastPath(app)
+    brain: Brain = app.state.brain
+    return RequestTiming(
+        ExchangeFastPath(app), brain.metrics.registry, app.state.settings.slow_request_ms
+    )
 
 
 def create_app(settings: BrainSettings) -> FastAPI:

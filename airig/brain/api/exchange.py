@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from airig.brain import leases
+from airig.brain import leases, timing
 from airig.brain.inflight import Hold
 from airig.brain.scheduling.residency import Decision, swap_fields
 from airig.brain.scheduling.workers import WorkerView
@@ -205,11 +205,13 @@ def poll(
         if hold.refused:
             # Work is there, but the brain holds its in-flight maximum: claim again once
             # answers built made room for it (``wait`` reserves it, in arrival order).
-            if not hold.wait(left):
-                return []
+            with timing.spend("long_poll"):
+                if not hold.wait(left):
+                    return []
             continue
         # Woken at once by new READY work; the cap catches due retries.
-        brain.wait_for_work(min(left, 1.0))
+        with timing.spend("long_poll"):
+            brain.wait_for_work(min(left, 1.0))
 
 
 def run_exchange(

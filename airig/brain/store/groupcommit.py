@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airig.brain import timing
 from airig.brain.store.db import Database
 from airig.brain.store.events import Outbox
 
@@ -34,6 +35,8 @@ class Pending:
     result: Any = None
     error: BaseException | None = None
     done: bool = False
+    statements_s: float = 0.0  # its own change, inside the batch's transaction
+    commit_s: float = 0.0  # the batch's COMMIT
 
 
 class GroupCommit:
@@ -49,6 +52,20 @@ class GroupCommit:
         if getattr(self._inside, "active", False):
             # A write from inside a write would wait for itself: it was an error before too.
             raise RuntimeError("a brain write cannot start inside another write")
+        with timing.store_call() as clock:
+            asked = time.perf_counter()
+            item = self._run(change)
+            if clock is not None:
+                # Its wait: for the batch before it, the lock, and the writes ahead of it.
+                waited = time.perf_counter() - asked - item.statements_s - item.commit_s
+                clock.spent["store_wait"] += max(0.0, waited)
+                clock.spent["statements"] += item.statements_s
+                clock.spent["commit"] += item.commit_s
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    def _run(self, change: Change) -> Pending:
         item = Pending(change)
         with self._cond:
             self._queue.append(item)
@@ -64,15 +81,14 @@ class GroupCommit:
                 with self._cond:
                     self._leading = False
                     self._cond.notify_all()
-        if item.error is not None:
-            raise item.error
-        return item.result
+        return item
 
     def _commit(self, batch: list[Pending]) -> None:
         self._inside.active = True
         try:
-            with self.db.tx() as conn:
+            with self.db.tx(timed=False) as conn:
                 for item in batch:
+                    began = time.perf_counter()
                     conn.execute("SAVEPOINT brain_write")
                     try:
                         item.result = item.change(conn, item.outbox, time.time())
@@ -80,6 +96,11 @@ class GroupCommit:
                         conn.execute("ROLLBACK TO brain_write")
                         item.error = exc
                     conn.execute("RELEASE brain_write")
+                    item.statements_s = time.perf_counter() - began
+                committing = time.perf_counter()
+            committed = time.perf_counter() - committing
+            for item in batch:
+                item.commit_s = committed
         except BaseException as exc:  # noqa: BLE001 - the commit failed: nothing of it holds
             for item in batch:
                 item.error = item.error or exc

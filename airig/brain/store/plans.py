@@ -1,5 +1,5 @@
 """Reads of a stored plan for its views: the ``plans`` row, its tasks, their counts and
-dependencies, and its events (``plans/submit.py`` stores a plan).
+dependencies, and its events; and the bulk inserts ``plans/submit.py`` stores a plan with.
 
 Every function runs inside the caller's transaction (or read); none opens its own.
 """
@@ -64,3 +64,38 @@ def event_bodies(conn: sqlite3.Connection, plan_id: str) -> list[str]:
         "SELECT body_json FROM events WHERE plan_id = ? ORDER BY id", (plan_id,)
     ).fetchall()
     return [row["body_json"] for row in rows]
+
+
+# A plan's tasks and dependencies: one statement each over a JSON document of rows
+# (plans/submit.py ``prepare``, built before the transaction). executemany steps once per
+# row, and each step gives the GIL away and waits to get it back (up to the switch
+# interval while another thread computes): 500 tasks held the write lock 30-70 ms at 500
+# workers, every claim and heartbeat behind them (benchmarks/fleet.py). One step each here.
+TASK_COLUMNS = (
+    "key", "name", "type", "task_class", "payload_json", "model", "priority", "trusted",
+    "sensitive", "timeout_s", "retry_count", "state", "escalate", "allow_external",
+    "fanout_group", "fanout_index",
+)  # fmt: skip
+_STATE = TASK_COLUMNS.index("state")
+_INSERT_TASKS = (
+    f"INSERT INTO tasks (plan_id, created_at, ready_at, {', '.join(TASK_COLUMNS)})"
+    f" SELECT ?1, ?2, CASE WHEN value ->> {_STATE} = 'READY' THEN ?2 END, "
+    + ", ".join(f"value ->> {n}" for n in range(len(TASK_COLUMNS)))
+    + " FROM json_each(?3, '$.tasks') ORDER BY key + 0"  # json_each's key: the row's index
+)
+_INSERT_DEPS = """
+INSERT INTO deps (task_id, depends_on)
+SELECT t.id, d.id FROM json_each(?2, '$.deps') AS pair
+CROSS JOIN tasks AS t ON t.plan_id = ?1 AND t.key = pair.value ->> 0
+CROSS JOIN tasks AS d ON d.plan_id = ?1 AND d.key = pair.value ->> 1
+"""
+# CROSS JOIN fixes the loop order (SQLite's rule): the pairs outside, then two lookups in
+# the (plan_id, key) index. Left to the planner it scanned the plan's tasks twice and read
+# the JSON per pair of rows: 19 s for 500 tasks.
+
+
+def insert_tasks(conn: sqlite3.Connection, plan_id: str, now: float, prepared: str) -> None:
+    """A new plan's tasks and dependencies, from ``prepared``: ``{"tasks": [[one value per
+    TASK_COLUMNS], ...], "deps": [[task key, key it depends on], ...]}``."""
+    conn.execute(_INSERT_TASKS, (plan_id, now, prepared))
+    conn.execute(_INSERT_DEPS, (plan_id, prepared))

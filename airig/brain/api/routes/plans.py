@@ -7,12 +7,12 @@ import sqlite3
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi import APIRouter, Header, HTTPException, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import Field
 
 from airig.brain.api.auth import Principal, may_act_on, owner_of
-from airig.brain.api.deps import AdminDep, BrainDep, SubmitterDep
+from airig.brain.api.deps import AdminDep, BrainDep, SubmitterDep, rendered
 from airig.brain.plans import submit
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError
@@ -174,18 +174,30 @@ async def submit_plan(
                     raise HTTPException(409, "Idempotency-Key was used for a different plan")
                 return JSONResponse(plan_view(conn, known, with_tasks=True), status_code=200)
 
-    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> dict[str, Any]:
+    prepared: str | None = None
+
+    def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> str:
         if idempotency_key and (known := submit.find_by_idempotency_key(conn, idempotency_key)):
             _same_submitter(who, known)
-            return plan_view(conn, known, with_tasks=True)  # a concurrent twin won the race
-        plan_id = submit.insert_plan(
+            return str(known["id"])  # a concurrent twin won the race
+        return submit.insert_plan(
             conn, outbox, plan, tainted, now, submitted_by=who.name, digest=digest,
             idempotency_key=idempotency_key, default_timeout_s=brain.settings.default_timeout_s,
-            owner=owner_of(who),
+            owner=owner_of(who), prepared=prepared,
         )  # fmt: skip
-        return plan_view(conn, _load_plan(conn, plan_id, who), with_tasks=True)
 
-    return await anyio.to_thread.run_sync(brain.write, change)
+    def stored() -> Response:
+        nonlocal prepared
+        prepared = submit.prepare(plan, tainted, brain.settings.default_timeout_s)
+        plan_id = brain.write(change)
+        # The answer is rendered after the commit, on a read connection, into bytes in
+        # this thread: inside the transaction a 500-task plan's view held every claim
+        # behind it, and on the event loop every request.
+        with brain.db.read() as conn:
+            view = plan_view(conn, _load_plan(conn, plan_id, who), with_tasks=True)
+        return rendered(view, 201)
+
+    return await anyio.to_thread.run_sync(stored)
 
 
 @router.get("/plans")

@@ -8,10 +8,10 @@ import sqlite3
 import time
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Response
 
 from airig.brain.api.auth import hash_token, new_token
-from airig.brain.api.deps import AdminDep, BrainDep, RegistrarDep, WorkerDep
+from airig.brain.api.deps import AdminDep, BrainDep, RegistrarDep, WorkerDep, rendered
 from airig.brain.leases import drop_leases
 from airig.brain.store import queue as task_queue
 from airig.brain.store import workers
@@ -171,8 +171,8 @@ def forget_worker(name: str, brain: BrainDep, _: AdminDep) -> dict[str, Any]:
     return {"ok": True, "forgotten": name}
 
 
-@router.get("")
-def list_workers(brain: BrainDep, _: AdminDep) -> dict[str, Any]:
+@router.get("", response_model=dict[str, Any])
+def list_workers(brain: BrainDep, _: AdminDep) -> Response:
     settings = brain.settings
     with brain.db.read() as conn:
         rows = workers.every(conn)
@@ -182,7 +182,7 @@ def list_workers(brain: BrainDep, _: AdminDep) -> dict[str, Any]:
     # A worker may rightly wait this long for a task whose model another GPU holds
     # (residency policy) before it counts as idle while work waits (triage).
     idle_limit_s = settings.max_wait_s + settings.lease_s
-    return {
+    return rendered({
         "workers": [
             {
                 "id": row["id"],
@@ -210,4 +210,4 @@ def list_workers(brain: BrainDep, _: AdminDep) -> dict[str, Any]:
             }
             for row in rows
         ]
-    }
+    })  # fmt: skip
