@@ -9,6 +9,7 @@ import sqlite3
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 from types import FrameType
 
 from pydantic import ValidationError
@@ -31,6 +32,15 @@ def check(settings: BrainSettings) -> int:
         print(f"brain unhealthy: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     return 0 if body.get("status") == "ok" else 1
+
+
+def snapshot(settings: BrainSettings, dest: str) -> int:
+    """``--snapshot PATH``: a consistent copy of the live store (store/backups.py), run by
+    `backup` in the brain's container while the brain serves; prints what it holds."""
+    from airig.brain.store.backups import take_snapshot
+
+    print(json.dumps(take_snapshot(settings.db_path, Path(dest))))
+    return 0
 
 
 def serve(settings: BrainSettings) -> int:
@@ -71,10 +81,15 @@ def serve(settings: BrainSettings) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airig.brain")
     parser.add_argument("--check", action="store_true", help="exit 0 when the brain is healthy")
+    parser.add_argument(
+        "--snapshot", metavar="PATH", help="write a consistent copy of the store (backup)"
+    )
     args = parser.parse_args(argv)
     setup_json_logging()
     try:
         settings = BrainSettings()
+        if args.snapshot:
+            return snapshot(settings, args.snapshot)
         return check(settings) if args.check else serve(settings)
     except ValidationError as exc:
         first = exc.errors()[0]

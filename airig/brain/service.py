@@ -65,6 +65,7 @@ class Brain:
             failure_window_s=settings.alert_failure_window_s,
             gpu_temp_c=settings.alert_gpu_temp_c,
             worker_lapse_s=settings.lease_s,
+            backup_max_age_s=settings.backup_max_age_h * 3600,
         )
         # A receiver that is down is retried on the tasks' backoff timers.
         self.notifier = Notifier(

@@ -62,6 +62,9 @@ class BrainSettings(BaseSettings):
     # separated by spaces or commas; empty = events and metrics only).
     alert_urls: str = Field("", alias="AIRIG_ALERT_URLS")
     alert_queue_depth: int = Field(100, alias="AIRIG_ALERT_QUEUE_DEPTH", ge=0)
+    # backup_old fires when the newest `backup` (or, with none, the brain's start) is
+    # older than this many hours; 0: no alert (store/backups.py).
+    backup_max_age_h: float = Field(0.0, alias="AIRIG_BACKUP_MAX_AGE_H", ge=0)
     alert_gpu_temp_c: float = Field(85.0, alias="AIRIG_ALERT_GPU_TEMP_C", gt=0)
     alert_failures: int = Field(5, alias="AIRIG_ALERT_FAILURES", gt=0)
     alert_failure_window_s: float = Field(600.0, alias="AIRIG_ALERT_FAILURE_WINDOW_S", gt=0)

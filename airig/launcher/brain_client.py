@@ -130,6 +130,10 @@ class BrainClient:
             headers["Idempotency-Key"] = idempotency_key
         return self._object("POST", "/v1/plans", data=body, headers=headers)
 
+    def record_backup(self, body: Json) -> Json:
+        """An archive `backup` wrote (``POST /v1/backups``)."""
+        return self._object("POST", "/v1/backups", json=body)
+
     def plans(self, limit: int = 50) -> list[Json]:
         return cast(list[Json], self._object("GET", "/v1/plans", params={"limit": limit})["plans"])
 

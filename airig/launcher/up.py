@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import DockerError, PreflightError
+from airig.launcher.backup_archive import BackupError
 from airig.launcher.comfy_volumes import COMPUTE_STACK, LEGACY_VOLUME, MODELS_VOLUME, USER_VOLUMES
 from airig.launcher.comfy_volumes import prepare as prepare_comfyui
 from airig.launcher.docker import Docker, ServiceState, engine_errors
@@ -43,6 +44,7 @@ from airig.launcher.preflight import (
     port_checks,
 )
 from airig.launcher.pull import pull_missing
+from airig.launcher.restore import apply_pending as apply_restore
 from airig.launcher.settings import Settings
 from airig.launcher.stack_env import remove_written, stack_env_path, stack_env_text
 
@@ -115,8 +117,10 @@ class Launcher:
         for stack in plan.stacks:
             if stack.name == COMPUTE_STACK:  # its volumes exist now (01-infra made them)
                 try:
+                    # a `restore` puts the archive's files back before a service reads them
+                    apply_restore(self.settings, self.docker, self.console.print)
                     prepare_comfyui(self.settings, self.docker, stack, images, self.console)
-                except DockerError:
+                except (DockerError, BackupError):
                     self.rollback([s for s in plan.stacks if s.name in result.started])
                     raise
             self.console.print(f"[bold]Starting[/] {escape(stack.name)} …")

@@ -371,6 +371,50 @@ def test_the_recipes_run_on_folders_of_generated_media(watched_kit, tmp_path):
     assert violations(watched_kit) == {}
 
 
+# What the backup test hands the restore test: the archive, the plan it caught mid-way,
+# and a token made before it (a restored kit still takes it).
+BACKUP: dict[str, object] = {}
+
+
+def test_a_backup_taken_mid_plan_is_private_and_verifies(watched_kit, tmp_path_factory):
+    token = requests.post(
+        f"{BRAIN}/v1/tokens", json={"scope": "submit", "name": "before-backup"},
+        headers=auth(watched_kit), timeout=10,
+    ).json()["token"]  # fmt: skip
+    plan = {"name": "backed-up", "tasks": [
+        {"id": "slow", "type": "shell", "task_class": "cpu",
+         "payload": {"command": "sleep 15 && echo slept"}},
+        {"id": "after", "type": "noop", "depends_on": ["slow"]},
+    ]}  # fmt: skip
+    answer = requests.post(f"{BRAIN}/v1/plans", json=plan, headers=auth(watched_kit), timeout=30)
+    assert answer.status_code == 201, answer.text
+    plan_id = answer.json()["id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        view = requests.get(f"{BRAIN}/v1/plans/{plan_id}", headers=auth(watched_kit), timeout=10)
+        states = {t["id"]: t["state"] for t in view.json()["tasks"]}
+        if states["slow"] == "RUNNING":
+            break
+        time.sleep(0.5)
+    assert states == {"slow": "RUNNING", "after": "PENDING"}, states
+
+    folder = tmp_path_factory.mktemp("backups")
+    done = watched_kit.run("backup", "--to", str(folder), "--keep", "3", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "holds .env with the kit's secrets" in done.stdout
+    [archive] = folder.glob("airig-backup-*.tar.gz")
+    assert archive.stat().st_mode & 0o777 == 0o600
+    checked = watched_kit.run("backup", "--verify", str(archive))
+    assert checked.returncode == 0 and "every sha256 matches" in checked.stdout, checked.stdout
+    assert "Last backup:" in watched_kit.run("status").stdout
+    recorded = requests.get(f"{BRAIN}/v1/backups", headers=auth(watched_kit), timeout=10).json()
+    assert [b["archive"] for b in recorded["backups"]] == [archive.name]
+    # it was taken mid-plan: the plan still runs here
+    view = requests.get(f"{BRAIN}/v1/plans/{plan_id}", headers=auth(watched_kit), timeout=10)
+    assert view.json()["status"] == "running"
+    BACKUP.update(archive=archive, plan=plan_id, token=token)
+
+
 def test_down_stops_every_container_gracefully_and_leaves_nothing(watched_kit):
     from conftest import airig_leftovers
 
@@ -405,3 +449,48 @@ def test_down_stops_every_container_gracefully_and_leaves_nothing(watched_kit):
     assert [p for p in leftovers if not p.endswith("tuning.log")] == []
     links = [str(p) for p in root.glob("0*/.env") if p.is_symlink() or p.exists()]
     assert links == []
+
+
+def test_the_backup_restores_on_a_fresh_kit_and_its_plan_finishes_there(
+    watched_kit, tmp_path_factory
+):
+    """The disk died (`down --volumes`): a fresh clone restores the archive taken mid-plan,
+    and that plan finishes on it; the restored kit is as healthy as the first."""
+    from conftest import Kit, copy_kit
+
+    archive, plan_id = BACKUP["archive"], BACKUP["plan"]
+    assert isinstance(archive, Path)
+    fresh = Kit(copy_kit(tmp_path_factory.mktemp("restored") / "airig"))
+    # a cut-off archive: one line, nothing written
+    cut = archive.with_name("cut-" + archive.name)
+    cut.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    refused = fresh.run("restore", str(cut))
+    assert refused.returncode != 0 and "truncated" in refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stdout + refused.stderr
+    assert not (fresh.root / ".env").exists()
+
+    gone = watched_kit.run("down", "--volumes", "--yes")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    try:
+        done = fresh.run("restore", str(archive), timeout=900)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (fresh.root / ".env").read_bytes() == (watched_kit.root / ".env").read_bytes()
+        assert not (fresh.root / ".airig" / "restore.json").exists()
+        plan = wait_plan(fresh, str(plan_id), timeout=240)
+        assert plan["status"] == "succeeded", plan
+        # a token made before the backup still authenticates
+        token = {"Authorization": f"Bearer {BACKUP['token']}"}
+        assert requests.get(f"{BRAIN}/v1/plans", headers=token, timeout=10).status_code == 200
+        # over a running kit: one line, nothing touched
+        again = fresh.run("restore", str(archive), "--yes")
+        assert again.returncode != 0 and "the kit is running" in again.stdout + again.stderr
+        found = violations(fresh)
+        if found:  # what the brain knows of the workers says which one did not come back
+            found["workers"] = requests.get(f"{BRAIN}/v1/workers", headers=auth(fresh),
+                                            timeout=10).json()  # fmt: skip
+            found["brain log"] = subprocess.run(
+                ["docker", "logs", "airig-agents-brain-1"], capture_output=True, text=True
+            ).stdout.splitlines()[-40:]  # fmt: skip
+        assert found == {}
+    finally:
+        fresh.run("down", "--volumes", "--yes")

@@ -188,7 +188,7 @@ BRAIN_ROOMS: dict[str, set[str]] = {
     "leases": {"escalation", "planner", "scheduling", "store"},
     "service": {"escalation", "ops", "scheduling", "store"},
     "api": {"service", "leases", "escalation", "planner", "plans", "ops", "scheduling", "store"},
-    "__main__": {"api", "service"},
+    "__main__": {"api", "service", "store"},  # store: `--snapshot` (backup)
 }
 
 

@@ -16,6 +16,7 @@ from airig import __version__
 from airig.brain.api.auth import bearer_from_scope, identify
 from airig.brain.api.guard import RequestGuard
 from airig.brain.api.routes import alerts as routes_alerts
+from airig.brain.api.routes import backups as routes_backups
 from airig.brain.api.routes import dashboard as routes_dashboard
 from airig.brain.api.routes import escalations as routes_escalations
 from airig.brain.api.routes import goals as routes_goals
@@ -109,6 +110,7 @@ def create_app(settings: BrainSettings) -> FastAPI:
     app.include_router(routes_escalations.router, responses=COMMON_RESPONSES)  # external tier
     app.include_router(routes_alerts.router, responses=COMMON_RESPONSES)  # read by triage
     app.include_router(routes_search.router, responses=COMMON_RESPONSES)  # what embed indexed
+    app.include_router(routes_backups.router, responses=COMMON_RESPONSES)  # `backup`'s archives
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.get("/health", tags=["ops"])

@@ -17,7 +17,9 @@ brain neither repeats a firing nor forgets a clear. Kinds (subject in brackets):
   nothing;
 - ``service_down`` and ``gpu_fallback`` (service): what the brain's probes of the compute
   services hold (``probes.py``): no answer several times in a row (down, or a crash
-  loop), or a service `up` put on a GPU answering that it runs on the CPU.
+  loop), or a service `up` put on a GPU answering that it runs on the CPU;
+- ``backup_old`` (``backup``): the newest `backup` is older than ``AIRIG_BACKUP_MAX_AGE_H``
+  (none yet: counted from the brain's start); 0 turns it off.
 
 Delivery to people (``notify.py``) happens after the commit, from what ``check`` returns.
 """
@@ -28,6 +30,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
+from airig.brain.store import backups
 from airig.brain.store.events import Outbox
 from airig.common.jsonlog import utc_iso
 
@@ -45,7 +48,8 @@ SCHEMA = (
 FAILURE_EVENTS = ("task_failed", "task_retry_scheduled")
 WORKER_KINDS = ("worker_failures", "worker_down", "gpu_temperature")  # subject names a worker
 # every kind, each with a rule in 03-agents/prometheus/alerts.yml (a test checks)
-KINDS = ("queue_depth", "task_failures", *WORKER_KINDS, "service_down", "gpu_fallback")
+KINDS = ("queue_depth", "task_failures", *WORKER_KINDS, "service_down", "gpu_fallback",
+         "backup_old")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Rules:
     failure_window_s: float
     gpu_temp_c: float
     worker_lapse_s: float
+    backup_max_age_s: float = 0.0  # 0: no backup_old alert
 
 
 @dataclass(frozen=True)
@@ -138,8 +143,26 @@ def active(
         **_queue(conn, rules),
         **_failures(conn, now, rules),
         **_workers(conn, now, rules, since),
+        **_backup(conn, now, rules, since),
         **(probed or {}),
     }
+
+
+def _backup(
+    conn: sqlite3.Connection, now: float, rules: Rules, since: float
+) -> dict[tuple[str, str], str]:
+    if rules.backup_max_age_s <= 0:
+        return {}
+    last = backups.last_at(conn)
+    # With none yet, a fresh kit is not late the minute it starts: its age counts from
+    # the brain's start (a restored store keeps its rows, so its own backups count).
+    age = now - (last if last is not None else since)
+    if age <= rules.backup_max_age_s:
+        return {}
+    limit = f"{rules.backup_max_age_s / 3600:g} h"
+    what = f"the last backup is {age / 3600:.1f} h old" if last else (
+        f"no backup yet, {age / 3600:.1f} h after the brain started")  # fmt: skip
+    return {("backup_old", "backup"): f"{what} (limit {limit}): run `backup`"}
 
 
 def _record(conn: sqlite3.Connection, outbox: Outbox, notice: Notice, now: float) -> None:

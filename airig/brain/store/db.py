@@ -17,6 +17,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from airig.brain import timing
+from airig.brain.store import backups
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS plans (
@@ -228,6 +229,7 @@ class Database:
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.execute("PRAGMA busy_timeout=5000")
         self._conn.executescript(SCHEMA)
+        self._conn.execute(backups.SCHEMA)
         with self.tx() as conn:
             migrate(conn)
         # A second connection for the event loop's token lookups: in WAL mode it reads the

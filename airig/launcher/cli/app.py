@@ -211,7 +211,10 @@ def status(as_json: JsonOpt = False) -> None:
     elif workers is None:
         console.print("[dim]The brain does not answer yet: no worker list.[/]")
     if store:
+        from airig.launcher.cli.backup import backup_line
+
         console.print(store_table(store))
+        console.print(backup_line(store))
 
 
 def _joined_status(settings: Settings, rows: list[dict[str, Any]], as_json: bool) -> None:
@@ -320,6 +323,9 @@ def _mount_subcommands() -> None:
     from airig.launcher.cli.search import register as register_search
 
     register_search(app, _settings)  # search "query": what embed tasks indexed
+    from airig.launcher.cli.backup import register as register_backup
+
+    register_backup(app, _settings, lambda: up())  # backup, restore ARCHIVE
 
 
 _mount_subcommands()

@@ -27,7 +27,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from airig.brain.api.deps import AdminDep, BrainDep
-from airig.brain.store import event_search
+from airig.brain.store import backups, event_search
 from airig.brain.store import queue as task_queue
 from airig.brain.store.queue import LIVE_STATES
 from airig.common.protocol import TaskState as S
@@ -289,6 +289,9 @@ class StoreView(BaseModel):
     measured_at: float
     retention_days: int
     last_prune: dict[str, Any] | None
+    # the newest archive `backup` recorded (/v1/backups); None: never backed up
+    last_backup_at: float | None = None
+    last_backup_archive: str | None = None
 
 
 @router.get("/v1/store", response_model=StoreView)
@@ -297,7 +300,11 @@ def store_size(brain: BrainDep, _: AdminDep) -> StoreView:
     most once a minute), the retention in force and what its last pass removed."""
     sizes = brain.retention.sizes()
     last = brain.retention.last
+    with brain.db.read() as conn:
+        newest = backups.newest(conn)
     return StoreView(
         **sizes.as_dict(), retention_days=brain.settings.retention_days,
         last_prune=last.as_dict() if last else None,
+        last_backup_at=newest[0]["created_at"] if newest else None,
+        last_backup_archive=newest[0]["archive"] if newest else None,
     )  # fmt: skip

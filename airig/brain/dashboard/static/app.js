@@ -363,7 +363,7 @@
           tile('Running', String(queue.totals.RUNNING + queue.totals.LEASED), { key: 'running' }),
           tile('Ready', String(queue.totals.READY), { note: `oldest ${duration(queue.oldest_ready_wait_s)}` }),
           tile('Store', bytes(store.db_bytes + store.wal_bytes), { key: 'store',
-            note: `database · results ${bytes(store.results_bytes)} · logs ${bytes(Object.values(store.logs).reduce((a, b) => a + b, 0))} · kept ${store.retention_days ? `${store.retention_days} d` : 'forever'}` }));
+            note: `database · results ${bytes(store.results_bytes)} · logs ${bytes(Object.values(store.logs).reduce((a, b) => a + b, 0))} · kept ${store.retention_days ? `${store.retention_days} d` : 'forever'} · ${store.last_backup_at ? `backup ${duration(Date.now() / 1000 - store.last_backup_at)} ago` : 'never backed up'}` }));
         fill(grid, ...(workers.length
           ? workers.map((w) => workerCard(w, byWorker.get(w.name) || []))
           : [empty('No worker has registered yet.')]));

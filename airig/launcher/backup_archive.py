@@ -1,0 +1,301 @@
+"""The backup archive: one ``.tar.gz`` with a manifest of every file's size and sha256.
+
+Layout (``manifest.json`` is the last member, so a writer that dies midway leaves an
+archive ``verify`` refuses as truncated, never one that looks complete):
+
+- ``env/.env``: the checkout's settings and generated secrets (the archive is written
+  ``chmod 600`` for them);
+- ``state/<name>``: the launcher's state worth keeping (``.airig/tuning.log``,
+  ``images.lock``, ``update.log``);
+- ``volumes/<volume>/...``: a volume's files by their path in it, the volume's name
+  without the rig's prefix (``brain-state/brain.db`` is the store's online-backup
+  snapshot, ``results/...``, ``comfyui-user/...``; the model volumes with ``--models``).
+
+``verify`` reads the archive once from the start, hashes every member, and compares
+with the manifest: a file that is not a gzip'd tar, one that ends early, one without our
+manifest, or a member whose bytes or names differ is refused in one line before anything
+is touched. Member names are checked before anything is extracted: no absolute path, no
+``..``, only the three folders above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import os
+import tarfile
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from airig.common.errors import AirigError
+
+FORMAT = "airig-backup"
+VERSION = 1
+MANIFEST = "manifest.json"
+ROOTS = ("env", "state", "volumes")
+PREFIX = "airig-backup-"
+SUFFIX = ".tar.gz"
+VERIFY_HINT = "take a new backup, or pick another archive; nothing was changed"
+
+
+class BackupError(AirigError):
+    """An archive that cannot be written, read or trusted."""
+
+
+@dataclass
+class Entry:
+    path: str
+    size: int
+    sha256: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass
+class Manifest:
+    created_at: float
+    airig_version: str
+    project_prefix: str
+    files: list[Entry]
+    models: dict[str, list[str]] = field(default_factory=dict)
+    models_included: bool = False
+    store: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION, "created_at": self.created_at,
+            "airig_version": self.airig_version, "project_prefix": self.project_prefix,
+            "models": self.models, "models_included": self.models_included,
+            "store": self.store, "files": [e.as_dict() for e in self.files],
+        }  # fmt: skip
+
+    @classmethod
+    def parse(cls, data: bytes, archive: Path) -> Manifest:
+        try:
+            raw = json.loads(data)
+            if raw.get("format") != FORMAT:
+                raise ValueError("format")
+            if raw.get("version") != VERSION:
+                raise BackupError(
+                    f"{archive.name} is a version {raw.get('version')} airig backup; this kit "
+                    f"reads version {VERSION}",
+                    "restore it with the airig version that wrote it",
+                )
+            files = [Entry(f["path"], int(f["size"]), str(f["sha256"])) for f in raw["files"]]
+            return cls(
+                created_at=float(raw["created_at"]), airig_version=str(raw["airig_version"]),
+                project_prefix=str(raw["project_prefix"]), files=files,
+                models={k: list(v) for k, v in dict(raw.get("models") or {}).items()},
+                models_included=bool(raw.get("models_included")),
+                store=dict(raw.get("store") or {}),
+            )  # fmt: skip
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise _foreign(archive, "its manifest is not an airig backup manifest") from None
+
+
+class _Hashing(io.RawIOBase):
+    """Reads through ``source`` and hashes what passes."""
+
+    def __init__(self, source: IO[bytes]) -> None:
+        self.source, self.digest, self.size = source, hashlib.sha256(), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.source.read(size)
+        self.digest.update(chunk)
+        self.size += len(chunk)
+        return chunk
+
+
+class _Chunks(io.RawIOBase):
+    """A file over an iterator of byte chunks (what the Docker SDK's get_archive streams)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks: Iterator[bytes] = iter(chunks)
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            try:
+                self._left = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(buffer), len(self._left))
+        buffer[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n
+
+
+def archive_name(now: float) -> str:
+    return PREFIX + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now)) + SUFFIX
+
+
+class ArchiveWriter:
+    """Writes ``path`` (mode 600 from its first byte) through ``path.part``: the final name
+    appears only once the manifest is in and the file is on disk."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.part = path.with_name(path.name + ".part")
+        try:
+            fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise BackupError(
+                f"{self.part} exists: another backup is writing there, or one was cut off",
+                "wait for it, or delete that file",
+            ) from None
+        except OSError as exc:
+            raise BackupError(
+                f"cannot write {self.part}: {exc.strerror}", "pick a writable folder with --to"
+            ) from None
+        self._file = os.fdopen(fd, "wb")
+        # closed by finish() or abort(): the writer outlives this call
+        self._tar = tarfile.open(fileobj=self._file, mode="w|gz", format=tarfile.PAX_FORMAT)  # noqa: SIM115
+        self.entries: list[Entry] = []
+
+    def add_bytes(self, name: str, data: bytes, mode: int = 0o600) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+        self.add_stream(info, io.BytesIO(data))
+
+    def add_stream(self, info: tarfile.TarInfo, source: IO[bytes]) -> None:
+        check_name(info.name, Path(self.path.name))
+        reader = _Hashing(source)
+        self._tar.addfile(info, reader)
+        if reader.size != info.size:
+            raise BackupError(f"{info.name} changed size while it was read", "run backup again")
+        self.entries.append(Entry(info.name, info.size, reader.digest.hexdigest()))
+
+    def add_tar(self, prefix: str, chunks: Iterable[bytes], rename: Callable[[str], str]) -> int:
+        """Every regular file of a tar stream (a volume's files from the engine), under
+        ``prefix``; ``rename`` maps a member's name to its path under it. Links and special
+        files are left out: the kit's volumes hold none it needs. The count added."""
+        added = 0
+        with tarfile.open(fileobj=_Chunks(chunks), mode="r|") as stream:
+            for member in stream:
+                if not member.isfile():
+                    continue
+                relative = rename(member.name)
+                if not relative:
+                    continue
+                extracted = stream.extractfile(member)
+                if extracted is None:
+                    continue
+                info = tarfile.TarInfo(f"{prefix}/{relative}")
+                info.size, info.mode, info.mtime = member.size, member.mode, int(member.mtime)
+                info.uid, info.gid = member.uid, member.gid
+                self.add_stream(info, extracted)
+                added += 1
+        return added
+
+    def finish(self, manifest: Manifest) -> Path:
+        manifest.files = list(self.entries)
+        data = json.dumps(manifest.as_dict(), indent=1).encode()
+        info = tarfile.TarInfo(MANIFEST)
+        info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+        self._tar.addfile(info, io.BytesIO(data))
+        self._tar.close()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self.part, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError, tarfile.TarError):
+            self._tar.close()
+        self._file.close()
+        self.part.unlink(missing_ok=True)
+
+
+def check_name(name: str, archive: Path) -> None:
+    path = PurePosixPath(name)
+    if (name == MANIFEST) or (
+        not path.is_absolute() and ".." not in path.parts and path.parts[0] in ROOTS
+        and len(path.parts) > 1
+    ):  # fmt: skip
+        return
+    raise _foreign(archive, f"it holds a file outside env/, state/ and volumes/: {name!r}")
+
+
+def _foreign(archive: Path, why: str) -> BackupError:
+    return BackupError(f"{archive.name} is not an airig backup: {why}", VERIFY_HINT)
+
+
+def verify(archive: Path, member: Callable[[str, IO[bytes]], None] | None = None) -> Manifest:
+    """The archive's manifest once every member's size and sha256 match it. ``member``
+    (restore) is called with each file's name and its bytes as they are read; use it only
+    after a first ``verify`` without it has passed."""
+    if not archive.is_file():
+        raise BackupError(f"no archive at {archive}", "give the path of a file `backup` wrote")
+    seen: dict[str, Entry] = {}
+    manifest_bytes: bytes | None = None
+    try:
+        with tarfile.open(archive, mode="r|gz") as stream:
+            for info in stream:
+                check_name(info.name, archive)
+                if not info.isfile():
+                    raise _foreign(archive, f"{info.name!r} is not a regular file")
+                if manifest_bytes is not None:
+                    raise _foreign(archive, "files follow its manifest")
+                source = stream.extractfile(info)
+                assert source is not None  # a regular file always has its bytes
+                if info.name == MANIFEST:
+                    manifest_bytes = source.read()
+                    continue
+                reader = _Hashing(source)
+                if member is not None:
+                    member(info.name, reader)  # type: ignore[arg-type]
+                while reader.read(1 << 20):
+                    pass
+                seen[info.name] = Entry(info.name, reader.size, reader.digest.hexdigest())
+    except (tarfile.ReadError, gzip.BadGzipFile, zlib.error) as exc:
+        if "unexpected end" in str(exc) or "truncated" in str(exc):
+            raise _truncated(archive) from None
+        raise _foreign(archive, "it is not a gzip'd tar archive") from None
+    except EOFError:
+        raise _truncated(archive) from None
+    if manifest_bytes is None:
+        if not seen:
+            raise _foreign(archive, "it holds no files")
+        raise _truncated(archive)
+    manifest = Manifest.parse(manifest_bytes, archive)
+    wanted = {e.path: e for e in manifest.files}
+    for path in sorted(set(wanted) | set(seen)):
+        if path not in seen:
+            raise BackupError(f"{archive.name} is corrupt: {path} is missing", VERIFY_HINT)
+        if path not in wanted:
+            raise BackupError(f"{archive.name} is corrupt: {path} is not in its manifest",
+                              VERIFY_HINT)  # fmt: skip
+        if seen[path] != wanted[path]:
+            raise BackupError(
+                f"{archive.name} is corrupt: {path} does not match its sha256", VERIFY_HINT
+            )
+    return manifest
+
+
+def _truncated(archive: Path) -> BackupError:
+    return BackupError(f"{archive.name} is truncated (it ends before its manifest)", VERIFY_HINT)
+
+
+def prune(folder: Path, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` newest archives `backup` named in ``folder``; the
+    deleted. Names sort by time (UTC stamps), and only ours are touched."""
+    ours = sorted(p for p in folder.glob(f"{PREFIX}*{SUFFIX}") if p.is_file())
+    gone = ours[: max(0, len(ours) - keep)]
+    for path in gone:
+        path.unlink(missing_ok=True)
+    return gone
