@@ -25,6 +25,7 @@ import re
 import subprocess
 import threading
 import time
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -50,7 +51,7 @@ class Hook(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
-            Hook.received.append(json.loads(body or b"{}"))
+            Hook.received.append({**json.loads(body or b"{}"), "_from": self.client_address[0]})
         except ValueError:
             Hook.received.append({"raw": body.decode("utf-8", "replace")})
         self.send_response(200)
@@ -471,6 +472,11 @@ def test_the_backup_restores_on_a_fresh_kit_and_its_plan_finishes_there(
 
     gone = watched_kit.run("down", "--volumes", "--yes")
     assert gone.returncode == 0, gone.stdout + gone.stderr
+    # From here on, a notice can only come from the restored kit: what the first kit sent
+    # while it went down was judged by the tests above (and is shown, not dropped).
+    if Hook.received:
+        warnings.warn(f"the first kit delivered while stopping: {Hook.received}", stacklevel=1)
+    Hook.received.clear()
     try:
         done = fresh.run("restore", str(archive), timeout=900)
         assert done.returncode == 0, done.stdout + done.stderr

@@ -55,7 +55,7 @@ def test_an_archive_is_recorded_and_shown_newest_first(client):
 
 
 @pytest.mark.parametrize("bad", [{"sha256": "not-hex"}, {"bytes": -1}, {"archive": ""},
-                                 {"created_at": 0}])  # fmt: skip
+                                 {"models": 0}, {"bytes": "12"}, {"created_at": 0}])  # fmt: skip
 def test_a_bad_record_is_refused(client, bad):
     assert client.post("/v1/backups", json={**RECORD, **bad}, headers=ADMIN).status_code == 422
 

@@ -25,10 +25,11 @@ ReaderDep = Annotated[Principal, Depends(require("admin", "metrics"))]
 
 class BackupRecord(BaseModel):
     archive: str = Field(min_length=1, max_length=500)  # its file name, for people
-    bytes: int = Field(ge=0)
+    # strict: 0 is not False and "12" is not 12 (the fuzz test's contract)
+    bytes: int = Field(ge=0, strict=True)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     created_at: float = Field(gt=0)  # when its snapshot was taken (epoch seconds)
-    models: bool = False  # whether the archive holds the models too
+    models: bool = Field(False, strict=True)  # whether the archive holds the models too
 
 
 class BackupView(BackupRecord):
