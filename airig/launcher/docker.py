@@ -5,23 +5,27 @@ plugin); engine queries go through the docker SDK, which lets us put a timeout o
 daemon. Every failure leaves here as a DockerError with a hint, never as a raw exception:
 the SDK raises its own family for refusals but `requests`' for a timed-out or dropped
 call (ReadTimeout, ConnectionError), so `engine_errors` catches both.
+
+What runs is read from the engine, not from `compose ps`: one container list answers for
+every stack at once, where `compose ps` costs a compose process (and an inspect) per stack.
+python-on-whales is imported only where compose runs (`status` never needs it).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
-
-from python_on_whales import DockerClient
-from python_on_whales.client_config import ClientNotFoundError
-from python_on_whales.exceptions import DockerException
+from typing import TYPE_CHECKING, Any, cast
 
 from airig.common.errors import DockerError
 from airig.launcher.plan import StackPlan
+
+if TYPE_CHECKING:
+    from python_on_whales import DockerClient
 
 # 2.24: generated overlays use `!reset` (a service no image fits runs on CPU)
 MIN_COMPOSE = (2, 24)
@@ -31,6 +35,15 @@ COMPOSE_HINT = (
 # pull_policy values under which Compose never pulls (compose-spec: build builds instead)
 NO_PULL = ("never", "build")
 ENGINE_HINT = "check the daemon with `docker info` (sudo systemctl restart docker), or run doctor"
+# The labels Compose puts on every container it makes; `compose run` containers are one-off
+# (`compose ps` leaves them out).
+PROJECT_LABEL = "com.docker.compose.project"
+SERVICE_LABEL = "com.docker.compose.service"
+ONEOFF_LABEL = "com.docker.compose.oneoff"
+# The engine's container list has no health field before API 1.52, only the Status text:
+# "Up 5 minutes (healthy)", "Up 2 seconds (health: starting)", "Exited (1) 3 minutes ago".
+STATUS_HEALTH = re.compile(r"\((healthy|unhealthy|health: starting)\)")
+STATUS_EXIT = re.compile(r"^(?:Exited|Restarting) \((-?\d+)\)")
 
 
 @dataclass
@@ -46,6 +59,9 @@ class ServiceState:
 @contextmanager
 def docker_errors(action: str, hint: str = "see the lines above, or run doctor") -> Iterator[None]:
     """python-on-whales (the docker CLI) failures as a DockerError."""
+    from python_on_whales.client_config import ClientNotFoundError
+    from python_on_whales.exceptions import DockerException
+
     try:
         yield
     except ClientNotFoundError:
@@ -91,6 +107,7 @@ class Docker:
         # docker SDK clients (the SDK publishes no types)
         self._sdk: Any = None
         self._probe_sdks: dict[float, Any] = {}
+        self._info: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------- engine
     def binary(self) -> str:
@@ -130,8 +147,12 @@ class Docker:
         return self._probe_sdks[timeout]
 
     def engine_info(self) -> dict[str, Any]:
-        with engine_errors("reading docker info"):
-            return cast(dict[str, Any], self.sdk().info())
+        """`docker info`, asked once per command: `up`'s checks and its disk check both read
+        it, and nothing they read (version, root dir) changes within a command."""
+        if self._info is None:
+            with engine_errors("reading docker info"):
+                self._info = cast(dict[str, Any], self.sdk().info())
+        return self._info
 
     def pull_image(self, image: str) -> None:
         """Pull through the docker CLI: it has no timeout to cut a slow registry short."""
@@ -140,7 +161,7 @@ class Docker:
             "check the network and the image name, or set AIRIG_BASE_IMAGE to an image "
             "present locally",
         ):
-            DockerClient().image.pull(image, quiet=True)
+            _client().image.pull(image, quiet=True)
 
     def has_image(self, image: str) -> bool:
         import docker.errors
@@ -175,7 +196,7 @@ class Docker:
 
     def compose_version(self) -> tuple[int, ...]:
         with docker_errors("docker compose version"):
-            raw = DockerClient().compose.version()
+            raw = _client().compose.version()
         digits = raw.split("v")[-1].split("-")[0].strip()
         try:
             version = tuple(int(p) for p in digits.split(".")[:3])
@@ -227,9 +248,17 @@ class Docker:
         with engine_errors("listing containers"):
             return cast(list[Any], self.sdk().containers.list(filters=filters))
 
+    def project_services(self, projects: Iterable[str]) -> dict[str, list[ServiceState]]:
+        """Each project's Compose containers, as `compose ps --all` lists them, from one
+        engine call for all of them (the list only: no inspect per container)."""
+        wanted = list(projects)
+        with engine_errors("listing containers"):
+            rows = self.sdk().api.containers(all=True, filters={"label": PROJECT_LABEL})
+        return group_states(cast(list[dict[str, Any]], rows), wanted)
+
     # ---------------------------------------------------------------- compose
     def client(self, stack: StackPlan) -> DockerClient:
-        return DockerClient(
+        return _client(
             compose_files=list(stack.files),
             compose_profiles=list(stack.profiles),
             # generated env files exist only after an up; status/down work without them
@@ -241,7 +270,7 @@ class Docker:
         """The exact `docker compose` command line, for --dry-run: every env file `up` passes,
         also those it has yet to write (a dry run writes nothing)."""
         with docker_errors("finding docker compose"):  # no docker on PATH: one line, too
-            client = DockerClient(
+            client = _client(
                 compose_files=list(stack.files),
                 compose_profiles=list(stack.profiles),
                 compose_env_files=list(stack.env_files),
@@ -273,9 +302,8 @@ class Docker:
             self.client(stack).compose.down(remove_orphans=True, quiet=True, volumes=anonymous)
 
     def services(self, stack: StackPlan) -> list[ServiceState]:
-        with docker_errors(f"listing {stack.name}"):
-            containers = self.client(stack).compose.ps(all=True)
-        return [_state(c) for c in containers]
+        """``stack``'s containers, running or not (`compose ps --all`), from the engine."""
+        return self.project_services([stack.project])[stack.project]
 
     def logs(
         self, stack: StackPlan, service: str | None, tail: int = 40, prefix: bool = True
@@ -307,19 +335,46 @@ def compose_pulls(config: dict[str, Any]) -> dict[str, str]:
     return pulled
 
 
-def _state(container: Any) -> ServiceState:
-    state = container.state
-    health = state.health.status if state.health else ""
-    labels = container.config.labels or {}
-    ports = []
-    for port, bindings in (container.network_settings.ports or {}).items():
-        for b in bindings or []:
-            ports.append(f"{b['HostIp']}:{b['HostPort']}->{port}")
+def _client(**config: Any) -> DockerClient:
+    from python_on_whales import DockerClient
+
+    return DockerClient(**config)
+
+
+def group_states(rows: list[dict[str, Any]], projects: list[str]) -> dict[str, list[ServiceState]]:
+    """The engine's container list (``GET /containers/json``) as each project's services,
+    sorted by container name as `compose ps` sorts them; one-off containers left out."""
+    grouped: dict[str, list[ServiceState]] = {project: [] for project in projects}
+    for row in rows:
+        labels = row.get("Labels") or {}
+        states = grouped.get(labels.get(PROJECT_LABEL, ""))
+        if states is not None and labels.get(ONEOFF_LABEL) != "True":
+            states.append(summary_state(row))
+    for states in grouped.values():
+        states.sort(key=lambda s: s.container)
+    return grouped
+
+
+def summary_state(row: dict[str, Any]) -> ServiceState:
+    """One entry of the engine's container list as a ServiceState: state, health and exit
+    code as an inspect gives them, published ports as ``IP:PORT->PORT/PROTO``."""
+    name = (row.get("Names") or ["/?"])[0].lstrip("/")
+    status = row.get("Status") or ""
+    health = (row.get("Health") or {}).get("Status")  # API >= 1.52 only
+    if health is None:
+        found = STATUS_HEALTH.search(status)
+        health = found[1].removeprefix("health: ") if found else ""
+    exited = STATUS_EXIT.match(status)
+    ports = [
+        f"{p.get('IP', '')}:{p['PublicPort']}->{p['PrivatePort']}/{p.get('Type', 'tcp')}"
+        for p in row.get("Ports") or []
+        if p.get("PublicPort")  # an exposed port nothing publishes: no URL
+    ]
     return ServiceState(
-        service=labels.get("com.docker.compose.service", container.name),
-        container=container.name,
-        state=state.status or "",
-        health=health or "",
-        exit_code=state.exit_code,
+        service=(row.get("Labels") or {}).get(SERVICE_LABEL, name),
+        container=name,
+        state=row.get("State") or "",
+        health="" if health == "none" else health,
+        exit_code=int(exited[1]) if exited else 0,
         ports=ports,
     )

@@ -10,20 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from python_on_whales import DockerClient
-from python_on_whales.client_config import ClientNotFoundError
-from python_on_whales.exceptions import DockerException
 from rich.console import Console
 
 from airig.common.errors import DockerError
 from airig.provision.progress import Summary, render
 
+if TYPE_CHECKING:  # imported where compose runs: every command line loads this module
+    from python_on_whales import DockerClient
+    from python_on_whales.exceptions import DockerException
+
 # The init service that owns each service's volumes and provisioning environment.
 INIT_SERVICES = {"ollama": "ollama-init", "whisper": "whisper-init", "comfyui": "comfyui-init"}
 
-ClientFactory = Callable[[], DockerClient]
+ClientFactory = Callable[[], "DockerClient"]
 SERVER_WAIT_SECONDS = 30
 
 
@@ -72,6 +73,8 @@ class _Exit:
 
 
 def _until_exit(lines: Iterator[bytes], outcome: _Exit) -> Iterator[bytes]:
+    from python_on_whales.exceptions import DockerException
+
     try:
         yield from lines
     except DockerException as exc:
@@ -91,6 +94,8 @@ def run_services(
     client: DockerClient, services: list[Service], args: list[str], console: Console
 ) -> Summary:
     """Run ``args`` for each service; one Summary of every model's outcome."""
+    from python_on_whales.client_config import ClientNotFoundError
+
     summary = Summary()
     for service in services:
         outcome = _Exit()

@@ -31,11 +31,13 @@ T = TypeVar("T")
 
 
 def service_rows(docker: Docker, plan: ComposePlan) -> list[dict[str, Any]]:
-    rows = []
-    for stack in plan.stacks:
-        for svc in docker.services(stack):
-            rows.append({"stack": stack.name, **_row(svc)})
-    return rows
+    """Every stack's services, stack by stack, from one engine query for all of them."""
+    by_project = docker.project_services(s.project for s in plan.stacks)
+    return [
+        {"stack": stack.name, **_row(svc)}
+        for stack in plan.stacks
+        for svc in by_project[stack.project]
+    ]
 
 
 def _row(svc: ServiceState) -> dict[str, Any]:

@@ -106,8 +106,8 @@ class QuietEngine:
     def engine_info(self) -> dict:
         return {"DockerRootDir": os.fspath(Path("/"))}
 
-    def containers(self, **_: object) -> list:
-        return []
+    def project_services(self, projects) -> dict:  # the own-ports query: nothing runs
+        return {project: [] for project in projects}
 
 
 def test_ups_preflight_stops_before_anything_starts(tmp_path):

@@ -18,7 +18,7 @@ from support import one_error, run_cli
 
 from airig.brain.api.app import create_app
 from airig.common.errors import ConfigError
-from airig.launcher.docker import Docker, ServiceState
+from airig.launcher.docker import Docker, ServiceState, group_states
 from airig.launcher.envfile import read_env, set_values
 from airig.launcher.join import check_brain, check_brain_url, join_command
 from airig.launcher.plan import GpuSlot, build_plan
@@ -329,16 +329,18 @@ def test_a_second_kit_on_one_engine_has_its_own_projects_and_volumes(kit):
 def test_own_ports_and_down_see_only_this_rigs_projects(kit):
     settings = joined_settings(kit, AIRIG_PROJECT_PREFIX="rigb")
 
-    class Container:
-        def __init__(self, project, port):
-            self.labels = {"com.docker.compose.project": project}
-            self.attrs = {"NetworkSettings": {"Ports": {"8080/tcp": [{"HostPort": port}]}}}
+    def listed(project, port):  # one entry of the engine's container list
+        return {"Names": [f"/{project}-x-1"], "State": "running", "Status": "Up 1 minute",
+                "Labels": {"com.docker.compose.project": project},
+                "Ports": [{"IP": "0.0.0.0", "PrivatePort": 8080, "PublicPort": port,
+                           "Type": "tcp"}]}  # fmt: skip
 
     class Engine(Untouchable):
         removed: list = []
 
-        def containers(self, **filters):
-            return [Container("airig-agents", "8080"), Container("rigb-infra", "18090")]
+        def project_services(self, projects):
+            rows = [listed("airig-agents", 8080), listed("rigb-infra", 18090)]
+            return group_states(rows, list(projects))
 
         def down(self, stack):
             pass
