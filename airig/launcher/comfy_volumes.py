@@ -39,7 +39,7 @@ MODELS_VOLUME = FOLDERS["ComfyUI/models"]  # kept by `down --volumes --keep-mode
 USER_VOLUMES = [v for v in VOLUMES if v != MODELS_VOLUME]
 SERVICE_LABEL = "com.docker.compose.service"
 PROJECT_LABEL = "com.docker.compose.project"
-SERVER_SERVICES = ("comfyui-cpu", "comfyui-gpu-nvidia", "comfyui-gpu-amd")
+SERVER_SERVICES = ("comfyui-cpu", "comfyui-gpu-nvidia", "comfyui-gpu-amd", "comfyui-gpu-intel")
 
 
 def prepare(

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from airig.launcher.images import ImageSelection, choose_images, load_catalog, pins_from
+from airig.launcher.images.registry import mirrored
 from airig.launcher.settings import PROFILES, STACKS, Settings
 
 # Project name per stack: "<AIRIG_PROJECT_PREFIX>-<suffix>" (airig-infra, … by default).
@@ -27,11 +28,27 @@ AMD_COMPUTE_OVERLAY = "compute.gpu-amd.yaml"
 AMD_GIDS = "AIRIG_AMD_GIDS"  # in host.env: "44,109", what detection found
 # the 02-compute services that map /dev/kfd and /dev/dri (x-amd-devices)
 AMD_COMPUTE_SERVICES = ("ollama-gpu-amd", "comfyui-gpu-amd")
+# gpu-intel: the GIDs owning the Intel render nodes, for the services mapping /dev/dri
+INTEL_COMPUTE_OVERLAY = "compute.gpu-intel.yaml"
+INTEL_GIDS = "AIRIG_INTEL_GIDS"  # in host.env, as AIRIG_AMD_GIDS
+INTEL_COMPUTE_SERVICES = ("ollama-gpu-intel", "comfyui-gpu-intel")
 HOST_ENV = "host.env"
 # 02-compute services whose GPU variant runs its CPU image (no image fits the GPUs)
 CPU_FALLBACK_OVERLAY = "compute.cpu-fallback.yaml"
+# gpu-amd: Ollama on its Vulkan runner (no ROCm image fits the cards, or OLLAMA_BACKEND)
+VULKAN_OVERLAY = "compute.vulkan.yaml"
+# The kit's Vulkan Ollama image is built from this folder (02-compute/ollama-vulkan/)
+VULKAN_BUILD = "ollama-vulkan"
 # Every file a plan may generate under .airig/, whatever its profile: `down` removes them all.
-GENERATED_FILES = (HOST_ENV, GPU_OVERLAY, AMD_ENV, AMD_COMPUTE_OVERLAY, CPU_FALLBACK_OVERLAY)
+GENERATED_FILES = (
+    HOST_ENV,
+    GPU_OVERLAY,
+    AMD_ENV,
+    AMD_COMPUTE_OVERLAY,
+    CPU_FALLBACK_OVERLAY,
+    VULKAN_OVERLAY,
+    INTEL_COMPUTE_OVERLAY,
+)
 # Placeholders for the compose files' required variables, read only on a stopped kit
 # (plan_for_running).
 STOPPED_ENV = Path(__file__).with_name("stopped.env")
@@ -117,6 +134,8 @@ def build_plan(
     host_env = {
         **(host_env or {}),
         **images_env,
+        # what a chosen variant needs on these GPUs (Whisper's compute type on CC 12.x)
+        **(images.service_env if images is not None else {}),
         "AIRIG_GPU_SERVICES": ",".join(sorted(on_gpu)),
         # the profile `up` chose: plan_for_running addresses its services, not another's
         UP_PROFILE: profile,
@@ -127,6 +146,7 @@ def build_plan(
     generated[state / HOST_ENV] = "".join(f"{k}={v}\n" for k, v in sorted(host_env.items()))
     env_files = [settings.env_file, state / HOST_ENV]
     projects = project_names(settings)
+    vulkan = vulkan_build(settings, profile, images)
     stacks = []
     for name in STACKS:
         files = [settings.root / name / "compose.yaml"]
@@ -138,9 +158,12 @@ def build_plan(
             ollama_gpu = images is None or images.of("ollama").on_gpu
             generated[overlay] = gpu_workers_overlay(
                 profile, gpus, group, settings.project_prefix, ollama_gpu,
-                shared_ollama_env(settings.root),
+                shared_ollama_env(settings.root), vulkan,
             )  # fmt: skip
             files.append(overlay)
+        if name == "02-compute" and vulkan is not None:
+            generated[state / VULKAN_OVERLAY] = vulkan_compute_overlay(vulkan, profile)
+            files.append(state / VULKAN_OVERLAY)
         if name == "02-compute" and images is not None and images.on_cpu:
             # last, so it also undoes device lines an earlier overlay added
             fallback = state / CPU_FALLBACK_OVERLAY
@@ -159,6 +182,9 @@ def build_plan(
     if profile == "gpu-amd":
         generated[state / AMD_ENV] = amd_env(settings)
         add_amd_compute_overlay(stacks, generated, state / AMD_COMPUTE_OVERLAY, host_env)
+    if profile == "gpu-intel":
+        add_amd_compute_overlay(stacks, generated, state / INTEL_COMPUTE_OVERLAY, host_env,
+                                INTEL_GIDS, INTEL_COMPUTE_SERVICES)  # fmt: skip
     return ComposePlan(
         profile, settings.network, tuple(stacks), generated, settings.join_brain_url.rstrip("/")
     )
@@ -186,7 +212,15 @@ def plan_for_running(settings: Settings) -> ComposePlan:
     profile = _recorded_profile(host_env)
     plan = build_plan(settings, profile, [])
     written = {
-        "02-compute": [settings.state_dir / n for n in (AMD_COMPUTE_OVERLAY, CPU_FALLBACK_OVERLAY)],
+        "02-compute": [
+            settings.state_dir / n
+            for n in (
+                AMD_COMPUTE_OVERLAY,
+                INTEL_COMPUTE_OVERLAY,
+                VULKAN_OVERLAY,
+                CPU_FALLBACK_OVERLAY,
+            )
+        ],
         "03-agents": [settings.state_dir / GPU_OVERLAY],
     }
     stacks = tuple(
@@ -279,8 +313,17 @@ class _Reset:
     """Compose's ``!reset`` tag: an overlay removes the attribute from the merged service."""
 
 
+class _Override(list[str]):
+    """Compose's ``!override`` tag (≥ 2.24.4): the overlay's list replaces the merged one
+    instead of being appended to it."""
+
+
 def _dump_reset(dumper: yaml.SafeDumper, _value: _Reset) -> yaml.Node:
     return dumper.represent_scalar("!reset", "")
+
+
+def _dump_override(dumper: yaml.SafeDumper, value: _Override) -> yaml.Node:
+    return dumper.represent_sequence("!override", list(value))
 
 
 class _OverlayDumper(yaml.SafeDumper):
@@ -288,6 +331,52 @@ class _OverlayDumper(yaml.SafeDumper):
 
 
 _OverlayDumper.add_representer(_Reset, _dump_reset)
+_OverlayDumper.add_representer(_Override, _dump_override)
+
+
+@dataclass(frozen=True)
+class VulkanBuild:
+    """Ollama on its Vulkan runner: the kit-built image (``image``, from ``base`` with
+    02-compute/ollama-vulkan/Dockerfile) and the settings the variant needs."""
+
+    image: str
+    base: str
+    env: tuple[tuple[str, str], ...]
+
+
+def vulkan_build(
+    settings: Settings, profile: str, images: ImageSelection | None
+) -> VulkanBuild | None:
+    """The Vulkan Ollama of a gpu-amd or gpu-intel plan whose Ollama choice is Vulkan;
+    None otherwise."""
+    vulkan_profiles = ("gpu-amd", "gpu-intel")
+    if images is None or profile not in vulkan_profiles or images.of("ollama").backend != "vulkan":
+        return None
+    ollama = images.of("ollama")
+    variant = load_catalog(settings.root).known("ollama", ollama.image)
+    base = variant.base if variant is not None and variant.base else ""
+    if variant is None:  # a pin the catalogue lacks: built on the first Vulkan entry's base
+        listed = load_catalog(settings.root).gpu.get(("ollama", "vulkan"), ())
+        base = listed[0].base if listed else ""
+    env = variant.env if variant is not None else (("OLLAMA_VULKAN", "1"),)
+    return VulkanBuild(ollama.image, mirrored(base, settings.image_registry), env)
+
+
+def vulkan_compute_overlay(vulkan: VulkanBuild, profile: str = "gpu-amd") -> str:
+    """02-compute overlay: the profile's Ollama runs the Vulkan image with /dev/dri only
+    (no /dev/kfd: Vulkan does not use ROCm) and OLLAMA_VULKAN=1; Compose builds the image
+    when the engine lacks it. The groups overlay still adds the render group."""
+    service: dict[str, Any] = {
+        "image": "${OLLAMA_IMAGE_VULKAN:?set OLLAMA_IMAGE_VULKAN in .env}",
+        # paths of an extra -f file resolve against the first file's folder, 02-compute/
+        "build": {"context": VULKAN_BUILD, "args": {"OLLAMA_BASE": vulkan.base}},
+        "devices": _Override(["/dev/dri"]),
+        "environment": dict(vulkan.env),
+    }
+    header = "# Generated by airig: Ollama on its Vulkan runner (no ROCm image fits the GPUs).\n"
+    body = yaml.dump({"services": {f"ollama-{profile}": service}}, Dumper=_OverlayDumper,
+                     sort_keys=True)  # fmt: skip
+    return header + body
 
 
 def cpu_fallback_overlay(profile: str, images: ImageSelection) -> str:
@@ -316,6 +405,7 @@ def gpu_workers_overlay(
     prefix: str = "airig",
     ollama_gpu: bool = True,
     ollama_env: Mapping[str, str] | None = None,
+    vulkan: VulkanBuild | None = None,
 ) -> str:
     """Compose overlay: per GPU a worker and its own Ollama, both pinned to that GPU, and
     one pair for the brain's GPU group (all its GPUs in one container, so one model spans
@@ -331,7 +421,7 @@ def gpu_workers_overlay(
     services: dict[str, Any] = {}
     for suffix, slots in pairs:
         ollama = f"ollama-{suffix}"
-        services[ollama] = _gpu_ollama(profile, slots, ollama_gpu, ollama_env)
+        services[ollama] = _gpu_ollama(profile, slots, ollama_gpu, ollama_env, vulkan)
         services[f"worker-{suffix}"] = _gpu_worker(profile, slots, ollama)
     header = "# Generated by airig from the detected GPUs; edits are overwritten.\n"
     document = {
@@ -352,6 +442,11 @@ def _pin(profile: str, service: dict[str, Any], env: dict[str, str], gpus: list[
                 "devices": [{"driver": "nvidia", "device_ids": ids, "capabilities": ["gpu"]}]
             }
         }
+    elif profile == "gpu-intel":  # an Intel GPU is its render node alone
+        service["devices"] = [g.render_node or f"/dev/dri/renderD{128 + g.index}" for g in gpus]
+        gids = amd_group_add(gid for g in gpus for gid in g.gids)
+        if gids:
+            service["group_add"] = gids
     else:
         nodes = [g.render_node or f"/dev/dri/renderD{128 + g.index}" for g in gpus]
         service["devices"] = ["/dev/kfd", *nodes]
@@ -374,7 +469,7 @@ def shared_ollama_env(root: Path) -> dict[str, str]:
 
 def _gpu_ollama(
     profile: str, gpus: list[GpuSlot], on_gpu: bool = True,
-    shared_env: Mapping[str, str] | None = None,
+    shared_env: Mapping[str, str] | None = None, vulkan: VulkanBuild | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """``on_gpu`` False: no Ollama image fits these cards; the worker's Ollama runs the
     CPU image unpinned (the launcher said so in one warning line). ``shared_env``: the
@@ -398,6 +493,20 @@ def _gpu_ollama(
         "networks": ["ai"],  # no alias: `ollama` stays the shared instance
     }
     if not on_gpu:
+        return service
+    if vulkan is not None:
+        # Vulkan sees the GPUs by their render nodes: only this slot's, and the groups
+        # owning them; no /dev/kfd, no ROCm variables
+        service["image"] = "${OLLAMA_IMAGE_VULKAN:?set OLLAMA_IMAGE_VULKAN in .env}"
+        service["build"] = {
+            "context": f"../02-compute/{VULKAN_BUILD}",  # resolved from 03-agents/
+            "args": {"OLLAMA_BASE": vulkan.base},
+        }
+        service["devices"] = [g.render_node or f"/dev/dri/renderD{128 + g.index}" for g in gpus]
+        gids = amd_group_add(gid for g in gpus for gid in g.gids)
+        if gids:
+            service["group_add"] = gids
+        env.update(vulkan.env)
         return service
     if profile == "gpu-amd":
         service["image"] = "${OLLAMA_IMAGE_ROCM:?set OLLAMA_IMAGE_ROCM in .env}"
@@ -450,22 +559,37 @@ def amd_host_env(gids: Iterable[int]) -> dict[str, str]:
     return {AMD_GIDS: ",".join(found)} if found else {}
 
 
-def amd_compute_overlay(gids: Iterable[int | str]) -> str:
-    """02-compute overlay for gpu-amd: each AMD service joins the groups owning the device
-    nodes it maps. Generated because their number (one or two) depends on the host."""
+def intel_host_env(gids: Iterable[int]) -> dict[str, str]:
+    """The GIDs owning the Intel render nodes, for host.env (``AIRIG_INTEL_GIDS=993``)."""
+    found = amd_group_add(gids)
+    return {INTEL_GIDS: ",".join(found)} if found else {}
+
+
+def amd_compute_overlay(
+    gids: Iterable[int | str], names: Sequence[str] = AMD_COMPUTE_SERVICES
+) -> str:
+    """02-compute overlay for gpu-amd (gpu-intel: ``names``): each GPU service joins the
+    groups owning the device nodes it maps. Generated because their number (one or two)
+    depends on the host."""
     group_add = amd_group_add(gids)
-    services = {name: {"group_add": group_add} for name in AMD_COMPUTE_SERVICES}
+    services = {name: {"group_add": group_add} for name in names}
     header = "# Generated by airig from the GIDs owning /dev/kfd and /dev/dri/renderD*.\n"
     return header + yaml.safe_dump({"services": services}, sort_keys=True)
 
 
 def add_amd_compute_overlay(
-    stacks: list[StackPlan], generated: dict[Path, str], path: Path, host_env: dict[str, str]
+    stacks: list[StackPlan],
+    generated: dict[Path, str],
+    path: Path,
+    host_env: dict[str, str],
+    key: str = AMD_GIDS,
+    names: Sequence[str] = AMD_COMPUTE_SERVICES,
 ) -> None:
-    """Generate ``path`` from host_env's AIRIG_AMD_GIDS and give it to 02-compute, right
-    after its compose.yaml: overlays after it (the CPU fallback) may still undo it."""
-    gids = [gid for gid in host_env.get(AMD_GIDS, "").split(",") if gid.strip()]
-    generated[path] = amd_compute_overlay(gids)
+    """Generate ``path`` from host_env's AIRIG_AMD_GIDS (``key``) for ``names`` and give it
+    to 02-compute, right after its compose.yaml: overlays after it (the CPU fallback) may
+    still undo it."""
+    gids = [gid for gid in host_env.get(key, "").split(",") if gid.strip()]
+    generated[path] = amd_compute_overlay(gids, names)
     for position, stack in enumerate(stacks):
         if stack.name == "02-compute":
             files = (*stack.files[:1], path, *stack.files[1:])

@@ -35,8 +35,8 @@ from airig.common.protocol import HOST_PATTERN
 from airig.common.protocol import rig_name as plain_rig_name
 from airig.launcher.envfile import read_env
 
-PROFILES = ("cpu", "gpu-nvidia", "gpu-amd")
-Profile = Literal["cpu", "gpu-nvidia", "gpu-amd"]
+PROFILES = ("cpu", "gpu-nvidia", "gpu-amd", "gpu-intel")
+Profile = Literal["cpu", "gpu-nvidia", "gpu-amd", "gpu-intel"]
 STACKS = ("01-infra", "02-compute", "03-agents")
 # Where a value came from, as `up` and `detect` say it.
 Source = Literal["flag", "environment", ".env", "default"]
@@ -58,6 +58,12 @@ PARSE_PROBLEM = {"int_parsing": "is not a whole number", "int_from_float": "is n
 KNOB_EXTRAS = ("problem", "fix", "empty_is_default", "in_env_example", "secret")
 PORT = {"ge": 1, "le": 65535, "problem": "is not a TCP port", "fix": "set {key} to 1-65535 in .env"}
 PICKED = "empty = the newest fitting variant of 02-compute/images.yaml"
+Backend = Literal["auto", "cuda", "rocm", "vulkan", "cpu"]
+BACKEND_HELP = (
+    "{service}'s backend: auto (picked to fit), cuda, rocm, vulkan or cpu; one the host "
+    "cannot serve stops `up`."
+)
+BACKEND_FIX = "set {key} to auto, cuda, rocm, vulkan or cpu"
 BRAIN_ADDRESS = "`http://<AIRIG_BIND_ADDRESS>:<BRAIN_PORT>`"
 
 
@@ -101,10 +107,16 @@ class Settings(BaseSettings):
     # ------------------------------------------------------------ general
     profile: Profile | None = knob(
         None, "AIRIG_PROFILE", "general",
-        "Hardware profile: empty = detect (NVIDIA > AMD > CPU); or cpu | gpu-nvidia | gpu-amd. "
-        "The --profile flag wins.",
+        "Hardware profile: empty = detect (NVIDIA > AMD > Intel > CPU); or cpu | gpu-nvidia | "
+        "gpu-amd | gpu-intel. The --profile flag wins.",
         problem="is an unknown profile",
         fix=f"use one of: {', '.join(PROFILES)}, or leave AIRIG_PROFILE empty to detect",
+    )  # fmt: skip
+    igpu: Literal["on", "off"] = knob(
+        "off", "AIRIG_IGPU", "general",
+        "on = integrated GPUs (AMD APU, Intel iGPU) do work too; their memory is the host's, "
+        "so off by default.",
+        problem="is not on or off", fix="set {key} to on or off",
     )  # fmt: skip
     gpu_probe_timeout: float = knob(
         120.0, "AIRIG_GPU_PROBE_TIMEOUT", "general",
@@ -153,6 +165,22 @@ class Settings(BaseSettings):
     ollama_image_rocm: str = knob(
         "", "OLLAMA_IMAGE_ROCM", "02-compute", f"Ollama's image for AMD (-rocm); {PICKED}."
     )
+    ollama_image_vulkan: str = knob(
+        "", "OLLAMA_IMAGE_VULKAN", "02-compute",
+        f"Ollama's Vulkan image (AMD cards ROCm dropped), built by the kit; {PICKED}.",
+    )  # fmt: skip
+    ollama_backend: Backend = knob(
+        "auto", "OLLAMA_BACKEND", "02-compute", BACKEND_HELP.format(service="Ollama"),
+        problem="is not a backend", fix=BACKEND_FIX,
+    )  # fmt: skip
+    comfyui_backend: Backend = knob(
+        "auto", "COMFYUI_BACKEND", "02-compute", BACKEND_HELP.format(service="ComfyUI"),
+        problem="is not a backend", fix=BACKEND_FIX,
+    )  # fmt: skip
+    whisper_backend: Backend = knob(
+        "auto", "WHISPER_BACKEND", "02-compute", BACKEND_HELP.format(service="Whisper"),
+        problem="is not a backend", fix=BACKEND_FIX,
+    )  # fmt: skip
     comfyui_image_cpu: str = knob(
         "", "COMFYUI_IMAGE_CPU", "02-compute", f"ComfyUI's CPU image; {PICKED}."
     )
@@ -161,6 +189,9 @@ class Settings(BaseSettings):
     )
     comfyui_image_amd: str = knob(
         "", "COMFYUI_IMAGE_AMD", "02-compute", f"ComfyUI's AMD image; {PICKED}."
+    )
+    comfyui_image_intel: str = knob(
+        "", "COMFYUI_IMAGE_INTEL", "02-compute", f"ComfyUI's Intel image (xpu); {PICKED}."
     )
     comfyui_cli_args: str = knob(
         "", "COMFYUI_CLI_ARGS", "02-compute",

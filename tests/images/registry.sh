@@ -91,6 +91,9 @@ push() {
   local addr ref target
   addr="$(start)"
   for ref in $(sed -n 's/^[[:space:]-]*image:[[:space:]]*//p' "$root/02-compute/images.yaml" | sort -u); do
+    case "$ref" in
+      airig/*) continue ;;  # built by the kit on its `base:`, which is pushed by its own name
+    esac
     target="$addr/$(path_of "$ref")"
     docker tag "$(standin_of "$ref")" "$target"
     docker push -q "$target" >/dev/null

@@ -15,10 +15,10 @@ from unit.hardware_fakes import FakeHost
 
 from airig.launcher.hardware import detect
 from airig.launcher.hardware.choice import detected_env, gpu_slots
-from airig.launcher.plan import GpuSlot, amd_host_env, build_plan
+from airig.launcher.plan import GpuSlot, amd_host_env, build_plan, intel_host_env
 from airig.launcher.settings import load_settings
 
-PROFILES = ["cpu", "gpu-nvidia", "gpu-amd"]
+PROFILES = ["cpu", "gpu-nvidia", "gpu-amd", "gpu-intel"]
 
 
 def compose_available() -> bool:
@@ -74,7 +74,8 @@ def test_every_stack_validates(kit, profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_compute_variants_per_profile(kit, profile):
-    plan = build_plan(load_settings(kit), profile, [], amd_host_env([993]))
+    detected = intel_host_env([993]) if profile == "gpu-intel" else amd_host_env([993])
+    plan = build_plan(load_settings(kit), profile, [], detected)
     for path, text in plan.generated.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -93,6 +94,12 @@ def test_compute_variants_per_profile(kit, profile):
         assert ollama["image"].endswith("-rocm")
         assert ollama["group_add"] == ["993"]  # the detected GID, from the generated overlay
         assert svcs["whisper-gpu-amd"]["image"].endswith("-cpu")  # no ROCm speaches
+    elif profile == "gpu-intel":  # the render nodes alone; Ollama's Vulkan runner
+        assert [d["source"] for d in ollama["devices"]] == ["/dev/dri"]
+        assert ollama["environment"]["OLLAMA_VULKAN"] == "1"
+        assert ollama["group_add"] == ["993"]
+        assert svcs["comfyui-gpu-intel"]["image"].endswith(":xpu")
+        assert svcs["whisper-gpu-intel"]["image"].endswith("-cpu")  # no Intel speaches
     else:
         assert "deploy" not in ollama and "devices" not in ollama
     # models-ready waits on every init, every init on its server

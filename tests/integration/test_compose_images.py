@@ -67,6 +67,18 @@ def test_the_seed_rig_runs_a_comfyui_built_for_pascal_on_its_gpus(kit):
     assert comfy["environment"]["CLI_ARGS"].split() == ["--lowvram"]
 
 
+def test_whisper_on_blackwell_runs_float16_and_elsewhere_speaches_default(kit):
+    """CTranslate2 4.5.0 refuses int8 on compute capability 12.x (images.yaml env_rules)."""
+    rtx5090 = GpuInfo("nvidia", "NVIDIA GeForce RTX 5090", "discrete", index=0,
+                      compute_capability="12.0", driver_version="570.124.06")  # fmt: skip
+    whisper = compose_model(kit, "gpu-nvidia", [rtx5090])["whisper-gpu-nvidia"]
+    assert whisper["environment"]["WHISPER__COMPUTE_TYPE"] == "float16"
+    assert whisper["image"].endswith(":0.8.3-cuda-12.6.3")
+    seed = compose_model(kit, "gpu-nvidia", [pascal(0)])["whisper-gpu-nvidia"]
+    assert seed["environment"]["WHISPER__COMPUTE_TYPE"] == "default"
+    assert seed["image"].endswith(":0.8.3-cuda-12.4.1")
+
+
 def test_a_service_no_image_fits_runs_its_cpu_image_without_the_gpu(kit):
     kepler = GpuInfo("nvidia", "Tesla K80", "discrete", index=0, compute_capability="3.7",
                      driver_version="470.256.02")  # fmt: skip

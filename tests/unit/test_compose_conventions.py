@@ -96,7 +96,8 @@ def test_variants_share_the_alias():
     compute = services("02-compute")
     for base in ("ollama", "comfyui", "whisper"):
         variants = [n for n in compute if n.startswith(base + "-") and not n.endswith("init")]
-        assert sorted(v.split("-", 1)[1] for v in variants) == ["cpu", "gpu-amd", "gpu-nvidia"]
+        profiles = ["cpu", "gpu-amd", "gpu-intel", "gpu-nvidia"]
+        assert sorted(v.split("-", 1)[1] for v in variants) == profiles
         for v in variants:
             assert compute[v]["networks"]["ai"]["aliases"] == [base]
             assert compute[v]["profiles"] == [v.split("-", 1)[1]]

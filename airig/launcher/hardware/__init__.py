@@ -27,6 +27,7 @@ from airig.launcher.hardware.docker_gpu import (
     probe,
     query_docker,
 )
+from airig.launcher.hardware.intel import scan_intel
 from airig.launcher.hardware.merge import merge_gpus
 from airig.launcher.hardware.nvidia import NvmlResult, load_nvml, query_nvml
 from airig.launcher.hardware.pci import PciDisplayDevice, scan_pci
@@ -93,6 +94,7 @@ def detect(
         docker=docker_support,
         probes=probes,
         reasons=tuple(host_notes(pci, amd_host, gpus, nvml_result)),
+        intel=scan_intel(gpus, Path(dev_root)),
     )
 
 
@@ -188,11 +190,6 @@ def host_notes(
         f"ignored {device.vendor_name} display at {device.address}: not a compute GPU"
         for device in pci
         if device.vendor == "other"
-    ]
-    notes += [
-        f"Intel {gpu.kind} GPU at {gpu.pci_address}: airig has no Intel profile"
-        for gpu in gpus
-        if gpu.vendor == "intel"
     ]
     if amd_host.smi_note and any(gpu.vendor == "amd" for gpu in gpus):
         notes.append(amd_host.smi_note)

@@ -14,11 +14,12 @@ from airig.launcher.docker import Docker
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware import HardwareReport, detect, kfd_visible, nvml_visible
 from airig.launcher.hardware.decide import decide_profile
+from airig.launcher.hardware.intel import intel_usable
 from airig.launcher.images import ImageSelection, choose_images, load_catalog, pins_from
-from airig.launcher.plan import GpuSlot, amd_host_env
+from airig.launcher.plan import GpuSlot, amd_host_env, intel_host_env
 from airig.launcher.settings import Settings
 
-VENDOR_OF = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
+VENDOR_OF = {"gpu-nvidia": "nvidia", "gpu-amd": "amd", "gpu-intel": "intel"}
 SOURCE_LABEL = {"flag": "--profile flag", "env": "AIRIG_PROFILE", "detected": "detection"}
 
 
@@ -71,7 +72,7 @@ def choose_profile(
     env_value = value if source in (".env", "environment") else None
     refusal: HardwareError | None = None
     try:
-        decision = decide_profile(report, flag=flag, env_value=env_value)
+        decision = decide_profile(report, flag=flag, env_value=env_value, igpu=igpu_on(settings))
         profile, reasons, fix = decision.profile, list(decision.reasons), decision.fix
         label = SOURCE_LABEL[decision.source]
     except HardwareError as exc:
@@ -82,7 +83,7 @@ def choose_profile(
         label = SOURCE_LABEL["flag" if flag else "env"]
     if label == "AIRIG_PROFILE":
         label = f"AIRIG_PROFILE in {source}"
-    gpus = gpu_slots(report, profile)
+    gpus = gpu_slots(report, profile, igpu_on(settings))
     host_env = detected_env(report, profile)
     images = select_images(settings, report, profile)
     return Choice(profile, label, reasons, fix, gpus, report, host_env, refusal, images)
@@ -94,39 +95,63 @@ def select_images(settings: Settings, report: HardwareReport, profile: str) -> I
     return choose_images(
         load_catalog(settings.root),
         profile,
-        profile_gpus(report, profile),
+        profile_gpus(report, profile, igpu_on(settings)),
         pins_from(settings.value_of),
         settings.hsa_override_gfx_version.strip(),
         settings.image_registry,
+        backends_from(settings),
     )
 
 
-def profile_gpus(report: HardwareReport, profile: str) -> list[GpuInfo]:
-    """The discrete GPUs of the profile's vendor that its containers can use."""
+def backends_from(settings: Settings) -> dict[str, str]:
+    """OLLAMA_BACKEND, COMFYUI_BACKEND, WHISPER_BACKEND: per service the .env override."""
+    return {
+        "ollama": settings.ollama_backend,
+        "comfyui": settings.comfyui_backend,
+        "whisper": settings.whisper_backend,
+    }
+
+
+def igpu_on(settings: Settings) -> bool:
+    """AIRIG_IGPU=on: integrated GPUs (memory shared with the host) may do work."""
+    return settings.igpu == "on"
+
+
+def profile_gpus(report: HardwareReport, profile: str, igpu: bool = False) -> list[GpuInfo]:
+    """The GPUs of the profile's vendor that its containers can use: discrete ones, and
+    integrated ones when the user allows it (``igpu``)."""
     vendor = VENDOR_OF.get(profile)
     return [
         g
         for g in report.gpus
-        if g.vendor == vendor and g.kind != "integrated" and nvml_visible(g) and kfd_visible(g)
+        if g.vendor == vendor
+        and (g.kind != "integrated" or igpu)
+        and nvml_visible(g)
+        and kfd_visible(g)
+        and (vendor != "intel" or intel_usable(g, report.intel))
     ]
 
 
 def detected_env(report: HardwareReport, profile: str) -> dict[str, str]:
     """Detected values for host.env: on gpu-amd the GIDs owning /dev/kfd and the render
-    nodes, each once (they are one `render` group on most hosts)."""
+    nodes, each once (they are one `render` group on most hosts); on gpu-intel those
+    owning the Intel render nodes."""
+    if profile == "gpu-intel":
+        return intel_host_env(report.intel.gids)
     return amd_host_env(report.amd.gids) if profile == "gpu-amd" else {}
 
 
-def gpu_slots(report: HardwareReport, profile: str) -> list[GpuSlot]:
+def gpu_slots(report: HardwareReport, profile: str, igpu: bool = False) -> list[GpuSlot]:
     """The discrete GPUs of the profile's vendor, one worker each. An NVIDIA card NVML does
     not see gets none: its worker would be pinned to a CUDA index that does not exist (the
     report's reasons say it was skipped, and why)."""
-    chosen = profile_gpus(report, profile)
+    chosen = profile_gpus(report, profile, igpu)
     slots = []
     for position, gpu in enumerate(chosen):
         index = gpu.index if gpu.index is not None else position
         # KFD names the node ("renderD128"); compose maps a device path.
         node = f"/dev/dri/{gpu.render_node}" if gpu.render_node else ""
-        gids = report.amd.gids if gpu.vendor == "amd" else ()  # its container's group_add
+        # its container's group_add
+        gids = {"amd": report.amd.gids, "intel": report.intel.gids}.get(gpu.vendor, ())
         slots.append(GpuSlot(index, gpu.name, gpu.vram_total_bytes or 0, node, gids))
     return slots

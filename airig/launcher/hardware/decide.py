@@ -7,7 +7,9 @@ Each vendor first gets a verdict from the report's facts:
   image, Docker unreachable, only an AMD APU). Not picked by detection; allowed when forced;
 - unusable: something is known to be wrong; the verdict carries the fix;
 - absent: no such GPU.
-Detection picks NVIDIA, then AMD, then CPU. A forced GPU profile that is unusable or
+Detection picks NVIDIA, then AMD, then Intel, then CPU. Integrated GPUs (an AMD APU, an
+Intel iGPU) share the host's memory: they count only when the user allows it
+(``AIRIG_IGPU=on``), and the reasons say so. A forced GPU profile that is unusable or
 absent raises ``HardwareError`` with the fix instead of silently running on the CPU.
 """
 
@@ -19,10 +21,17 @@ from airig.common.errors import ConfigError, HardwareError
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware.amd import hsa_override_for
 from airig.launcher.hardware.docker_gpu import NVIDIA_DRIVER_ERROR, PROBE_TIMED_OUT
+from airig.launcher.hardware.intel import INTEL_DRIVERS, intel_usable
 from airig.launcher.hardware.report import HardwareReport, nvml_visible
 
-PROFILES = ("cpu", "gpu-nvidia", "gpu-amd")
-PROFILE_VENDOR = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
+PROFILES = ("cpu", "gpu-nvidia", "gpu-amd", "gpu-intel")
+PROFILE_VENDOR = {"gpu-nvidia": "nvidia", "gpu-amd": "amd", "gpu-intel": "intel"}
+IGPU_OFF = "its memory is the host's: set AIRIG_IGPU=on in .env to use it"
+INTEL_FIX = (
+    "Load the Intel GPU driver (`sudo modprobe xe` or `i915`; most desktop kernels have it), "
+    "add your user to the render group (`sudo usermod -aG render $USER`), then check "
+    "`ls -l /dev/dri`."
+)
 SOURCE_LABELS = {"flag": "--profile", "env": "AIRIG_PROFILE in .env"}
 
 TOOLKIT_FIX = (
@@ -86,18 +95,26 @@ def validate_profile(value: str, source: str) -> str:
 
 
 def decide_profile(
-    report: HardwareReport, flag: str | None = None, env_value: str | None = None
+    report: HardwareReport,
+    flag: str | None = None,
+    env_value: str | None = None,
+    igpu: bool = False,
 ) -> ProfileDecision:
-    """flag > .env > detected. Raises ConfigError (bad name) or HardwareError (forced, unusable)."""
-    verdicts = assess(report)
+    """flag > .env > detected. Raises ConfigError (bad name) or HardwareError (forced, unusable).
+    ``igpu``: AIRIG_IGPU=on, integrated GPUs may work."""
+    verdicts = assess(report, igpu)
     for value, source in ((flag, "flag"), (env_value, "env")):
         if value is not None and value.strip():
             return forced(validate_profile(value, source), source, verdicts, report)
     return detected(verdicts, report)
 
 
-def assess(report: HardwareReport) -> dict[str, VendorVerdict]:
-    return {"nvidia": assess_nvidia(report), "amd": assess_amd(report)}
+def assess(report: HardwareReport, igpu: bool = False) -> dict[str, VendorVerdict]:
+    return {
+        "nvidia": assess_nvidia(report),
+        "amd": assess_amd(report, igpu),
+        "intel": assess_intel(report, igpu),
+    }
 
 
 def forced(
@@ -122,12 +139,16 @@ def forced(
 
 
 def detected(verdicts: dict[str, VendorVerdict], report: HardwareReport) -> ProfileDecision:
-    """NVIDIA > AMD > CPU; the reasons of every GPU vendor present are kept."""
-    order = [("gpu-nvidia", verdicts["nvidia"]), ("gpu-amd", verdicts["amd"])]
+    """NVIDIA > AMD > Intel > CPU; the reasons of every GPU vendor present are kept."""
+    order = [
+        ("gpu-nvidia", verdicts["nvidia"]),
+        ("gpu-amd", verdicts["amd"]),
+        ("gpu-intel", verdicts["intel"]),
+    ]
     chosen = next((p for p, v in order if v.status == "usable"), "cpu")
     reasons = [reason for _, verdict in order for reason in verdict.reasons]
     if chosen == "cpu" and all(v.status == "absent" for _, v in order):
-        reasons.insert(0, "no NVIDIA or AMD GPU found")
+        reasons.insert(0, "no NVIDIA, AMD or Intel GPU found")
     fix = None
     if chosen == "cpu":
         fixes = [v.fix for _, v in order if v.fix and v.fix_helps_detection]
@@ -168,7 +189,7 @@ def docker_verdict(vendor: str, host: str, report: HardwareReport) -> VendorVerd
     if not report.docker.reachable:
         reason = f"{host}; GPU access from containers not verified: Docker not reachable"
         return VendorVerdict(vendor, "unverified", (reason,), DOCKER_FIX)
-    if vendor == "amd":  # plain device mapping, no runtime needed
+    if vendor in ("amd", "intel"):  # plain device mapping, no runtime needed
         return VendorVerdict(
             vendor, "usable", (f"{host}; devices present (not probed: {probe.detail})",)
         )
@@ -195,13 +216,15 @@ def probe_fix(vendor: str, detail: str) -> str:
     )
 
 
-def assess_amd(report: HardwareReport) -> VendorVerdict:
+def assess_amd(report: HardwareReport, igpu: bool = False) -> VendorVerdict:
     gpus = report.gpus_of("amd")
     amd = report.amd
     if not gpus and not amd.kfd_present:
         return VendorVerdict("amd", "absent")
     found = f"AMD GPU found ({describe(gpus) or 'via /dev/kfd'})"
-    if gpus and all(gpu.kind == "integrated" for gpu in gpus):
+    if gpus and all(gpu.kind == "integrated" for gpu in gpus) and igpu:
+        found += ": integrated (APU), used: AIRIG_IGPU=on"
+    elif gpus and all(gpu.kind == "integrated" for gpu in gpus):
         reason = f"{found}: integrated only (APU), not picked (ROCm support is limited)"
         if amd.kfd_present and amd.render_nodes:
             return VendorVerdict("amd", "unverified", (reason,), None)
@@ -218,6 +241,39 @@ def assess_amd(report: HardwareReport) -> VendorVerdict:
         report,
     )
     return VendorVerdict("amd", verdict.status, verdict.reasons + override_notes(gpus), verdict.fix)
+
+
+def assess_intel(report: HardwareReport, igpu: bool = False) -> VendorVerdict:
+    """Intel GPUs: bound to i915/xe with a render node in /dev/dri; integrated ones only
+    with AIRIG_IGPU=on. No probe: a plain device mapping, like AMD's."""
+    gpus = report.gpus_of("intel")
+    if not gpus:
+        return VendorVerdict("intel", "absent")
+    found = f"Intel GPU found ({describe(gpus)})"
+    ready = [gpu for gpu in gpus if intel_usable(gpu, report.intel)]
+    wanted = [gpu for gpu in ready if gpu.kind != "integrated" or igpu]
+    notes = tuple(
+        f"Intel integrated GPU at {gpu.pci_address} not used: {IGPU_OFF}"
+        for gpu in ready
+        if gpu not in wanted
+    )
+    if not ready:
+        bound = kernel_drivers(gpus)
+        reason = (
+            f"{found} but none is bound to {' or '.join(INTEL_DRIVERS)} with a render node "
+            f"in /dev/dri{bound}"
+        )
+        discrete = any(g.kind != "integrated" for g in gpus)
+        return VendorVerdict("intel", "unusable", (reason,), INTEL_FIX, discrete)
+    if not wanted:  # forced, it is refused with the opt-in as its fix
+        return VendorVerdict("intel", "unusable", notes, "Set AIRIG_IGPU=on in .env.",
+                             fix_helps_detection=False)  # fmt: skip
+    kinds = ", ".join(sorted({f"{g.kernel_driver} {g.render_node}" for g in wanted}))
+    host = f"{found}, {kinds}, GIDs {list(report.intel.gids)}"
+    if any(gpu.kind == "integrated" for gpu in wanted):
+        host += " (integrated used: AIRIG_IGPU=on)"
+    verdict = docker_verdict("intel", host, report)
+    return VendorVerdict("intel", verdict.status, verdict.reasons + notes, verdict.fix)
 
 
 def override_notes(gpus: list[GpuInfo]) -> tuple[str, ...]:

@@ -33,8 +33,9 @@ def merge_gpus(
         elif device.vendor == "amd":
             name = amd_host.smi_names.get(device.address) or pci_name(device, pci_ids)
             gpus.append(amd_gpu(device, nodes_by_address.get(device.address), name))
-        elif device.vendor == "intel":
-            gpus.append(pci_gpu(device, pci_name(device, pci_ids)))
+        elif device.vendor == "intel":  # its render node from sysfs (no KFD for Intel)
+            gpu = pci_gpu(device, pci_name(device, pci_ids))
+            gpus.append(replace(gpu, render_node=device.render_node))
     on_pci = {device.address for device in pci}
     for nvml_gpu in nvml_result.gpus:
         if nvml_gpu.pci_address not in on_pci:

@@ -56,6 +56,8 @@ class PciDisplayDevice:
     # the board maker's ids (a Sapphire RX 7900 XTX: 0x1da2 / 0x471e), for pci.ids names
     subsystem_vendor_id: int | None = None
     subsystem_device_id: int | None = None
+    # its DRM render node ("renderD129", sysfs drm/), when its kernel driver made one
+    render_node: str | None = None
 
     @property
     def vendor_name(self) -> str:
@@ -79,6 +81,7 @@ class PciDisplayDevice:
             "vram_used_bytes": self.vram_used_bytes,
             "subsystem_vendor_id": hex4(self.subsystem_vendor_id),
             "subsystem_device_id": hex4(self.subsystem_device_id),
+            "render_node": self.render_node,
         }
 
 
@@ -120,7 +123,15 @@ def read_display_device(device_dir: Path) -> PciDisplayDevice | None:
         vram_used_bytes=read_int(device_dir / "mem_info_vram_used"),
         subsystem_vendor_id=read_hex(device_dir / "subsystem_vendor"),
         subsystem_device_id=read_hex(device_dir / "subsystem_device"),
+        render_node=render_node_of(device_dir),
     )
+
+
+def render_node_of(device_dir: Path) -> str | None:
+    """The device's DRM render node: the ``renderD*`` entry of its sysfs ``drm/`` folder
+    (the kernel's drm_sysfs: one per device its driver registered; none without a driver)."""
+    nodes = sorted(p.name for p in (device_dir / "drm").glob("renderD*"))
+    return nodes[0] if nodes else None
 
 
 def classify(vendor: str, address: str, vram_total: int | None) -> tuple[str, str]:

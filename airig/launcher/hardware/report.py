@@ -9,6 +9,7 @@ from typing import Any
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware.amd import AmdHost
 from airig.launcher.hardware.docker_gpu import DockerGpuSupport, ProbeResult
+from airig.launcher.hardware.intel import IntelHost
 from airig.launcher.hardware.nvidia import NvmlResult
 from airig.launcher.hardware.pci import PciDisplayDevice
 
@@ -37,6 +38,7 @@ class HardwareReport:
     docker: DockerGpuSupport = field(default_factory=lambda: DockerGpuSupport(reachable=False))
     probes: dict[str, ProbeResult] = field(default_factory=dict)  # vendor -> probe
     reasons: tuple[str, ...] = ()  # notes gathered while detecting
+    intel: IntelHost = field(default_factory=IntelHost)
 
     def gpus_of(self, vendor: str) -> list[GpuInfo]:
         return [gpu for gpu in self.gpus if gpu.vendor == vendor]
@@ -53,4 +55,5 @@ class HardwareReport:
             "docker": self.docker.to_dict(),
             "probes": {vendor: probe.to_dict() for vendor, probe in self.probes.items()},
             "reasons": list(self.reasons),
+            "intel": self.intel.to_dict(),
         }

@@ -25,13 +25,36 @@ VARIABLE = {
     ("ollama", "cpu"): "OLLAMA_IMAGE",
     ("ollama", "nvidia"): "OLLAMA_IMAGE",
     ("ollama", "amd"): "OLLAMA_IMAGE_ROCM",
+    ("ollama", "vulkan"): "OLLAMA_IMAGE_VULKAN",
     ("comfyui", "cpu"): "COMFYUI_IMAGE_CPU",
     ("comfyui", "nvidia"): "COMFYUI_IMAGE_NVIDIA",
     ("comfyui", "amd"): "COMFYUI_IMAGE_AMD",
+    ("comfyui", "intel"): "COMFYUI_IMAGE_INTEL",
     ("whisper", "cpu"): "WHISPER_IMAGE_CPU",
     ("whisper", "nvidia"): "WHISPER_IMAGE_CUDA",
 }
-VENDOR_OF_PROFILE = {"gpu-nvidia": "nvidia", "gpu-amd": "amd"}
+VENDOR_OF_PROFILE = {"gpu-nvidia": "nvidia", "gpu-amd": "amd", "gpu-intel": "intel"}
+# The GPU lists of each service: per vendor, and Vulkan (any vendor Mesa drives)
+GPU_LISTS = ("nvidia", "amd", "intel", "vulkan")
+# What each list's images run on (the .env override names the first four: OLLAMA_BACKEND=…)
+BACKEND_OF = {"nvidia": "cuda", "amd": "rocm", "vulkan": "vulkan", "intel": "xpu"}
+BACKENDS = ("auto", "cuda", "rocm", "vulkan", "cpu")
+
+
+@dataclass(frozen=True)
+class EnvRule:
+    """Settings a variant needs on some GPUs (``capabilities`` as ``archs``: "12.0" is any
+    12.x): speaches' CTranslate2 4.5.0 refuses int8 on compute capability 12.x, so Whisper
+    runs float16 there. ``env`` goes to host.env; ``why`` is said by `detect`."""
+
+    capabilities: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    why: str
+    source: str = ""
+
+    def applies(self, gpu: GpuInfo) -> bool:
+        capability = gpu.compute_capability
+        return bool(capability) and capability_fits(capability or "", self.capabilities, None)
 
 
 @dataclass(frozen=True)
@@ -47,7 +70,26 @@ class Variant:
     args: str = ""  # flags the variant needs (the CPU ComfyUI needs --cpu)
     # AMD targets upstream advises this tag for: chosen for them before the list's order
     advised_for: tuple[str, ...] = ()
+    # the lowest compute capability the variant serves (Ollama 0.30: CC 5.0-6.2 need a
+    # newer driver than 7.0+, so one tag is two entries with two floors)
+    min_capability: str | None = None
+    archived: bool = False  # upstream stopped rebuilding the tag: taken after maintained ones
+    env_rules: tuple[EnvRule, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # settings the variant always needs (OLLAMA_VULKAN=1)
+    kinds: tuple[str, ...] = ()  # GPU kinds upstream lists it for (xpu: discrete); () = any
+    base: str = ""  # a kit-built image: the upstream image it is built on
+    build: str = ""  # ... and its build context, relative to 02-compute/
     source: str = ""
+
+    def env_for(self, gpus: list[GpuInfo]) -> tuple[dict[str, str], list[str]]:
+        """The settings this variant needs on ``gpus``, and why (one phrase per rule)."""
+        env: dict[str, str] = {}
+        why: list[str] = []
+        for rule in self.env_rules:
+            if any(rule.applies(gpu) for gpu in gpus):
+                env.update(rule.env)
+                why.append(rule.why)
+        return env, why
 
     def needs(self) -> str:
         """What this variant needs, in words, for a refusal or a warning."""
@@ -55,6 +97,8 @@ class Variant:
         if self.min_driver:
             branches = "".join(f" or {branch_words(b)}" for b in self.driver_branches)
             parts.append(f"driver ≥ {self.min_driver}{branches}")
+        if self.min_capability:
+            parts.append(f"compute capability ≥ {self.min_capability}")
         if self.archs:
             ptx = f" (PTX {self.ptx}+)" if self.ptx else ""
             parts.append(f"compute capability {', '.join(self.archs)}{ptx}")
@@ -99,7 +143,7 @@ def parse_catalog(data: dict[str, Any]) -> Catalog:
     cpu: dict[str, Variant] = {}
     for service in SERVICES:
         entry = data[service]
-        for vendor in ("nvidia", "amd"):
+        for vendor in GPU_LISTS:
             gpu[(service, vendor)] = tuple(_variant(v) for v in entry.get(vendor) or ())
         cpu[service] = _variant(entry["cpu"])
     return Catalog(gpu, cpu)
@@ -118,6 +162,25 @@ def _variant(raw: dict[str, Any]) -> Variant:
         gfx=tuple(str(g) for g in raw.get("gfx") or ()),
         args=str(raw.get("args") or ""),
         advised_for=tuple(str(g) for g in raw.get("advised_for") or ()),
+        min_capability=str(raw["min_capability"]) if raw.get("min_capability") else None,
+        archived=bool(raw.get("archived", False)),
+        env_rules=tuple(_env_rule(r) for r in raw.get("env_rules") or ()),
+        env=tuple((str(k), str(v)) for k, v in (raw.get("env") or {}).items()),
+        base=str(raw.get("base") or ""),
+        build=str(raw.get("build") or ""),
+        kinds=tuple(str(k) for k in raw.get("kinds") or ()),
+        source=str(raw.get("source") or ""),
+    )
+
+
+def _env_rule(raw: dict[str, Any]) -> EnvRule:
+    env = raw["env"]
+    if not isinstance(env, dict) or not env or not raw.get("why"):
+        raise ValueError(f"an env rule needs env and why: {raw!r}")
+    return EnvRule(
+        capabilities=tuple(str(c) for c in raw["capabilities"]),
+        env=tuple((str(k), str(v)) for k, v in env.items()),
+        why=str(raw["why"]),
         source=str(raw.get("source") or ""),
     )
 
@@ -193,6 +256,12 @@ def misfit(variant: Variant, gpu: GpuInfo, hsa_override: str = "") -> str | None
             reasons.append(f"needs driver ≥ {variant.min_driver}{branches}")
         if (
             capability
+            and variant.min_capability
+            and version_tuple(capability) < version_tuple(variant.min_capability)
+        ):
+            reasons.append(f"serves compute capability ≥ {variant.min_capability} only")
+        if (
+            capability
             and (variant.archs or variant.ptx)
             and not capability_fits(capability, variant.archs, variant.ptx)
         ):
@@ -202,6 +271,8 @@ def misfit(variant: Variant, gpu: GpuInfo, hsa_override: str = "") -> str | None
         target = target_of(gpu, hsa_override)
         if target and target not in variant.gfx:
             return f"has no kernels for {target}"
+    if variant.kinds and gpu.kind not in variant.kinds:
+        return f"is listed upstream for {' or '.join(variant.kinds)} GPUs, not {gpu.kind} ones"
     return None
 
 
@@ -209,6 +280,8 @@ def describe(gpu: GpuInfo) -> str:
     where = f"GPU {gpu.index}" if gpu.index is not None else f"GPU {gpu.pci_address or '?'}"
     if gpu.vendor == "amd":
         return f"{where} {gpu.name} ({gpu.gfx_target or 'gfx target unknown'})"
+    if gpu.vendor == "intel":
+        return f"{where} {gpu.name} ({gpu.kind}, {gpu.kernel_driver or 'no driver'})"
     facts = [
         f"compute capability {gpu.compute_capability or '?'}",
         f"driver {gpu.driver_version or '?'}",

@@ -6,7 +6,15 @@ Rules, in order:
   catalogue does not know is kept, with a note that its fit was not checked.
 - Otherwise a variant upstream advises for every GPU's gfx target (``advised_for``: yanwk
   advises ``rocm6`` for RDNA2), when it fits; else the first (newest) variant of the
-  service's vendor list that fits every GPU.
+  service's vendor list that fits every GPU, a tag upstream archived (no more rebuilds)
+  only after every maintained one.
+- The chosen variant's ``env_rules`` that apply to a GPU add settings (Whisper's compute
+  type on compute capability 12.x), said in ``why``.
+- An AMD card no ROCm variant fits runs Ollama's Vulkan variant (``vulkan`` list: the plain
+  image's Vulkan runner, ollama#17010) before the CPU.
+- ``<SERVICE>_BACKEND`` in .env (auto, cuda, rocm, vulkan, cpu) forces a backend: cpu is
+  always served; another the host cannot serve (no such GPU, no image of that backend
+  fits) is a refusal (``✘``), never a silent CPU.
 - When none fits, the service runs its CPU variant, with one warning line naming the GPU,
   its compute capability or gfx target, its driver, and the fix. The other services still
   use the GPUs.
@@ -23,6 +31,7 @@ from typing import Any
 from airig.common.errors import ConfigError, HardwareError
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.images.catalog import (
+    BACKEND_OF,
     CATALOG_FILE,
     LABEL,
     SERVICES,
@@ -49,6 +58,9 @@ class ImageChoice:
     args: str = ""  # variant flags (ComfyUI's --cpu); the user's own flags are added
     warning: str | None = None  # the one line said when a GPU service falls back to CPU
     refusal: HardwareError | None = None  # a pin that cannot run here
+    # settings the variant needs on these GPUs (host.env): WHISPER_COMPUTE_TYPE=float16
+    env: dict[str, str] = field(default_factory=dict)
+    backend: str = "cpu"  # cuda | rocm | vulkan | cpu (a pin the catalogue lacks: its list's)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +71,8 @@ class ImageChoice:
             "why": self.why,
             "warning": self.warning,
             "refused": self.refusal.message if self.refusal else None,
+            "env": dict(self.env),
+            "backend": self.backend,
         }
 
 
@@ -78,6 +92,11 @@ class ImageSelection:
         return [c.refusal for c in self.choices if c.refusal is not None]
 
     @property
+    def service_env(self) -> dict[str, str]:
+        """Settings the chosen variants need (host.env), besides the image variables."""
+        return {key: value for c in self.choices for key, value in c.env.items()}
+
+    @property
     def on_cpu(self) -> list[ImageChoice]:
         """Services of a GPU profile that run their CPU variant."""
         return [c for c in self.choices if not c.on_gpu and self.profile != "cpu"]
@@ -90,13 +109,16 @@ def choose_images(
     pins: dict[str, str],
     hsa_override: str = "",
     registry: str = "",
+    backends: dict[str, str] | None = None,
 ) -> ImageSelection:
     """``gpus``: the GPUs the profile's services use (every usable card of its vendor).
     ``pins``: non-empty image variables from flag / environment / .env. ``registry``:
-    AIRIG_IMAGE_REGISTRY, applied last, so fit and pins are judged on upstream names."""
+    AIRIG_IMAGE_REGISTRY, applied last, so fit and pins are judged on upstream names.
+    ``backends``: per service the .env override (auto, cuda, rocm, vulkan, cpu)."""
     vendor = VENDOR_OF_PROFILE.get(profile)
     choices = tuple(
-        _choose(catalog, service, vendor, gpus, pins, hsa_override) for service in SERVICES
+        _forced(catalog, service, vendor, gpus, pins, hsa_override, (backends or {}).get(service))
+        for service in SERVICES
     )
     env = _defaults(catalog, pins)
     for choice in choices:
@@ -126,6 +148,56 @@ def _defaults(catalog: Catalog, pins: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def backend_variable(service: str) -> str:
+    """The .env override of ``service``'s backend: OLLAMA_BACKEND …"""
+    return f"{service.upper()}_BACKEND"
+
+
+def _forced(
+    catalog: Catalog,
+    service: str,
+    vendor: str | None,
+    gpus: list[GpuInfo],
+    pins: dict[str, str],
+    hsa_override: str,
+    wanted: str | None,
+) -> ImageChoice:
+    """The choice with ``<SERVICE>_BACKEND`` applied: auto chooses; cpu is the CPU image;
+    cuda/rocm/vulkan take that list only, and refuse when the host cannot serve it."""
+    wanted = (wanted or "auto").strip().lower()
+    knob = backend_variable(service)
+    if wanted == "auto":
+        return _choose(catalog, service, vendor, gpus, pins, hsa_override)
+    if wanted == "cpu":
+        return _cpu_choice(catalog, service, pins, f"{knob}=cpu in .env")
+    lists = [v for v, backend in BACKEND_OF.items() if backend == wanted]
+    listed = lists[0] if lists else ""
+    variants = catalog.gpu.get((service, listed), ())
+    # Vulkan here: AMD (RADV) and Intel (ANV) through /dev/dri; NVIDIA's Vulkan ICD needs
+    # the toolkit's graphics capability, which the kit does not request
+    served = {"cuda": ("nvidia",), "rocm": ("amd",), "vulkan": ("amd", "intel")}[wanted]
+    blocker = None
+    if not variants:
+        blocker = f"no {wanted} image of {LABEL[service]} exists ({CATALOG_FILE})"
+    elif not gpus or vendor not in served:
+        blocker = f"no GPU it can drive is in use (profile {_profile_words(vendor)})"
+    if blocker is None:
+        choice = _choose(catalog, service, listed, gpus, pins, hsa_override, fallback=False)
+        if choice.on_gpu or choice.refusal is not None:
+            return replace(choice, why=f"{knob}={wanted} in .env; {choice.why}")
+        blocker = choice.why
+    cpu = _cpu_choice(catalog, service, pins, f"{knob}={wanted} refused")
+    refusal = HardwareError(
+        f"{knob}={wanted} in .env, but this host cannot serve it: {blocker}",
+        f"set {knob}=auto (or cpu) in .env, or run on a host with a GPU {wanted} drives",
+    )
+    return replace(cpu, refusal=refusal)
+
+
+def _profile_words(vendor: str | None) -> str:
+    return {"nvidia": "gpu-nvidia", "amd": "gpu-amd", "intel": "gpu-intel"}.get(vendor or "", "cpu")
+
+
 def _choose(
     catalog: Catalog,
     service: str,
@@ -133,8 +205,15 @@ def _choose(
     gpus: list[GpuInfo],
     pins: dict[str, str],
     hsa_override: str,
+    fallback: bool = True,
 ) -> ImageChoice:
+    """``vendor``: the profile's list (nvidia, amd) or a forced one (vulkan); ``fallback``
+    False: no fit is said in ``why`` of an off-GPU choice, for `_forced` to refuse."""
     variants = catalog.gpu.get((service, vendor), ()) if vendor else ()
+    vulkan = catalog.gpu.get((service, "vulkan"), ())
+    if vendor == "intel" and not variants and vulkan and gpus:  # Ollama: ANV, upstream's path
+        why = f"Vulkan runner on {_gpu_words(gpus)} (no Intel build of {LABEL[service]} exists)"
+        return _vulkan(catalog, service, vulkan, gpus, pins, why)
     if vendor is None or not variants:
         return _cpu_choice(catalog, service, pins, _cpu_reason(service, vendor))
     variable = VARIABLE[(service, vendor)]
@@ -145,14 +224,65 @@ def _choose(
     if advised is not None:
         targets = ", ".join(sorted({target_of(gpu, hsa_override) or "" for gpu in gpus}))
         why = f"upstream advises it for {targets} ({CATALOG_FILE}); fits {_gpu_words(gpus)}"
-        return ImageChoice(service, variable, advised.image, True, why, advised.args)
-    for variant in variants:
+        return _on_gpu(service, variable, advised, gpus, why, backend=BACKEND_OF[vendor])
+    # a tag upstream archived is frozen at its last build: every maintained one first
+    for variant in sorted(variants, key=lambda v: v.archived):
         if all(misfit(variant, gpu, hsa_override) is None for gpu in gpus):
-            return ImageChoice(
-                service, variable, variant.image, True,
-                f"newest in {CATALOG_FILE} that fits {_gpu_words(gpus)}", variant.args,
-            )  # fmt: skip
+            why = f"newest in {CATALOG_FILE} that fits {_gpu_words(gpus)}"
+            if variant.archived:
+                why += "; archived upstream (no more rebuilds): no maintained tag fits"
+            return _on_gpu(service, variable, variant, gpus, why, backend=BACKEND_OF[vendor])
+    if not fallback:
+        return _cpu_choice(catalog, service, pins, f"no {vendor} image fits {_gpu_words(gpus)}")
+    if vendor == "amd" and vulkan:  # the GPUs ROCm dropped: upstream's Vulkan runner
+        blocker = next(g for g in gpus if any(misfit(v, g, hsa_override) for v in variants))
+        why = (
+            f"no ROCm image in {CATALOG_FILE} fits {describe(blocker)} ({variants[0].image} "
+            f"{misfit(variants[0], blocker, hsa_override)}): Vulkan runner on "
+            f"{_gpu_words(gpus)} (ollama#17010: upstream relies on Vulkan there)"
+        )
+        return _vulkan(catalog, service, vulkan, gpus, pins, why)
     return _fallback(catalog, service, vendor, variants, gpus, pins, hsa_override)
+
+
+def _on_gpu(
+    service: str,
+    variable: str,
+    variant: Variant,
+    gpus: list[GpuInfo],
+    why: str,
+    image: str = "",
+    backend: str = "",
+) -> ImageChoice:
+    """``variant`` on ``gpus`` (``image``: the pin that names it, a digest pin kept), with
+    the settings its env rules add there."""
+    env, reasons = variant.env_for(gpus)
+    why = "; ".join([why, *reasons])
+    return ImageChoice(
+        service, variable, image or variant.image, True, why, variant.args, env=env,
+        backend=backend or _backend_of(variable),
+    )  # fmt: skip
+
+
+def _backend_of(variable: str) -> str:
+    """The backend of the list a variable belongs to (a pin's)."""
+    lists = [vendor for (_, vendor), name in VARIABLE.items() if name == variable]
+    return next((BACKEND_OF[v] for v in lists if v in BACKEND_OF), "cpu")
+
+
+def _vulkan(
+    catalog: Catalog,
+    service: str,
+    variants: tuple[Variant, ...],
+    gpus: list[GpuInfo],
+    pins: dict[str, str],
+    why: str,
+) -> ImageChoice:
+    """The Vulkan variant (a pin of OLLAMA_IMAGE_VULKAN wins, refused when it cannot run)."""
+    variable = VARIABLE[(service, "vulkan")]
+    if pins.get(variable):
+        return _pinned(catalog, service, variable, pins[variable], gpus, "")
+    return _on_gpu(service, variable, variants[0], gpus, why, backend="vulkan")
 
 
 def _advised(
@@ -195,7 +325,7 @@ def _pinned(
     variant = catalog.known(service, image)
     if variant is None:
         why = f"pinned by {variable}; not in {CATALOG_FILE}, so its fit was not checked"
-        return ImageChoice(service, variable, image, True, why)
+        return ImageChoice(service, variable, image, True, why, backend=_backend_of(variable))
     for gpu in gpus:
         reason = misfit(variant, gpu, hsa_override)
         if reason:
@@ -205,9 +335,9 @@ def _pinned(
                 f"{_upgrade_hint(variant, gpu)}",
             )
             return ImageChoice(service, variable, image, True, f"pinned by {variable}",
-                               variant.args, refusal=refusal)  # fmt: skip
-    return ImageChoice(service, variable, image, True, f"pinned by {variable}; fits",
-                       variant.args)  # fmt: skip
+                               variant.args, refusal=refusal,
+                               backend=_backend_of(variable))  # fmt: skip
+    return _on_gpu(service, variable, variant, gpus, f"pinned by {variable}; fits", image)
 
 
 def _fallback(

@@ -26,7 +26,7 @@ def assert_clean_error(done: subprocess.CompletedProcess, *words: str) -> None:
 
 
 def test_unknown_profile_flag(kit):
-    assert_clean_error(run(kit, "--dry-run", "--profile", "gpu-intel"), "gpu-intel")
+    assert_clean_error(run(kit, "--dry-run", "--profile", "gpu-apple"), "gpu-apple")
 
 
 def test_bad_port_in_env(kit):

@@ -218,23 +218,24 @@ class StackRemover:
 
 def test_down_on_the_running_plan_removes_every_file_a_gpu_up_wrote(tmp_path):
     """`up` on an AMD rig whose services fall back to CPU images writes every kind of file
-    (host.env, the per-GPU overlay, the AMD groups and env, the CPU fallback, each stack's
-    env file). `down` runs later, in a new process, knowing no profile: on
-    plan_for_running it must still leave .airig without a generated file."""
+    (host.env, the per-GPU overlay, the AMD groups and env, the CPU fallback, Ollama's
+    Vulkan overlay, each stack's env file). `down` runs later, in a new process, knowing
+    no profile: on plan_for_running it must still leave .airig without a generated file."""
     for stack in ("01-infra", "02-compute", "03-agents"):
         (tmp_path / stack).mkdir()
     rig = settings(tmp_path, "AIRIG_RIG_NAME=rig1\n")
     amd = GpuInfo("amd", "Radeon RX 6600", "discrete", index=0, gfx_target="gfx1032")
     images = choose_images(load_catalog(tmp_path), "gpu-amd", [amd], {})
     assert images.on_cpu  # no listed ROCm build has gfx1032 kernels
+    assert images.of("ollama").backend == "vulkan"  # Ollama takes its Vulkan runner
     slots = [GpuSlot(0, render_node="/dev/dri/renderD128", gids=(109,))]
     gpu_plan = build_plan(rig, "gpu-amd", slots, amd_host_env([109]), images)
     Launcher(rig, StackRemover(), None).write_generated(gpu_plan)
     written = {p.relative_to(tmp_path / ".airig") for p in (tmp_path / ".airig").rglob("*")}
     assert {str(p) for p in written if p.suffix} == {
         "host.env", "agents.gpu.yaml", "gpu-amd.env", "compute.gpu-amd.yaml",
-        "compute.cpu-fallback.yaml", "env/01-infra.env", "env/02-compute.env",
-        "env/03-agents.env",
+        "compute.cpu-fallback.yaml", "compute.vulkan.yaml", "env/01-infra.env",
+        "env/02-compute.env", "env/03-agents.env",
     }  # fmt: skip
 
     later = load_settings(tmp_path)  # a new process: it knows no profile, no GPUs

@@ -100,7 +100,7 @@ def test_the_bug_report_keeps_the_keys_the_launcher_does_not_read(kit, monkeypat
 @pytest.mark.parametrize(
     "line,match",
     [
-        ("AIRIG_PROFILE=gpu-intel", "unknown profile"),
+        ("AIRIG_PROFILE=gpu-apple", "unknown profile"),
         ("OLLAMA_PORT=99999", "not a TCP port"),
         ("OLLAMA_PORT=abc", "not a whole number"),
         ("AIRIG_CPU_WORKERS=-1", "negative"),
@@ -130,5 +130,5 @@ def test_a_refusal_names_the_value_and_where_it_came_from(kit, monkeypatch):
     )
     monkeypatch.delenv("OLLAMA_PORT")
     with pytest.raises(ConfigError) as info:
-        load_settings(kit, {"AIRIG_PROFILE": "gpu-intel"})
-    assert info.value.message == "AIRIG_PROFILE='gpu-intel' is an unknown profile (from flag)"
+        load_settings(kit, {"AIRIG_PROFILE": "gpu-apple"})
+    assert info.value.message == "AIRIG_PROFILE='gpu-apple' is an unknown profile (from flag)"

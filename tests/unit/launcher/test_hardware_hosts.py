@@ -73,7 +73,8 @@ def test_cpu_only_host_picks_cpu_and_runs_no_probe(host: FakeHost) -> None:
     docker = FakeDocker()
     report, decision = run(host, docker=docker)
     assert report.gpus == () and report.other_display == ()
-    assert decision == ProfileDecision("cpu", "detected", ["no NVIDIA or AMD GPU found"], None)
+    none = ["no NVIDIA, AMD or Intel GPU found"]
+    assert decision == ProfileDecision("cpu", "detected", none, None)
     assert docker.runs == []
 
 
@@ -176,10 +177,15 @@ def test_nvidia_dgpu_with_amd_igpu_picks_nvidia(host: FakeHost) -> None:
 
 def test_intel_igpu_with_nvidia_picks_nvidia(host: FakeHost) -> None:
     host.pci("0000:00:02.0", INTEL, 0x4680, driver="i915")
+    (host.sys / "bus/pci/devices/0000:00:02.0/drm/renderD128").mkdir(parents=True)
+    host.dev_node("dri/renderD128", 993)
     add_nvidia(host, 1)
     report, decision = run(host, FakeNvml([rtx3060(1)]))
     assert decision.profile == "gpu-nvidia" and decision.fix is None
-    intel_note = "Intel integrated GPU at 0000:00:02.0: airig has no Intel profile"
+    intel_note = (
+        "Intel integrated GPU at 0000:00:02.0 not used: its memory is the host's: set "
+        "AIRIG_IGPU=on in .env to use it"
+    )
     assert decision.reasons[-1] == intel_note
     assert [gpu.vendor for gpu in report.gpus] == ["intel", "nvidia"]
 
@@ -244,7 +250,7 @@ def test_bmc_vga_only_is_not_a_gpu(host: FakeHost) -> None:
         "cpu",
         "detected",
         [
-            "no NVIDIA or AMD GPU found",
+            "no NVIDIA, AMD or Intel GPU found",
             "ignored ASPEED (server BMC) display at 0000:03:00.0: not a compute GPU",
         ],
         None,

@@ -1,9 +1,12 @@
 """02-compute/images.yaml on a matrix of fixture hosts: detection (fake sysfs + NVML) →
 the image each service runs. The expectations are the upstream facts the file cites:
 CUDA 13 builds need driver ≥ 580 and compute capability ≥ 7.5; cu126 builds have no
-Blackwell kernels; speaches' CUDA images refuse GeForce drivers older than their CUDA,
-except the 12.4.1 one on the 525 and 535 branches; Ollama's CUDA 12 runner carries PTX;
-ComfyUI on AMD in yanwk's order (rocm, rocm7; rocm6 for RDNA2), Vega on none."""
+Blackwell kernels; an archived tag (cu128-slim) only when no maintained one fits, and no
+Volta promised on it; speaches' CUDA images refuse GeForce drivers older than their CUDA,
+except the 12.4.1 one on the 525 and 535 branches, and run float16 on compute capability
+12.x (CTranslate2 4.5.0 refuses int8 there); Ollama's version follows the driver (0.30.0
+needs 550+, 570+ for CC 5.0-6.2) and its CUDA 12 runner carries PTX; ComfyUI on AMD in
+yanwk's order (rocm, rocm7; rocm6 for RDNA2), Vega on none."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from airig.launcher.images import ImageSelection, choose_images, load_catalog, m
 ROOT = Path(__file__).resolve().parents[3]
 NVIDIA, AMD = 0x10DE, 0x1002
 CATALOG = load_catalog(ROOT)
+VULKAN_OLLAMA = "airig/ollama-vulkan:0.20.6"  # built on ollama/ollama:0.20.6 with Mesa
 
 
 def card(name: str, bus: int, capability: tuple[int, int]) -> FakeCard:
@@ -27,6 +31,7 @@ def card(name: str, bus: int, capability: tuple[int, int]) -> FakeCard:
 
 
 PASCAL = ("NVIDIA GeForce GTX 1060 6GB", (6, 1))
+VOLTA = ("Tesla V100-PCIE-16GB", (7, 0))
 TURING = ("NVIDIA GeForce RTX 2080", (7, 5))
 AMPERE = ("NVIDIA GeForce RTX 3060", (8, 6))
 HOPPER = ("NVIDIA H100 PCIe", (9, 0))
@@ -105,8 +110,9 @@ def test_a_gpu_past_ollamas_cuda_12_sass_runs_its_ptx(tmp_path):
     no sm_100 SASS, but its arch list has no -real suffix, so compute_90's PTX is JITed."""
     (b200,) = nvidia_gpus(tmp_path, "570.124.06", B200)
     ollama = choose_images(CATALOG, "gpu-nvidia", [b200], {}).of("ollama")
-    assert (ollama.image, ollama.on_gpu, ollama.warning) == ("ollama/ollama:0.20.6", True, None)
-    cuda13, cuda12 = CATALOG.gpu[("ollama", "nvidia")]
+    assert (ollama.image, ollama.on_gpu, ollama.warning) == ("ollama/ollama:0.30.0", True, None)
+    *_, cuda13, cuda12 = CATALOG.gpu[("ollama", "nvidia")]  # 0.20.6's two runners
+    assert cuda13.image == cuda12.image == "ollama/ollama:0.20.6"
     assert "needs driver ≥ 580.65.06" in (misfit(cuda13, b200) or "")
     assert "10.0" not in cuda12.archs and misfit(cuda12, b200) is None
 
@@ -114,9 +120,10 @@ def test_a_gpu_past_ollamas_cuda_12_sass_runs_its_ptx(tmp_path):
 @pytest.mark.parametrize(
     ("driver", "model", "comfyui", "whisper"),
     [
-        ("550.144.03", TURING, "cu128-slim", "0.8.3-cuda-12.4.1"),
-        ("550.144.03", AMPERE, "cu128-slim", "0.8.3-cuda-12.4.1"),
-        ("570.124.06", AMPERE, "cu128-slim", "0.8.3-cuda-12.6.3"),
+        # cu128-slim fits these too, but upstream archived it: the maintained cu126-slim
+        ("550.144.03", TURING, "cu126-slim", "0.8.3-cuda-12.4.1"),
+        ("550.144.03", AMPERE, "cu126-slim", "0.8.3-cuda-12.4.1"),
+        ("570.124.06", AMPERE, "cu126-slim", "0.8.3-cuda-12.6.3"),
         ("580.95.05", HOPPER, "cu130-slim-v2", "0.8.3-cuda"),
         ("570.124.06", BLACKWELL, "cu128-slim", "0.8.3-cuda-12.6.3"),
         ("580.95.05", BLACKWELL, "cu130-slim-v2", "0.8.3-cuda"),
@@ -129,6 +136,18 @@ def test_each_generation_gets_the_newest_build_it_can_run(
     assert chosen.of("comfyui").image == f"yanwk/comfyui-boot:{comfyui}"
     assert chosen.of("whisper").image == f"ghcr.io/speaches-ai/speaches:{whisper}"
     assert all(c.on_gpu and c.warning is None for c in chosen.choices)
+
+
+def test_the_archived_tag_only_where_no_maintained_one_fits_and_never_for_volta(tmp_path):
+    blackwell = nvidia_host(tmp_path / "b", "570.124.06", BLACKWELL).of("comfyui")
+    assert blackwell.image == "yanwk/comfyui-boot:cu128-slim"
+    assert "archived upstream" in blackwell.why  # detect says the tag is frozen
+    cu128 = CATALOG.known("comfyui", "yanwk/comfyui-boot:cu128-slim")
+    assert cu128 is not None and cu128.archived and "7.0" not in cu128.archs
+    # a V100 on 570: the maintained cu126-slim (sm_70 kernels), not the frozen cu128-slim
+    volta = nvidia_host(tmp_path / "v", "570.124.06", VOLTA).of("comfyui")
+    assert (volta.image, volta.on_gpu) == ("yanwk/comfyui-boot:cu126-slim", True)
+    assert "archived" not in volta.why
 
 
 def test_blackwell_never_gets_a_build_without_its_kernels(tmp_path):
@@ -144,6 +163,54 @@ def test_a_mixed_rig_has_no_one_comfyui_build_and_says_which_cards(tmp_path):
     assert "GTX 1060" in comfy.warning and "RTX 5090" in comfy.warning
     assert chosen.of("ollama").on_gpu  # the rest of the kit still uses both GPUs
     assert chosen.of("whisper").on_gpu  # PTX 8.6 covers Blackwell, sm_60/61 the 1060
+
+
+@pytest.mark.parametrize(
+    ("driver", "model", "ollama"),
+    [
+        ("535.183.01", PASCAL, "0.20.6"),  # the seed rig keeps its GPUs
+        ("560.35.03", PASCAL, "0.20.6"),  # CC 5.0-6.2 need 570 for 0.30.0
+        ("570.124.06", PASCAL, "0.30.0"),
+        ("545.29.06", AMPERE, "0.20.6"),  # below 0.30.0's 550
+        ("550.144.03", AMPERE, "0.30.0"),
+        ("580.95.05", BLACKWELL, "0.30.0"),
+    ],
+)
+def test_ollamas_version_follows_the_driver(tmp_path, driver, model, ollama):
+    chosen = nvidia_host(tmp_path, driver, model).of("ollama")
+    assert (chosen.image, chosen.on_gpu, chosen.warning) == (f"ollama/ollama:{ollama}", True, None)
+
+
+def test_a_0_30_pin_on_the_seed_rig_is_refused_with_the_driver_it_needs(tmp_path):
+    gpus = nvidia_gpus(tmp_path, "535.183.01", PASCAL)
+    pinned = choose_images(CATALOG, "gpu-nvidia", gpus, {"OLLAMA_IMAGE": "ollama/ollama:0.30.0"})
+    refusal = pinned.of("ollama").refusal
+    assert refusal is not None and "ollama/ollama:0.30.0 cannot run" in refusal.message
+    assert "535.183.01" in refusal.message
+
+
+@pytest.mark.parametrize(
+    ("driver", "model", "compute_type"),
+    [
+        ("570.124.06", BLACKWELL, "float16"),  # 12.6.3 image, CTranslate2 4.5.0
+        ("580.95.05", BLACKWELL, "float16"),  # 0.8.3-cuda, the same CTranslate2
+        ("580.95.05", HOPPER, None),  # int8 works there: the model's own type
+        ("535.183.01", PASCAL, None),
+    ],
+)
+def test_whisper_on_compute_capability_12_runs_float16(tmp_path, driver, model, compute_type):
+    """CTranslate2 before 4.6.2 refuses int8 on CC 12.x (OpenNMT/CTranslate2#1865)."""
+    selection = nvidia_host(tmp_path, driver, model)
+    whisper = selection.of("whisper")
+    assert whisper.on_gpu
+    assert whisper.env.get("WHISPER_COMPUTE_TYPE") == compute_type
+    assert selection.service_env.get("WHISPER_COMPUTE_TYPE") == compute_type
+    assert ("compute type float16" in whisper.why) == (compute_type is not None)
+
+
+def test_a_mixed_rig_with_blackwell_runs_whisper_float16_on_every_card(tmp_path):
+    whisper = nvidia_host(tmp_path, "580.95.05", AMPERE, BLACKWELL).of("whisper")
+    assert whisper.env == {"WHISPER_COMPUTE_TYPE": "float16"}
 
 
 def test_pascal_plus_ampere_share_the_cu126_build(tmp_path):
@@ -165,13 +232,14 @@ def test_rdna3_gfx1100_runs_rocm_everywhere_it_can(tmp_path):
 def test_vega_is_never_sent_to_a_rocm_build_without_its_rocblas(tmp_path, gfx_version, gfx):
     """gfx900 (Vega 56/64), gfx906 (Radeon VII, MI50): PyTorch's ROCm 7.2 wheel lists them,
     but its rocBLAS has no kernels for them (pytorch#179865); rocm7, rocm6 and Ollama's
-    ROCm 7 build lack them too: CPU, with the line that says so."""
+    ROCm 7 build lack them too: ComfyUI on CPU, with the line that says so; Ollama on its
+    Vulkan runner (RADV drives Vega), saying why ROCm did not fit."""
     chosen = amd_host(tmp_path, gfx_version)
     comfy, ollama = chosen.of("comfyui"), chosen.of("ollama")
     assert (comfy.image, comfy.on_gpu) == ("yanwk/comfyui-boot:cpu", False)
     assert gfx in comfy.warning
-    assert (ollama.image, ollama.on_gpu) == ("ollama/ollama:0.20.6", False)
-    assert gfx in ollama.warning
+    assert (ollama.image, ollama.on_gpu, ollama.backend) == (VULKAN_OLLAMA, True, "vulkan")
+    assert gfx in ollama.why and "no ROCm image in" in ollama.why and ollama.warning is None
 
 
 @pytest.mark.parametrize(
@@ -196,9 +264,14 @@ def test_comfyui_on_amd_follows_yanwks_version_choice(tmp_path, gfx_version, ove
         assert "upstream advises it for gfx1030" in comfy.why
 
 
-def test_a_card_no_rocm_build_carries_runs_on_cpu_with_the_override_hint(tmp_path):
+def test_a_card_no_rocm_build_carries_runs_ollama_on_vulkan_and_the_rest_on_cpu(tmp_path):
     chosen = amd_host(tmp_path, 80003)  # gfx803, Polaris (RX 580)
-    assert [c.on_gpu for c in chosen.choices] == [False, False, False]
+    assert [(c.on_gpu, c.backend) for c in chosen.choices] == [
+        (True, "vulkan"),
+        (False, "cpu"),
+        (False, "cpu"),
+    ]
+    assert chosen.of("ollama").variable == "OLLAMA_IMAGE_VULKAN"
     assert "gfx803" in chosen.of("comfyui").warning
     assert "HSA_OVERRIDE_GFX_VERSION" in chosen.of("comfyui").warning
 
@@ -206,9 +279,43 @@ def test_a_card_no_rocm_build_carries_runs_on_cpu_with_the_override_hint(tmp_pat
 def test_rdna2_consumer_cards_fit_through_the_override(tmp_path):
     without = amd_host(tmp_path / "a", 100301)  # gfx1031, RX 6700 XT
     assert not without.of("comfyui").on_gpu
+    assert (without.of("ollama").image, without.of("ollama").backend) == (VULKAN_OLLAMA, "vulkan")
     overridden = amd_host(tmp_path / "b", 100301, override="10.3.0")
     assert overridden.of("comfyui").image == "yanwk/comfyui-boot:rocm6"  # yanwk's RDNA2 advice
     assert overridden.of("ollama").image == "ollama/ollama:0.20.6-rocm"
+    assert overridden.of("ollama").backend == "rocm"
+
+
+@pytest.mark.parametrize(
+    ("service", "wanted", "gfx_version", "refused", "backend"),
+    [
+        ("ollama", "vulkan", 110000, False, "vulkan"),  # RDNA3 fits ROCm; forced to Vulkan
+        ("ollama", "rocm", 80003, True, "cpu"),  # no ROCm build carries gfx803: ✘
+        ("ollama", "cuda", 110000, True, "cpu"),  # no NVIDIA GPU here: ✘
+        ("comfyui", "vulkan", 110000, True, "cpu"),  # ComfyUI has no Vulkan image: ✘
+        ("whisper", "cpu", 110000, False, "cpu"),
+        ("comfyui", "cpu", 110000, False, "cpu"),  # a GPU it could use, left on request
+        ("comfyui", "rocm", 110000, False, "rocm"),
+    ],
+)
+def test_a_backend_forced_in_env_is_taken_or_refused(
+    tmp_path, service, wanted, gfx_version, refused, backend
+):
+    host = FakeHost(tmp_path)
+    host.pci("0000:03:00.0", AMD, 0x744C, driver="amdgpu", vram=24 * GIB, vram_used=GIB)
+    host.kfd_node(0, cpu_cores_count=16, simd_count=0)
+    host.kfd_node(1, cpu_cores_count=0, simd_count=192, gfx_target_version=gfx_version,
+                  location_id=3 << 8, domain=0, drm_render_minor=128)  # fmt: skip
+    host.amd_nodes()
+    gpus = profile_gpus(detect(host.sys, host.dev, None, None, FakeDocker()), "gpu-amd")
+    chosen = choose_images(CATALOG, "gpu-amd", gpus, {}, backends={service: wanted}).of(service)
+    assert chosen.backend == backend
+    assert (chosen.refusal is not None) == refused
+    knob = f"{service.upper()}_BACKEND={wanted} in .env"
+    if refused:
+        assert chosen.refusal.message.startswith(knob) and not chosen.on_gpu
+    else:
+        assert knob in chosen.why
 
 
 def test_every_entry_cites_its_source():

@@ -234,6 +234,8 @@ def test_the_cpu_profile_runs_every_cpu_image_and_fills_every_variable():
     assert chosen.on_cpu == [] and all(c.warning is None for c in chosen.choices)
     assert chosen.env == {
         "OLLAMA_IMAGE": "o:1", "OLLAMA_IMAGE_ROCM": "o:1-rocm", "COMFYUI_IMAGE_CPU": "c:cpu",
+        "OLLAMA_IMAGE_VULKAN": "o:1",  # no vulkan list here: the CPU image fills it
+        "COMFYUI_IMAGE_INTEL": "c:cpu",  # nor an intel one
         "COMFYUI_IMAGE_NVIDIA": "c:new", "COMFYUI_IMAGE_AMD": "c:rocm7",
         "WHISPER_IMAGE_CPU": "mine:1", "WHISPER_IMAGE_CUDA": "w:cuda",
     }  # fmt: skip

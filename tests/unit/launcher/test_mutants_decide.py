@@ -95,7 +95,7 @@ def test_forcing_nvidia_while_nvml_fails_raises_with_the_matching_fix(kind, erro
     assert caught.hint == fix
     detected = decide_profile(host)
     assert (detected.profile, detected.fix) == ("cpu", fix)
-    assert "no NVIDIA or AMD GPU found" not in detected.reasons
+    assert "no NVIDIA, AMD or Intel GPU found" not in detected.reasons
 
 
 def test_forcing_nvidia_when_nvml_lists_no_gpu_raises() -> None:
@@ -289,7 +289,7 @@ def test_an_apu_next_to_a_discrete_card_does_not_hide_the_card() -> None:
 def test_a_host_without_gpus_says_so_first_and_keeps_the_detection_notes() -> None:
     decision = decide_profile(report(reasons=("Docker: no probe image",)))
     assert (decision.profile, decision.source, decision.fix) == ("cpu", "detected", None)
-    assert decision.reasons == ["no NVIDIA or AMD GPU found", "Docker: no probe image"]
+    assert decision.reasons == ["no NVIDIA, AMD or Intel GPU found", "Docker: no probe image"]
 
 
 def test_the_first_broken_vendor_gives_the_fix_and_every_reason_is_kept() -> None:
@@ -337,7 +337,8 @@ def test_an_unknown_profile_names_itself_where_it_came_from_and_the_valid_ones()
         decide_profile(report(), "  CUDA ")
     assert caught.value.message == "Unknown profile 'CUDA' from --profile."
     assert caught.value.hint == (
-        "Valid profiles: cpu, gpu-nvidia, gpu-amd (or leave AIRIG_PROFILE empty to detect)."
+        "Valid profiles: cpu, gpu-nvidia, gpu-amd, gpu-intel "
+        "(or leave AIRIG_PROFILE empty to detect)."
     )
     with pytest.raises(ConfigError) as caught:
         validate_profile("x", "a profile file")

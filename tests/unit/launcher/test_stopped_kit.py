@@ -10,7 +10,14 @@ from pathlib import Path
 from support import write_env
 
 from airig.launcher import plan as plans
-from airig.launcher.plan import GpuSlot, build_plan, gpu_workers_overlay, plan_for_running
+from airig.launcher.plan import (
+    GpuSlot,
+    VulkanBuild,
+    build_plan,
+    gpu_workers_overlay,
+    plan_for_running,
+    vulkan_compute_overlay,
+)
 from airig.launcher.settings import STACKS, load_settings
 from airig.launcher.up import Launcher
 
@@ -23,6 +30,8 @@ def required_variables() -> set[str]:
     texts = [p.read_text() for p in ROOT.glob("0*/compose*.yaml")]
     slots = [GpuSlot(0, render_node="/dev/dri/renderD128", gids=(44,))]
     texts += [gpu_workers_overlay(p, slots) for p in ("gpu-nvidia", "gpu-amd")]
+    vulkan = VulkanBuild("airig/ollama-vulkan:0.20.6", "ollama/ollama:0.20.6", ())
+    texts += [gpu_workers_overlay("gpu-amd", slots, vulkan=vulkan), vulkan_compute_overlay(vulkan)]
     return {name for text in texts for name in REQUIRED.findall(text)}
 
 
