@@ -47,6 +47,7 @@ from airig.launcher.pull import pull_missing
 from airig.launcher.restore import apply_pending as apply_restore
 from airig.launcher.settings import Settings
 from airig.launcher.stack_env import remove_written, stack_env_path, stack_env_text
+from airig.launcher.update import hold_images
 
 # The shared volumes, named "<AIRIG_PROJECT_PREFIX>-<name>" (see 01-infra/compose.yaml).
 VOLUMES = {
@@ -94,7 +95,9 @@ class Launcher:
             self.docker.pull_image(base)
             choice = choose_profile(self.settings, self.docker, strict=True)
         self._say_profile(choice)
-        images = choice.images
+        # .airig/images.lock: start the digests that ran before, not what a tag names now
+        lock = hold_images(self.settings, choice.images, self.console, self.docker)
+        images = lock.selection
         if images is not None:
             self._say_images(images, dry_run)
             if images.refusals and not dry_run:
@@ -126,6 +129,7 @@ class Launcher:
             self.console.print(f"[bold]Starting[/] {escape(stack.name)} …")
             self._up_stack(plan, stack, result)
         self._retire_gateway(plan)
+        lock.record(self.docker)  # the kit is up: these digests ran
         return result
 
     def _retire_gateway(self, plan: ComposePlan) -> None:
@@ -203,14 +207,8 @@ class Launcher:
     def own_ports(self) -> set[int]:
         """Host ports already published by this rig's containers (a second `up` is fine).
         Only this rig's projects: another rig's port on this engine is a real clash."""
-        ours = set(project_names(self.settings).values())
-        ports: set[int] = set()
-        for c in self.docker.containers(label="com.docker.compose.project"):
-            if c.labels.get("com.docker.compose.project", "") not in ours:
-                continue
-            for bindings in (c.attrs["NetworkSettings"]["Ports"] or {}).values():
-                ports.update(int(b["HostPort"]) for b in bindings or [])
-        return ports
+        by_project = self.docker.project_services(set(project_names(self.settings).values()))
+        return {host_port(p) for states in by_project.values() for s in states for p in s.ports}
 
     def _say_profile(self, choice: Choice) -> None:
         # reasons and fixes quote drivers and the engine ("capabilities: [[gpu]]"): never markup
@@ -385,6 +383,11 @@ def image_lines(images: ImageSelection) -> list[str]:
             lines.append(f"[red]✘ {escape(choice.refusal.message)}[/]")
             lines.append(f"  [yellow]→ {escape(choice.refusal.hint or '')}[/]")
     return lines
+
+
+def host_port(mapping: str) -> int:
+    """The host side of a published port, ``IP:PORT->PORT/PROTO`` (IPv6: ``:::PORT->…``)."""
+    return int(mapping.partition("->")[0].rpartition(":")[2])
 
 
 def _image_service(plan: ComposePlan) -> str:

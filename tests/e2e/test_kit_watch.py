@@ -446,8 +446,10 @@ def test_down_stops_every_container_gracefully_and_leaves_nothing(watched_kit):
     root = watched_kit.root
     generated = root / ".airig"  # rglob of a missing folder yields nothing
     leftovers = [str(p.relative_to(root)) for p in generated.rglob("*")]
-    # what `down` keeps on purpose is the user's own history (tune's log), nothing generated
-    assert [p for p in leftovers if not p.endswith("tuning.log")] == []
+    # what `down` keeps on purpose is the user's own history (tune's log, the image lock
+    # and its update log: the next `up` starts the images that ran), nothing generated
+    kept = ("tuning.log", "images.lock", "update.log")
+    assert [p for p in leftovers if not p.endswith(kept)] == []
     links = [str(p) for p in root.glob("0*/.env") if p.is_symlink() or p.exists()]
     assert links == []
 

@@ -262,6 +262,16 @@ class FakeContainers:
         return []  # nothing of airig's is running (the launcher's own-ports query)
 
 
+class FakeApi:
+    """The low-level client's container list (``docker.api.containers``): raw summaries."""
+
+    def __init__(self, engine: FakeDocker) -> None:
+        self.engine = engine
+
+    def containers(self, **kwargs: Any) -> list[dict[str, Any]]:
+        return list(self.engine.listed)  # nothing of airig's runs unless a test says so
+
+
 class FakeImages:
     def __init__(self, engine: FakeDocker) -> None:
         self.engine = engine
@@ -291,6 +301,8 @@ class FakeDocker:
         self.left_behind: set[str] = set()
         self.containers = FakeContainers(self)
         self.images = FakeImages(self)
+        self.listed: list[dict[str, Any]] = []  # what api.containers() answers
+        self.api = FakeApi(self)
 
     def info(self) -> dict[str, Any]:
         if self.down:

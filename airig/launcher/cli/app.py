@@ -10,7 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -24,7 +24,9 @@ from airig.launcher.envfile import ensure_env
 from airig.launcher.plan import plan_for_running, worker_layout
 from airig.launcher.settings import Settings, checkout_settings, repo_root
 from airig.launcher.status import checks_table, layout_table, service_rows, services_table
-from airig.launcher.up import Launcher, UpResult
+
+if TYPE_CHECKING:
+    from airig.launcher.up import UpResult
 
 app = typer.Typer(
     add_completion=False,
@@ -35,7 +37,10 @@ app = typer.Typer(
 )
 
 ProfileOpt = Annotated[
-    str | None, typer.Option("--profile", "-p", help="cpu | gpu-nvidia | gpu-amd (default: detect)")
+    str | None,
+    typer.Option(
+        "--profile", "-p", help="cpu | gpu-nvidia | gpu-amd | gpu-intel (default: detect)"
+    ),
 ]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Print the docker commands, start nothing.")
@@ -68,6 +73,8 @@ def main_callback(
 @app.command()
 def up(profile: ProfileOpt = None, dry_run: DryRunOpt = False) -> None:
     """Detect the hardware, check the host and start all three stacks."""
+    from airig.launcher.up import Launcher  # hardware detection: not loaded for `status`
+
     root = repo_root()
     if not dry_run:
         _ensure_env(root)
@@ -181,6 +188,8 @@ def down(
             "Delete all downloaded models too (they take long to pull)?", default=False
         ):
             keep_models = True
+    from airig.launcher.up import Launcher
+
     launcher = Launcher(settings, Docker(), console)
     plan = plan_for_running(settings)
     for line in launcher.down(plan, volumes=volumes, keep_models=keep_models):
@@ -199,13 +208,21 @@ def status(as_json: JsonOpt = False) -> None:
         return
     workers = brain_workers(settings) if rows else None
     store = brain_store(settings) if workers is not None else None
+    from airig.launcher.update import image_rows
+
+    images = image_rows(settings)  # .airig/images.lock: tag, digest, age
     if as_json:
-        print(json.dumps({"services": rows, "workers": workers, "store": store}, indent=2))
+        print(json.dumps({"services": rows, "workers": workers, "store": store,
+                          "images": images}, indent=2))  # fmt: skip
         return
     if not rows:
         console.print("Nothing is running. Start with: python start_services.py")
         return
     console.print(services_table(rows))
+    if images:
+        from airig.launcher.cli.update import images_table
+
+        console.print(images_table(images))
     if workers:
         console.print(workers_table(workers))
     elif workers is None:
@@ -326,6 +343,9 @@ def _mount_subcommands() -> None:
     from airig.launcher.cli.backup import register as register_backup
 
     register_backup(app, _settings, lambda: up())  # backup, restore ARCHIVE
+    from airig.launcher.cli.update import register as register_update
+
+    register_update(app)  # update [SERVICE] [--check]
 
 
 _mount_subcommands()

@@ -210,7 +210,7 @@ def test_every_engine_call_of_the_adapter_raises_docker_error(exc, words) -> Non
     engine = FakeDocker()
     engine.networks = engine.volumes = Raises(exc)
     engine.info = Raises(exc).info
-    engine.containers = Raises(exc)
+    engine.containers = engine.api = Raises(exc)
     docker = Docker()
     docker._sdk = engine
     calls = [
@@ -219,6 +219,7 @@ def test_every_engine_call_of_the_adapter_raises_docker_error(exc, words) -> Non
         lambda: docker.remove_volumes(["airig-data"]),
         docker.engine_info,
         lambda: docker.containers(label="x"),
+        lambda: docker.project_services(["airig-infra"]),
     ]
     for call in calls:
         with pytest.raises(DockerError, match=words) as caught:
@@ -241,7 +242,8 @@ def test_up_with_an_engine_that_times_out_in_preflight_is_one_line(
     on_host(monkeypatch, host, FakeNvml())
     (kit / ".env").write_text("")
     engine = FakeDocker()
-    engine.containers = Raises(requests.exceptions.ReadTimeout("Read timed out."))
+    # the own-ports query: the engine's container list, one call for every project
+    engine.api = Raises(requests.exceptions.ReadTimeout("Read timed out."))
     code, _, err = run_cli(monkeypatch, capsys, FakeAdapter(engine), "up", "--profile", "cpu")
     assert code == 1 and "Traceback" not in err
     (line,) = error_lines(err)
@@ -253,7 +255,8 @@ def test_doctor_turns_an_engine_gone_quiet_into_a_failed_check(
 ) -> None:
     on_host(monkeypatch, host, FakeNvml())
     engine = FakeDocker()
-    engine.containers = Raises(requests.exceptions.ReadTimeout("Read timed out."))
+    # the own-ports query: the engine's container list, one call for every project
+    engine.api = Raises(requests.exceptions.ReadTimeout("Read timed out."))
     code, out, err = run_cli(monkeypatch, capsys, FakeAdapter(engine), "doctor")
     assert code == 1 and "Traceback" not in err
     assert "listing containers: the Docker daemon did not answer in time" in out
@@ -271,7 +274,9 @@ def test_an_engine_error_that_escapes_the_adapter_is_still_one_line(
     kit, monkeypatch, capsys
 ) -> None:
     adapter = FakeAdapter(base_engine())
-    adapter.services = Raises(requests.exceptions.ConnectionError("Connection refused")).services
+    adapter.project_services = Raises(
+        requests.exceptions.ConnectionError("Connection refused")
+    ).project_services
     code, _, err = run_cli(monkeypatch, capsys, adapter, "status")
     assert code == 1 and "Traceback" not in err
     assert error_lines(err) == ["✘ Docker failed: ConnectionError: Connection refused"]
@@ -579,3 +584,46 @@ def test_a_pin_that_cannot_run_stops_up_before_anything_starts(
     # detect says the same and exits ≠ 0; the dry run shows it and starts nothing
     code, out, _ = run_cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect")
     assert code == 1 and "✘ COMFYUI_IMAGE_NVIDIA=" in out
+
+
+def test_a_forced_backend_the_rig_cannot_serve_is_one_refusal_and_exit_1(
+    kit, host, monkeypatch, capsys
+) -> None:
+    """OLLAMA_BACKEND=rocm on the seed's NVIDIA rig: `detect` and `up` say it in one ✘
+    line; nothing starts."""
+    seed_rig(monkeypatch, host)
+    env = (kit / ".env.example").read_text().replace("change-me", "s3cret")
+    (kit / ".env").write_text(env.replace("OLLAMA_BACKEND=auto", "OLLAMA_BACKEND=rocm"))
+    code, out, _ = run_cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect")
+    assert code == 1
+    (refused,) = [line for line in out.splitlines() if "✘" in line]
+    assert refused.startswith("✘ OLLAMA_BACKEND=rocm in .env, but this host cannot serve it")
+    adapter = FakeAdapter(base_engine())
+    code, _, err = run_cli(monkeypatch, capsys, adapter, "up")
+    assert code == 1
+    (line,) = error_lines(err)
+    assert line.startswith("✘ OLLAMA_BACKEND=rocm in .env")
+    assert [c for c in adapter.calls if c[0] in ("build", "up", "network")] == []
+
+
+def test_a_forced_cpu_backend_is_said_by_detect(kit, host, monkeypatch, capsys) -> None:
+    seed_rig(monkeypatch, host)
+    env = (kit / ".env.example").read_text().replace("change-me", "s3cret")
+    (kit / ".env").write_text(env.replace("WHISPER_BACKEND=auto", "WHISPER_BACKEND=cpu"))
+    code, out, _ = run_cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect", "--json")
+    assert code == 0
+    images = {i["service"]: i for i in json.loads(out)["images"]}
+    assert images["whisper"]["device"] == "cpu" and images["whisper"]["backend"] == "cpu"
+    assert "WHISPER_BACKEND=cpu in .env" in images["whisper"]["why"]
+    assert images["comfyui"]["backend"] == "cuda"  # the others still pick to fit
+
+
+def test_an_unknown_backend_is_one_line_and_exit_not_0(kit, host, monkeypatch, capsys) -> None:
+    seed_rig(monkeypatch, host)
+    env = (kit / ".env.example").read_text().replace("change-me", "s3cret")
+    (kit / ".env").write_text(env.replace("OLLAMA_BACKEND=auto", "OLLAMA_BACKEND=metal"))
+    code, _, err = run_cli(monkeypatch, capsys, FakeAdapter(base_engine()), "detect")
+    assert code != 0
+    (line,) = error_lines(err)
+    assert "OLLAMA_BACKEND" in line and "metal" in line
+    assert "Traceback" not in err

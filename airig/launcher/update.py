@@ -1,0 +1,465 @@
+"""Locked images and `update`: move one compute image at a time, roll back on failure.
+
+`up` holds each compute image at the digest in ``.airig/images.lock`` (images/lock.py)
+and, once the kit is up, locks what it started (``ImageLock``). `update --check` asks the
+registry what each chosen tag names now (images/remote.py) and what images.yaml would
+choose now (a driver upgrade moves the choice); `update [SERVICE]` then, per image:
+pulls the new digest (a pull that fails changes nothing), writes it to ``.airig/host.env``
+(the env file Compose reads after .env), recreates the services that run it
+(``up --no-deps``), waits until they are healthy, runs a smoke request through the
+service, and keeps the new digest in the lock; on any failure it writes the locked digest
+back, recreates the services again and says why in one line. Every update, rollback and
+lock `up` writes is one JSON line in ``.airig/update.log``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+from rich.console import Console
+from rich.markup import escape
+
+from airig.common.errors import ConfigError, DockerError
+from airig.launcher.docker import Docker, engine_errors
+from airig.launcher.images.choose import ImageChoice, ImageSelection
+from airig.launcher.images.lock import (
+    Held,
+    Locked,
+    Move,
+    append_log,
+    diff,
+    digest_of,
+    hold,
+    log_entry,
+    read_lock,
+    repository,
+    write_lock,
+)
+from airig.launcher.images.remote import Registry
+from airig.launcher.plan import HOST_ENV, ComposePlan, StackPlan
+from airig.launcher.settings import Settings
+from airig.launcher.stack_env import stack_env_path, stack_env_text
+from airig.launcher.tune import services_using
+
+LOG_FILE = "update.log"
+WAIT_TIMEOUT_S = 180.0
+POLL_S = 1.0
+# The request that shows a service answers its API, not only its healthcheck: the routes
+# the brain's probes and the executors call (airig/common/gpu_use.py, executors/resource.py).
+SMOKE = {"ollama": "/api/tags", "comfyui": "/system_stats", "whisper": "/v1/models"}
+SERVICE_LABEL = "com.docker.compose.service"
+PROJECT_LABEL = "com.docker.compose.project"
+
+
+def log_path(settings: Settings) -> Path:
+    return settings.state_dir / LOG_FILE
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------ up's side
+@dataclass
+class ImageLock:
+    """What `up` chose (``chosen``), what it starts (``selection``: locked digests held)."""
+
+    settings: Settings
+    chosen: ImageSelection | None
+    selection: ImageSelection | None
+    held: list[Held] = field(default_factory=list)
+
+    def record(self, docker: Docker) -> None:
+        """After a good `up`: lock the digest of each image it started by tag. A held
+        image keeps its entry (a moved choice waits for `update`)."""
+        if self.chosen is None:
+            return
+        lock = read_lock(self.settings.state_dir)
+        held = {h.variable for h in self.held}
+        changed = False
+        for choice in self.chosen.choices:
+            if choice.variable in held:
+                continue
+            entry = locked_entry(docker, choice)
+            old = lock.get(choice.variable)
+            if old is not None and (old.tag, old.digest) == (entry.tag, entry.digest):
+                continue
+            lock[choice.variable] = entry
+            changed = True
+            move = Move(entry.service, entry.variable, old, entry.tag, entry.digest,
+                        entry.created, entry.why)  # fmt: skip
+            append_log(log_path(self.settings), log_entry("lock", move, True, entry.why, now()))
+        if changed:
+            write_lock(self.settings.state_dir, lock)
+
+
+def hold_images(
+    settings: Settings, images: ImageSelection | None, console: Console, docker: Docker
+) -> ImageLock:
+    """`up`'s hook before the plan: start the locked digests (images/lock.py ``hold``)."""
+    if images is None:
+        return ImageLock(settings, None, None)
+    from airig.launcher.images import pins_from
+
+    lock = read_lock(settings.state_dir)
+    pins = pins_from(settings.value_of)
+    selection, held = hold(images, lock, pins, lambda ref: local_digests(docker, ref))
+    for item in held:
+        if item.note:
+            console.print(f"  [yellow]⚠ {escape(item.note)}[/]", soft_wrap=True)
+        else:
+            digest = short(lock[item.variable].digest)
+            console.print(f"  [dim]{escape(item.variable)} locked at {digest}[/]")
+    return ImageLock(settings, images, selection, held)
+
+
+def local_digests(engine: Docker, ref: str) -> set[str]:
+    """The registry digests of the engine's image of ``ref`` for its repository; none when
+    it lacks it or cannot say (--dry-run without an engine: the digest reference is shown)."""
+    import docker.errors
+
+    try:
+        with engine_errors(f"inspecting the image {ref}"):
+            attrs = engine.sdk().images.get(ref).attrs
+    except (DockerError, docker.errors.ImageNotFound):
+        return set()
+    repo = repository(ref)
+    recorded = attrs.get("RepoDigests") or []
+    return {d.split("@", 1)[1] for d in recorded if d.startswith(f"{repo}@")}
+
+
+def locked_entry(engine: Docker, choice: ImageChoice) -> Locked:
+    """The lock entry of the image ``choice`` started: the registry digest the engine
+    recorded for its repository when it pulled it ("" for an image built locally)."""
+    import docker.errors
+
+    with engine_errors(f"inspecting the image {choice.image}"):
+        try:
+            attrs = engine.sdk().images.get(choice.image).attrs
+        except docker.errors.ImageNotFound:
+            attrs = {}
+    repo = repository(choice.image)
+    recorded = attrs.get("RepoDigests") or []
+    digests = sorted(d.split("@", 1)[1] for d in recorded if d.startswith(f"{repo}@"))
+    digest = digest_of(choice.image) or next(iter(digests), "")
+    return Locked(choice.service, choice.variable, choice.image, digest, choice.why,
+                  str(attrs.get("Created", "")), now())  # fmt: skip
+
+
+# ------------------------------------------------------------------ update --check
+def running_lock(settings: Settings, chosen: ImageSelection) -> dict[str, Locked]:
+    """The lock's entries for the images this profile runs (an entry of another profile,
+    e.g. the CUDA Whisper on a rig now on cpu, is kept but not updated)."""
+    lock = read_lock(settings.state_dir)
+    if not lock:
+        raise ConfigError(
+            "no image is locked yet", "start the kit: `python start_services.py` locks the "
+            "images it starts"
+        )  # fmt: skip
+    variables = {c.variable for c in chosen.choices}
+    return {k: v for k, v in lock.items() if k in variables}
+
+
+def pick(lock: dict[str, Locked], service: str | None) -> dict[str, Locked]:
+    """The entries of SERVICE (``ollama``, ``comfyui``, ``whisper``); unknown: one line
+    naming the valid ones."""
+    if service is None:
+        return lock
+    names = sorted({e.service for e in lock.values()})
+    picked = {k: v for k, v in lock.items() if v.service == service}
+    if not picked:
+        raise ConfigError(
+            f"unknown service {service!r}: update knows {', '.join(names) or 'none'}",
+            "run update --check to see each image",
+        )
+    return picked
+
+
+def check(
+    lock: dict[str, Locked], chosen: ImageSelection, lookup: Callable[[str], tuple[str, str]]
+) -> list[Move]:
+    """Each locked image against the registry and the choice now. Every lookup is done
+    before anything changes: a registry down or a tag gone raises one line first."""
+    wanted = {c.variable: c for c in chosen.choices}
+    return diff(lock, wanted, lookup)
+
+
+def check_lines(moves: Sequence[Move]) -> list[str]:
+    lines = []
+    for m in moves:
+        locked = m.locked
+        old = short(locked.digest) if locked else "-"
+        created = f"built {m.created[:10]}" if m.created else "build date unknown"
+        if m.kind == "current":
+            lines.append(f"  [green]✔[/] {escape(m.service)}: {escape(m.tag)} {old} is current")
+        elif m.kind == "choice" and locked is not None:
+            lines.append(
+                f"  [yellow]↑[/] {escape(m.service)}: {escape(locked.tag)} {old} → "
+                f"{escape(m.tag)} {short(m.digest)} ({created}; {escape(m.why)})"
+            )
+        else:
+            lines.append(
+                f"  [yellow]↑[/] {escape(m.service)}: {escape(m.tag)} moved upstream: {old} → "
+                f"{short(m.digest)} ({created})"
+            )
+    return lines
+
+
+def short(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:12] if digest else "(no digest)"
+
+
+# ------------------------------------------------------------------ update
+class Engine:
+    """The Docker calls `update` makes (a fake in the unit tests)."""
+
+    def __init__(self, docker: Docker) -> None:
+        self.docker = docker
+
+    def pull(self, ref: str) -> None:
+        self.docker.pull_image(ref)
+
+    def running(self, stack: StackPlan) -> set[str]:
+        return {s.service for s in self.docker.services(stack)}
+
+    def recreate(self, stack: StackPlan, service: str, ref: str) -> None:
+        from airig.launcher.comfy_volumes import SERVER_SERVICES, retire_stale_servers
+        from airig.launcher.restart import ComposeServices
+
+        if service in SERVER_SERVICES:
+            # Compose hands the old ComfyUI's anonymous /root to its replacement, and with
+            # it the old image's code (comfy_volumes.py): remove it as `up` does
+            retire_stale_servers(self.docker, stack.project, ref)
+        ComposeServices(self.docker).restart(stack, service, recreate=True)
+
+    def state(self, stack: StackPlan, service: str) -> list[dict[str, Any]]:
+        """Each container of the service: status, health, restart count."""
+        out = []
+        for c in self.docker.containers(label=f"{SERVICE_LABEL}={service}"):
+            if c.labels.get(PROJECT_LABEL) != stack.project:
+                continue
+            st = c.attrs.get("State") or {}
+            out.append({
+                "status": st.get("Status", ""),
+                "health": (st.get("Health") or {}).get("Status", ""),
+                "restarts": int(c.attrs.get("RestartCount") or 0),
+                "exit": st.get("ExitCode"),
+            })  # fmt: skip
+        return out
+
+
+def verdict(states: list[dict[str, Any]]) -> str | None:
+    """ "healthy", a failure in words, or None while it is still starting. A container that
+    exited or restarted has failed: `restart: unless-stopped` would crash-loop it, and a
+    crash loop never reports unhealthy."""
+    if not states:
+        return "not running"
+    for s in states:
+        if s["status"] in ("exited", "dead") or s["restarts"] or s["status"] == "restarting":
+            return f"exited (code {s['exit']})"
+        if s["health"] == "unhealthy":
+            return "unhealthy"
+    if all(s["status"] == "running" and s["health"] in ("healthy", "") for s in states):
+        return "healthy"
+    return None
+
+
+def wait_healthy(
+    engine: Engine,
+    stack: StackPlan,
+    service: str,
+    timeout: float = WAIT_TIMEOUT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> str:
+    deadline = clock() + timeout
+    while True:
+        found = verdict(engine.state(stack, service))
+        if found is not None:
+            return found
+        if clock() >= deadline:
+            return f"not healthy after {timeout:g} s"
+        sleep(POLL_S)
+
+
+def smoke(settings: Settings, service: str, get: Callable[..., Any] = requests.get) -> str | None:
+    """None when the service answers its API on its host port, else why not."""
+    port = {"ollama": settings.ollama_port, "comfyui": settings.comfyui_port,
+            "whisper": settings.whisper_port}[service]  # fmt: skip
+    host = settings.bind_address if settings.bind_address not in ("", "0.0.0.0") else "127.0.0.1"
+    url = f"http://{host}:{port}{SMOKE[service]}"
+    try:
+        answer = get(url, timeout=10)
+        body = answer.json() if answer.status_code == 200 else None
+    except (requests.RequestException, ValueError) as exc:
+        return f"smoke check GET {SMOKE[service]} failed ({type(exc).__name__})"
+    if not isinstance(body, dict):
+        return f"smoke check GET {SMOKE[service]} answered HTTP {answer.status_code}"
+    return None
+
+
+@dataclass
+class Outcome:
+    move: Move
+    ok: bool
+    reason: str  # why it failed ("" when it moved)
+    rolled_back: str = ""  # the rollback's verdict ("healthy" …) when it failed
+
+
+class Updater:
+    def __init__(
+        self,
+        settings: Settings,
+        plan: ComposePlan,
+        engine: Engine,
+        smoke_check: Callable[[str], str | None],
+        wait: Callable[[StackPlan, str], str],
+    ) -> None:
+        self.settings, self.plan, self.engine = settings, plan, engine
+        self.smoke_check, self.wait = smoke_check, wait
+
+    def targets(self, move: Move) -> list[tuple[StackPlan, str]]:
+        """The running services whose compose definition interpolates the variable (one
+        Ollama image runs 02-compute's Ollama and the per-GPU Ollamas of 03-agents)."""
+        running = {s.name: self.engine.running(s) for s in self.plan.stacks}
+        using = services_using(self.plan, move.variable)
+        return [(stack, name) for stack, name in using if name in running[stack.name]]
+
+    def apply(self, move: Move) -> Outcome:
+        locked = move.locked
+        assert locked is not None  # diff makes a Move per lock entry
+        targets = self.targets(move)
+        if not targets:
+            raise ConfigError(
+                f"{move.service} is not running, so there is nothing to update",
+                "start the kit: python start_services.py",
+            )
+        try:
+            self.engine.pull(move.reference)  # before anything changes
+        except DockerError as exc:
+            from airig.launcher.pull import pull_error
+
+            raise pull_error(move.reference, move.service, exc.message, move.variable,
+                             self.settings.image_registry) from None  # fmt: skip
+        # the rollback writes back what ran: the same image: string, so the next `up`
+        # leaves the rolled-back containers alone
+        before = host_env_value(self.settings, move.variable) or locked.reference
+        reason = self._switch(move.variable, move.reference, targets, smoke=move.service)
+        log = log_path(self.settings)
+        append_log(log, log_entry("update", move, reason == "", reason, now()))
+        if not reason:
+            lock = read_lock(self.settings.state_dir)
+            lock[move.variable] = Locked(move.service, move.variable, move.tag, move.digest,
+                                         move.why, move.created, now())  # fmt: skip
+            write_lock(self.settings.state_dir, lock)
+            return Outcome(move, True, "")
+        back = self._switch(move.variable, before, targets, smoke=move.service)
+        undo = replace(move, locked=replace(locked, tag=move.tag, digest=move.digest),
+                       tag=locked.tag, digest=locked.digest)  # fmt: skip
+        append_log(log, log_entry("rollback", undo, back == "", back or reason, now()))
+        return Outcome(move, False, reason, back or "healthy")
+
+    def _switch(
+        self, variable: str, ref: str, targets: list[tuple[StackPlan, str]], smoke: str
+    ) -> str:
+        """Run ``ref`` for ``variable``: host.env, then each service recreated and waited
+        for in turn; "" when all are healthy and the smoke request answers, else why."""
+        write_host_env(self.settings, self.plan, variable, ref)
+        for stack, name in targets:
+            try:
+                self.engine.recreate(stack, name, ref)
+            except DockerError as exc:
+                return f"{name}: {exc.message}"
+            found = self.wait(stack, name)
+            if found != "healthy":
+                return f"{name} {found}"
+        return self.smoke_check(smoke) or ""
+
+
+def host_env_value(settings: Settings, variable: str) -> str:
+    path = settings.state_dir / HOST_ENV
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return next((ln.split("=", 1)[1] for ln in lines if ln.startswith(f"{variable}=")), "")
+
+
+def write_host_env(settings: Settings, plan: ComposePlan, variable: str, ref: str) -> None:
+    """``variable=ref`` in ``.airig/host.env`` (the env file Compose reads after .env, so
+    it wins over a pin there), and each stack folder's copy for compose by hand."""
+    path = settings.state_dir / HOST_ENV
+    lines = path.read_text().splitlines() if path.is_file() else []
+    kept = [line for line in lines if line.split("=", 1)[0] != variable]
+    path.write_text("".join(f"{line}\n" for line in sorted([*kept, f"{variable}={ref}"])))
+    for stack in plan.stacks:
+        copy = stack_env_path(settings, stack.name)
+        if copy.is_file():
+            copy.write_text(stack_env_text(stack))
+
+
+def outcome_line(outcome: Outcome) -> str:
+    m = outcome.move
+    if outcome.ok:
+        return (
+            f"[green]✔[/] {escape(m.service)}: now {escape(m.tag)} {short(m.digest)} "
+            "(healthy, smoke check passed)"
+        )
+    old = short(m.locked.digest) if m.locked else "-"
+    back = outcome.rolled_back
+    back = "" if back == "healthy" else f", and the rollback is {back}"
+    return (
+        f"{m.service}: {m.tag} {short(m.digest)} failed ({outcome.reason}); rolled back to "
+        f"{old}{back}"
+    )
+
+
+def lookup_cached(registry: Registry | None = None) -> Callable[[str], tuple[str, str]]:
+    registry = registry or Registry()
+    seen: dict[str, tuple[str, str]] = {}
+
+    def lookup(ref: str) -> tuple[str, str]:
+        if ref not in seen:
+            seen[ref] = registry.lookup(ref)
+        return seen[ref]
+
+    return lookup
+
+
+# ------------------------------------------------------------------ status
+def image_rows(settings: Settings, when: datetime | None = None) -> list[dict[str, str]]:
+    """Per locked image: service, tag, short digest, and age (since it was built, else
+    since it was locked), for `status`."""
+    try:
+        lock = read_lock(settings.state_dir)
+    except ConfigError:
+        return []  # status reports, it does not refuse: `update` says what is wrong
+    rows = []
+    for entry in sorted(lock.values(), key=lambda e: (e.service, e.variable)):
+        rows.append({
+            "service": entry.service,
+            "variable": entry.variable,
+            "tag": entry.tag,
+            "digest": short(entry.digest),
+            "age": age(entry.created or entry.locked_at, when),
+        })  # fmt: skip
+    return rows
+
+
+def age(stamp: str, when: datetime | None = None) -> str:
+    try:
+        # Docker writes nanoseconds (2026-11-20T03:12:09.123456789Z): seconds are enough
+        then = datetime.fromisoformat(stamp.split(".")[0].removesuffix("Z"))
+    except ValueError:
+        return "?"
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    seconds = ((when or datetime.now(UTC)) - then).total_seconds()
+    if seconds < 3600:
+        return f"{max(0, int(seconds // 60))} min"
+    if seconds < 2 * 86400:
+        return f"{int(seconds // 3600)} h"
+    return f"{int(seconds // 86400)} days"
