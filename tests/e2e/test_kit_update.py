@@ -136,7 +136,9 @@ def test_up_locks_update_moves_and_a_failing_image_rolls_back(kit):
         mirror, f'FROM {BASE}\nLABEL airig.e2e=v3\nCMD ["python3", "-c", "raise SystemExit(3)"]\n'
     )
     failed = kit.run("update", timeout=300)
-    line = one_error(failed.returncode, failed.stderr, "whisper", "exited (code 3)")
+    # the code the engine reports varies with when the failure is seen (3 from the new
+    # container, 0 once the engine has stopped it): that it exited is the finding
+    line = one_error(failed.returncode, failed.stderr, "whisper", "exited (code")
     assert f"rolled back to {v2.removeprefix('sha256:')[:12]}" in line
     assert locked(kit)["WHISPER_IMAGE_CPU"]["digest"] == v2
     assert running_label() == "v2"
