@@ -25,6 +25,8 @@ from airig.common.errors import DockerError
 from airig.launcher.plan import StackPlan
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from python_on_whales import DockerClient
 
 # 2.24: generated overlays use `!reset` (a service no image fits runs on CPU)
@@ -162,6 +164,12 @@ class Docker:
             "present locally",
         ):
             _client().image.pull(image, quiet=True)
+
+    def build_image(self, context: Path, tag: str, args: dict[str, str], hint: str) -> None:
+        """`docker build` of one Dockerfile folder outside Compose (the Vulkan Ollama image
+        is built before the probe that decides whether the kit runs it)."""
+        with docker_errors(f"building {tag}", hint):
+            _client().legacy_build(context, build_args=args, tags=tag, quiet=True)
 
     def has_image(self, image: str) -> bool:
         import docker.errors

@@ -30,10 +30,12 @@ from airig.launcher.image_source import image_hash, source_hash
 from airig.launcher.images import ImageSelection, comfyui_flag_clash
 from airig.launcher.plan import (
     ESCALATION_PROFILE,
+    VULKAN_BUILD,
     ComposePlan,
     StackPlan,
     build_plan,
     project_names,
+    vulkan_build,
 )
 from airig.launcher.preflight import (
     Check,
@@ -94,6 +96,11 @@ class Launcher:
             self.console.print(f"[bold]Pulling[/] {escape(base)} to probe the GPUs with …")
             self.docker.pull_image(base)
             choice = choose_profile(self.settings, self.docker, strict=True)
+        if not dry_run and _vulkan_unbuilt(choice):
+            # Ollama's Vulkan image is judged by what Vulkan sees inside it: build it now,
+            # then probe (hardware/vulkan.py) before anything is written or started
+            self._build_vulkan(choice)
+            choice = choose_profile(self.settings, self.docker, strict=True)
         self._say_profile(choice)
         # .airig/images.lock: start the digests that ran before, not what a tag names now
         lock = hold_images(self.settings, choice.images, self.console, self.docker)
@@ -131,6 +138,23 @@ class Launcher:
         self._retire_gateway(plan)
         lock.record(self.docker)  # the kit is up: these digests ran
         return result
+
+    def _build_vulkan(self, choice: Choice) -> None:
+        vulkan = vulkan_build(self.settings, choice.profile, choice.images)
+        if vulkan is None:
+            return
+        if not self.docker.has_image(vulkan.base):
+            self.console.print(f"[bold]Pulling[/] {escape(vulkan.base)} (Ollama's Vulkan base) …")
+            self.docker.pull_image(vulkan.base)
+        self.console.print(
+            f"[bold]Building[/] {escape(vulkan.image)} (Ollama with Mesa's Vulkan) …"
+        )
+        context = self.settings.root / COMPUTE_STACK / VULKAN_BUILD
+        hint = (
+            f"check this machine reaches Ubuntu's package archive ({context.name}/Dockerfile "
+            "installs Mesa from it), or set OLLAMA_BACKEND=cpu in .env"
+        )
+        self.docker.build_image(context, vulkan.image, {"OLLAMA_BASE": vulkan.base}, hint)
 
     def _retire_gateway(self, plan: ComposePlan) -> None:
         """With AIRIG_ESCALATION=off, stop a gateway an earlier `up` started. Compose leaves
@@ -409,6 +433,12 @@ def _probe_lacked_image(choice: Choice) -> bool:
         p.status == "not run" and "no probe image" in p.detail
         for p in choice.report.probes.values()
     )
+
+
+def _vulkan_unbuilt(choice: Choice) -> bool:
+    """Ollama is on Vulkan and its image is not built yet, so Vulkan was not probed."""
+    probe = choice.vulkan
+    return probe is not None and probe.status == "not run" and "not built yet" in probe.detail
 
 
 def _require(checks: list[Check]) -> None:

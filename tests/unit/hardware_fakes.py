@@ -241,16 +241,26 @@ class FakeContainer:
     def remove(self, force: bool = False) -> None:
         self.engine.removed.append(self.name)
 
+    # a detached run (the Vulkan probe): exit code and output from ``engine.detached``
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        return {"StatusCode": self.engine.detached[0]}
+
+    def logs(self, stdout: bool = True, stderr: bool = True) -> bytes:
+        _, out, err = self.engine.detached
+        return ((out if stdout else "") + (err if stderr else "")).encode()
+
 
 class FakeContainers:
     def __init__(self, engine: FakeDocker) -> None:
         self.engine = engine
 
-    def run(self, image: str, command: list[str] | None = None, **kwargs: Any) -> bytes:
+    def run(self, image: str, command: list[str] | None = None, **kwargs: Any) -> Any:
         self.engine.runs.append({"image": image, "command": command, **kwargs})
         if self.engine.run_error is not None:
             self.engine.left_behind.add(kwargs["name"])
             raise APIError("500 Server Error", explanation=self.engine.run_error)
+        if kwargs.get("detach"):
+            return FakeContainer(self.engine, kwargs["name"])
         return b""
 
     def get(self, name: str) -> FakeContainer:
@@ -291,9 +301,11 @@ class FakeDocker:
         run_error: str | None = None,
         images: tuple[str, ...] = (PROBE_IMAGE,),
         down: bool = False,
+        detached: tuple[int, str, str] = (0, "", ""),
     ) -> None:
         self._info = info if info is not None else {"Runtimes": {"runc": {"path": "runc"}}}
         self.run_error = run_error
+        self.detached = detached  # (exit code, stdout, stderr) of a detached run
         self.images_present = set(images)
         self.down = down
         self.runs: list[dict[str, Any]] = []

@@ -295,6 +295,8 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
             "fix": choice.fix,
             "refused": choice.refusal.message if choice.refusal else None,
             "images": [c.to_dict() for c in choice.images.choices] if choice.images else [],
+            # Ollama on Vulkan: what vulkaninfo listed in its container (null otherwise)
+            "vulkan_probe": choice.vulkan.to_dict() if choice.vulkan else None,
             "report": choice.report.to_dict(),
         }
         print(json.dumps(data, indent=2, default=str))

@@ -15,7 +15,9 @@ from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware import HardwareReport, detect, kfd_visible, nvml_visible
 from airig.launcher.hardware.decide import decide_profile
 from airig.launcher.hardware.intel import intel_usable
+from airig.launcher.hardware.vulkan import VulkanProbe, run_probe
 from airig.launcher.images import ImageSelection, choose_images, load_catalog, pins_from
+from airig.launcher.images.vulkan_verdict import with_vulkan_verdict
 from airig.launcher.plan import GpuSlot, amd_host_env, intel_host_env
 from airig.launcher.settings import Settings
 
@@ -36,6 +38,8 @@ class Choice:
     refusal: HardwareError | None = None
     # the image each compute service runs, and why (02-compute/images.yaml)
     images: ImageSelection | None = None
+    # Ollama on Vulkan: what vulkaninfo saw in its image (None: Ollama is not on Vulkan)
+    vulkan: VulkanProbe | None = None
 
 
 def probe_images(settings: Settings) -> list[str]:
@@ -86,7 +90,45 @@ def choose_profile(
     gpus = gpu_slots(report, profile, igpu_on(settings))
     host_env = detected_env(report, profile)
     images = select_images(settings, report, profile)
-    return Choice(profile, label, reasons, fix, gpus, report, host_env, refusal, images)
+    images, vulkan = vulkan_settled(settings, docker, client, report, profile, images)
+    return Choice(profile, label, reasons, fix, gpus, report, host_env, refusal, images, vulkan)
+
+
+def vulkan_settled(
+    settings: Settings,
+    docker: Docker,
+    client: Any,
+    report: HardwareReport,
+    profile: str,
+    images: ImageSelection,
+) -> tuple[ImageSelection, VulkanProbe | None]:
+    """An Ollama chosen for Vulkan, kept only when Vulkan sees the GPUs in its image, with
+    the render nodes and groups its containers get (hardware/vulkan.py); else the CPU
+    image, or a refusal when OLLAMA_BACKEND=vulkan forced it (images/vulkan_verdict.py)."""
+    ollama = images.of("ollama")
+    if ollama.backend != "vulkan" or not ollama.on_gpu or ollama.refusal is not None:
+        return images, None
+    vendor = VENDOR_OF.get(profile, "")
+    gpus = profile_gpus(report, profile, igpu_on(settings))
+    nodes = [f"/dev/dri/{g.render_node}" for g in gpus if g.render_node]
+    gids = report.intel.gids if vendor == "intel" else report.amd.gids
+    if client is None:
+        try:  # vulkaninfo starts in a second; the long client is for a busy engine
+            client = docker.probe_sdk(settings.gpu_probe_timeout)
+        except DockerError as exc:
+            probe = VulkanProbe("not run", f"Docker not reachable: {exc.message}", ollama.image)
+    if client is not None:
+        probe = run_probe(client, ollama.image, vendor, nodes, gids, settings.gpu_probe_timeout)
+    settled = with_vulkan_verdict(
+        images,
+        load_catalog(settings.root),
+        pins_from(settings.value_of),
+        probe.status,
+        probe.detail,
+        forced=settings.ollama_backend == "vulkan",
+        registry=settings.image_registry,
+    )
+    return settled, probe
 
 
 def select_images(settings: Settings, report: HardwareReport, profile: str) -> ImageSelection:
