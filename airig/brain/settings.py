@@ -69,8 +69,8 @@ class BrainSettings(BaseSettings):
     alert_failures: int = Field(5, alias="AIRIG_ALERT_FAILURES", gt=0)
     alert_failure_window_s: float = Field(600.0, alias="AIRIG_ALERT_FAILURE_WINDOW_S", gt=0)
     # Compute services the brain probes over ai-network (airig/brain/ops/probes.py), as
-    # NAME=URL pairs; empty = none. AIRIG_GPU_SERVICES: the ones `up` put on a GPU
-    # (.airig/host.env), whose answers must not say CPU.
+    # NAME=URL pairs; empty = none. AIRIG_GPU_SERVICES: the ones `up` put on a GPU, each
+    # with its backend (ollama=vulkan; .airig/host.env), whose answers must not say CPU.
     probe_services: str = Field("", alias="BRAIN_PROBE_SERVICES")
     gpu_services: str = Field("", alias="AIRIG_GPU_SERVICES")
     probe_interval_s: float = Field(20.0, alias="BRAIN_PROBE_INTERVAL_S", gt=0)

@@ -124,12 +124,13 @@ def build_plan(
         ).env
     else:
         images_env = images.env
-    # The compute services `up` put on a GPU: the brain's probes alert when one of them
-    # answers that it runs on the CPU (airig/brain/ops/probes.py).
+    # The compute services `up` put on a GPU, each with its backend (ollama=vulkan): the
+    # brain's probes alert, naming it, when one answers that it runs on the CPU
+    # (airig/brain/ops/probes.py).
     on_gpu = (
         []
         if images is None or profile == "cpu"
-        else [c.service for c in images.choices if c.on_gpu]
+        else [f"{c.service}={c.backend}" for c in images.choices if c.on_gpu]
     )
     host_env = {
         **(host_env or {}),

@@ -42,11 +42,14 @@ class Target:
     name: str  # ollama, comfyui, whisper
     url: str
     on_gpu: bool  # the launcher placed it on a GPU (AIRIG_GPU_SERVICES)
+    backend: str = ""  # the GPU library it was placed on (cuda, rocm, vulkan, xpu), if said
 
 
 def parse_targets(spec: str, gpu_services: str) -> tuple[Target, ...]:
-    """``ollama=http://ollama:11434,comfyui=http://comfyui:8188`` and ``comfyui,ollama``."""
-    on_gpu = {s.strip() for s in gpu_services.split(",") if s.strip()}
+    """``ollama=http://ollama:11434,comfyui=http://comfyui:8188`` and ``comfyui,ollama``,
+    each GPU service optionally with its backend: ``comfyui=xpu,ollama=vulkan``."""
+    pairs = (s.strip().partition("=") for s in gpu_services.split(",") if s.strip())
+    on_gpu = {name.strip(): backend.strip() for name, _, backend in pairs}
     targets = []
     for item in spec.split(","):
         name, _, url = item.strip().partition("=")
@@ -57,7 +60,7 @@ def parse_targets(spec: str, gpu_services: str) -> tuple[Target, ...]:
                 f"BRAIN_PROBE_SERVICES item {item.strip()!r}: want NAME=http://host:port "
                 f"with NAME one of {', '.join(PATHS)}"
             )
-        targets.append(Target(name, url.rstrip("/"), name in on_gpu))
+        targets.append(Target(name, url.rstrip("/"), name in on_gpu, on_gpu.get(name, "")))
     return tuple(targets)
 
 
@@ -97,6 +100,7 @@ class ServiceProbes:
         self._failures: dict[str, int] = {}
         self._last_error: dict[str, str] = {}
         self._cpu: dict[str, list[str]] = {}
+        self._backend = {t.name: t.backend for t in targets}
 
     def probe_once(self) -> None:
         for target in self.targets:
@@ -141,8 +145,10 @@ class ServiceProbes:
                     )
             for name, evidence in self._cpu.items():
                 if evidence:
+                    backend = self._backend.get(name)
+                    given = f"given a GPU ({backend})" if backend else "given a GPU"
                     found[("gpu_fallback", name)] = (
-                        f"given a GPU but runs on the CPU: {'; '.join(evidence)}; "
+                        f"{given} but runs on the CPU: {'; '.join(evidence)}; "
                         f"run `python start_services.py triage {name}`"
                     )
         return found

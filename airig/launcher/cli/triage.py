@@ -34,15 +34,17 @@ def triage(
     from airig.launcher.docker import Docker
     from airig.launcher.settings import checkout_settings
     from airig.launcher.triage import classify
+    from airig.launcher.triage.backend import backends
     from airig.launcher.triage.collect import collect, parse_since
     from airig.launcher.triage.render import as_data, show
 
     since_s = parse_since(since)
     facts = collect(checkout_settings(), Docker(), service, since_s, verify)
     findings = classify(facts)
+    used = backends(facts.containers)  # what each compute container got from Docker
     if as_json:
-        print(json.dumps(as_data(findings), indent=2, default=str))
+        print(json.dumps(as_data(findings, used), indent=2, default=str))
     else:
-        show(findings, console)
+        show(findings, console, used)
     if findings:
         raise typer.Exit(1)

@@ -13,6 +13,7 @@ from typing import Any
 
 from airig.common.jsonlog import utc_iso
 from airig.launcher.service_names import matches_service
+from airig.launcher.triage.backend import gpu_label
 from airig.launcher.triage.facts import (
     AGENTS,
     FLAPPING,
@@ -74,9 +75,10 @@ def own_finding(
     if kind == "gpu_fallback":
         mine = service_containers(subject, containers)
         service = mine[0].service if mine else subject
+        label = gpu_label(mine[0]) if mine else ""
         return Finding(
-            GPU_FALLBACK, service, f"{service} was given a GPU but runs on the CPU (the brain's "
-            "probe)", (line,),
+            GPU_FALLBACK, service, f"{service}{label} was given a GPU but runs on the CPU (the "
+            "brain's probe)", (line,),
             f"check the GPU is visible inside it (`{RUN} detect`), then the model fits its "
             "VRAM (a smaller model in .env)",
             f"{RUN} triage {service}: no fallback finding",

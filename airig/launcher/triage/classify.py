@@ -13,6 +13,7 @@ from statistics import median
 from airig.common.gpu_use import comfyui_cpu_device, ollama_cpu_models
 from airig.common.jsonlog import utc_iso
 from airig.launcher.triage.alerts import with_alerts, with_model_sync
+from airig.launcher.triage.backend import gpu_label, offered
 from airig.launcher.triage.facts import (
     AGENTS,
     FLAPPING,
@@ -250,9 +251,11 @@ def gpu_fallback(c: ContainerFacts, facts: Facts) -> Iterator[Finding]:
         cpu_lines = (line for line in c.log_tail if CPU_DEVICE_LINE.search(line))
         evidence += [f"log: {line}" for line in _last(cpu_lines)]
     if evidence:
+        gpu = offered(c)  # what the engine gave it, so the reader knows which stack to check
+        given = (f"docker: given {gpu}",) if gpu is not None else ()
         yield Finding(
-            GPU_FALLBACK, c.service, f"{c.service} was given a GPU but runs on the CPU",
-            tuple(evidence),
+            GPU_FALLBACK, c.service, f"{c.service}{gpu_label(c)} was given a GPU but runs on "
+            "the CPU", (*evidence, *given),
             "check the GPU is visible inside it (`python start_services.py detect`), then "
             "the model fits its VRAM (a smaller model in .env); keep the CPU fallback if the "
             "GPU cannot be used safely",

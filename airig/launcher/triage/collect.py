@@ -14,7 +14,8 @@ from airig.launcher.docker import Docker, engine_errors
 from airig.launcher.plan import plan_for_running
 from airig.launcher.service_names import matches_service, matching, resolve
 from airig.launcher.settings import Settings
-from airig.launcher.triage.facts import ContainerFacts, Facts, Healthcheck
+from airig.launcher.triage.backend import gpu_paths
+from airig.launcher.triage.facts import ContainerFacts, DeviceRequest, Facts, Healthcheck
 
 if TYPE_CHECKING:
     from airig.launcher.brain_client import BrainClient
@@ -22,8 +23,12 @@ if TYPE_CHECKING:
 NS = 1e9
 LOG_LINES = 40
 PROBE_TIMEOUT_S = 3.0
-# what the classifiers read from a container's environment (never its secrets)
-KEPT_ENV = frozenset({"WORKER_NAME", "WORKER_NAME_PREFIX", "WORKER_SERVICE", "OLLAMA_HOST"})
+# what the classifiers read from a container's environment (never its secrets): the
+# workers' names, and what selects a compute service's backend (backend.py)
+KEPT_ENV = frozenset({
+    "WORKER_NAME", "WORKER_NAME_PREFIX", "WORKER_SERVICE", "OLLAMA_HOST",
+    "OLLAMA_VULKAN", "ROCR_VISIBLE_DEVICES", "CLI_ARGS",
+})  # fmt: skip
 
 
 def parse_since(text: str) -> float:
@@ -90,6 +95,8 @@ def _facts(stack: str, container: Any, docker: Docker, since_s: float) -> Contai
     health = state.get("Health") or {}
     env = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
     starts, stops = _events(container, docker, since_s)
+    devices = _devices(host)
+    requests = _device_requests(host)
     return ContainerFacts(
         stack=stack,
         service=(config.get("Labels") or {}).get("com.docker.compose.service", container.name),
@@ -99,8 +106,10 @@ def _facts(stack: str, container: Any, docker: Docker, since_s: float) -> Contai
         exit_code=state.get("ExitCode"),
         restart_count=attrs.get("RestartCount", 0),
         oom_killed=bool(state.get("OOMKilled")),
-        gpu_requested=bool(host.get("DeviceRequests"))
-        or any(d.get("PathOnHost") == "/dev/kfd" for d in host.get("Devices") or []),
+        gpu_requested=bool(requests or gpu_paths(devices)),
+        image=config.get("Image", ""),
+        devices=devices,
+        device_requests=requests,
         hostname=config.get("Hostname", ""),
         published=_published(attrs),
         env={k: v for k, v in env.items() if k in KEPT_ENV or k.startswith("WHISPER__")},
@@ -110,6 +119,21 @@ def _facts(stack: str, container: Any, docker: Docker, since_s: float) -> Contai
         restart_policy=(host.get("RestartPolicy") or {}).get("Name") or "",
         log_tail=_log_tail(container),
         health_log=tuple(str(e.get("Output", "")).strip() for e in health.get("Log") or []),
+    )
+
+
+def _devices(host: dict[str, Any]) -> tuple[str, ...]:
+    """HostConfig.Devices in Compose's short form (host:container:permissions)."""
+    return tuple(
+        f"{d.get('PathOnHost', '')}:{d.get('PathInContainer', '')}:{d.get('CgroupPermissions', '')}"
+        for d in host.get("Devices") or []
+    )
+
+
+def _device_requests(host: dict[str, Any]) -> tuple[DeviceRequest, ...]:
+    return tuple(
+        DeviceRequest(r.get("Driver") or "", tuple(r.get("DeviceIDs") or ()), r.get("Count") or 0)
+        for r in host.get("DeviceRequests") or []
     )
 
 

@@ -37,6 +37,23 @@ class Healthcheck:
 
 
 @dataclass(frozen=True)
+class DeviceRequest:
+    """One of the engine's HostConfig.DeviceRequests: Compose's GPU reservation (driver
+    nvidia, count all or device_ids) or a CDI device (driver cdi, ids nvidia.com/gpu=0)."""
+
+    driver: str = ""  # "" is Docker's default for --gpus: the NVIDIA toolkit
+    ids: tuple[str, ...] = ()
+    count: int = 0  # -1: every GPU
+
+    def __str__(self) -> str:
+        if self.ids:
+            which = f"GPU {','.join(self.ids)}"
+        else:
+            which = f"{self.count} GPUs" if self.count > 0 else "all GPUs"
+        return f"device request {self.driver or 'gpu'} {which}"
+
+
+@dataclass(frozen=True)
 class ContainerFacts:
     stack: str
     service: str
@@ -46,7 +63,10 @@ class ContainerFacts:
     exit_code: int | None = None
     restart_count: int = 0
     oom_killed: bool = False
-    gpu_requested: bool = False  # a device request (NVIDIA) or /dev/kfd (AMD)
+    gpu_requested: bool = False  # a device request, /dev/kfd or a /dev/dri node
+    image: str = ""  # Config.Image: the reference it was created from
+    devices: tuple[str, ...] = ()  # HostConfig.Devices as host:container:permissions
+    device_requests: tuple[DeviceRequest, ...] = ()
     hostname: str = ""
     env: dict[str, str] = field(default_factory=dict)
     published: dict[str, str] = field(default_factory=dict)  # "11434/tcp" → host URL

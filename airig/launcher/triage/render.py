@@ -1,22 +1,34 @@
-"""Findings for people (one block each) and as JSON (the same, as data)."""
+"""Findings for people (one block each) and as JSON (the same, as data), after the backend
+each compute service runs on (``backend.py``): the first thing to know when a model is slow."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
+from airig.launcher.triage.backend import ServiceBackend
 from airig.launcher.triage.facts import Finding
 
 HEALTHY = "✔ nothing wrong: every service runs, no restarts, models and workers as expected"
+BACKENDS = "backends (what each compute container got from Docker):"
 
 
-def as_data(findings: list[Finding]) -> dict[str, Any]:
-    return {"healthy": not findings, "findings": [f.to_dict() for f in findings]}
+def as_data(findings: list[Finding], used: Sequence[ServiceBackend] = ()) -> dict[str, Any]:
+    return {
+        "healthy": not findings,
+        "backends": [b.to_dict() for b in used],
+        "findings": [f.to_dict() for f in findings],
+    }
 
 
-def show(findings: list[Finding], console: Console) -> None:
+def show(findings: list[Finding], console: Console, used: Sequence[ServiceBackend] = ()) -> None:
+    if used:
+        console.print(BACKENDS, highlight=False)
+        for b in used:
+            console.print(f"  {escape(b.line())}", highlight=False, soft_wrap=True)
     if not findings:
         console.print(f"[green]{HEALTHY}[/]")
         return

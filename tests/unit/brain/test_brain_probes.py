@@ -146,3 +146,68 @@ def test_the_real_getter_refuses_anything_else(monkeypatch, status):
     monkeypatch.setattr(requests, "get", lambda url, timeout: response(status, "OK"))
     with pytest.raises(requests.HTTPError, match=f"{status} Reason for http://w:8000/health"):
         probes_module._get_text("http://w:8000/health", 1.0)
+
+
+# ---------------------------------------------------------------- Vulkan offload is GPU
+# Ollama's /api/ps reports size_vram the same way for every GPU library (issue 28): the
+# brain cannot see which one a service runs on, so the launcher may say it in
+# AIRIG_GPU_SERVICES (``ollama=vulkan``) and the alert names it.
+
+GB = 1_000_000_000
+VULKAN = Target("ollama", "http://ollama:11434", on_gpu=True, backend="vulkan")
+CUDA = Target("ollama", "http://ollama:11434", on_gpu=True, backend="cuda")
+
+
+def ollama_ps(size: int, size_vram: int) -> dict[str, object]:
+    """Ollama 0.20.6's /api/ps with one model, `size_vram` of its `size` bytes in VRAM."""
+    return {"models": [{
+        "name": "qwen2.5:7b", "model": "qwen2.5:7b", "size": size, "size_vram": size_vram,
+        "digest": "845dbda0ea48ed749caafd9e6037047aa19acfcfd82e704d7ca97d631a0b697e",
+        "details": {"parent_model": "", "format": "gguf", "family": "qwen2",
+                    "families": ["qwen2"], "parameter_size": "7.6B",
+                    "quantization_level": "Q4_K_M"},
+        "expires_at": "2318-11-03T10:00:00Z", "context_length": 8192,
+    }]}  # fmt: skip
+
+
+def holding(target: Target, size: int, size_vram: int) -> dict[tuple[str, str], str]:
+    get = Answers(**{"api/version": {"version": "0.20.6"}, "api/ps": ollama_ps(size, size_vram)})
+    probes = ServiceProbes((target,), get=get)
+    probes.probe_once()
+    return probes.holding()
+
+
+def test_gpu_services_may_name_each_ones_backend():
+    got = parse_targets(
+        "ollama=http://ollama:11434,comfyui=http://comfyui:8188,whisper=http://w:8000",
+        "comfyui=xpu, ollama=vulkan",
+    )
+    assert got == (
+        VULKAN,
+        Target("comfyui", "http://comfyui:8188", True, "xpu"),
+        Target("whisper", "http://w:8000", False, ""),
+    )
+    assert parse_targets("ollama=http://ollama:11434", "ollama") == (OLLAMA,)
+
+
+def test_a_model_fully_offloaded_through_vulkan_is_on_the_gpu():
+    assert ServiceProbes._cpu_evidence(VULKAN, ollama_ps(5 * GB, 5 * GB)) == []
+    assert holding(VULKAN, 5 * GB, 5 * GB) == {}
+
+
+def test_no_vram_on_a_vulkan_ollama_is_a_fallback_that_names_vulkan():
+    [(key, message)] = holding(VULKAN, 5 * GB, 0).items()
+    assert key == ("gpu_fallback", "ollama")
+    assert message.startswith(
+        f"given a GPU (vulkan) but runs on the CPU: /api/ps: qwen2.5:7b size {5 * GB} size_vram 0;"
+    )
+
+
+@pytest.mark.parametrize("in_vram", [1.0, 0.9, 0.5, 0.49, 0.1, 0.0])
+def test_a_partial_offload_is_judged_on_vulkan_as_on_cuda(in_vram: float):
+    size = 5 * GB
+    on_vulkan = holding(VULKAN, size, int(in_vram * size))
+    on_cuda = holding(CUDA, size, int(in_vram * size))
+    assert (
+        list(on_vulkan) == list(on_cuda) == ([("gpu_fallback", "ollama")] if in_vram < 0.5 else [])
+    )

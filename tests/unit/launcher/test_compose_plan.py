@@ -258,8 +258,8 @@ def test_host_env_names_the_services_up_put_on_a_gpu(tmp_path):
     rig = settings(tmp_path)
     # GTX 1060 (6.1): on the seed rig's 535 every service has a build (Whisper's CUDA
     # 12.4.1 image accepts the 535 branch); on 545 no listed Whisper build runs
-    for driver, services in (("535.183.01", "comfyui,ollama,whisper"),
-                             ("545.29.06", "comfyui,ollama")):  # fmt: skip
+    for driver, services in (("535.183.01", "comfyui=cuda,ollama=cuda,whisper=cuda"),
+                             ("545.29.06", "comfyui=cuda,ollama=cuda")):  # fmt: skip
         pascal = GpuInfo("nvidia", "GTX 1060", "discrete", index=0, compute_capability="6.1",
                          driver_version=driver)  # fmt: skip
         images = choose_images(load_catalog(tmp_path), "gpu-nvidia", [pascal], {})
