@@ -101,7 +101,10 @@ def workers_table(workers: list[dict[str, Any]]) -> Table:
         temps = [g["temperature_c"] for g in gpus if g.get("temperature_c") is not None]
         gpu = "cpu" if w.get("gpu_index") is None else ",".join(str(g["index"]) for g in gpus)
         name = escape(str(w["name"]))
-        name = name if w.get("alive") else f"[red]{name} (silent)[/]"
+        if w.get("stopped"):  # deregistered on a clean stop
+            name = f"[dim]{name} (stopped)[/]"
+        elif not w.get("alive"):
+            name = f"[red]{name} (silent)[/]"
         warnings = escape("; ".join(w.get("warnings") or []))
         table.add_row(
             name, escape(w.get("host") or "-"), escape(",".join(w.get("classes") or [])),

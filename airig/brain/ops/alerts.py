@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from airig.brain.store import backups
 from airig.brain.store.events import Outbox
+from airig.brain.store.workers import RETIRED
 from airig.common.jsonlog import utc_iso
 
 SCHEMA = (
@@ -114,7 +115,14 @@ def _workers(
     conn: sqlite3.Connection, now: float, rules: Rules, since: float
 ) -> dict[tuple[str, str], str]:
     found: dict[tuple[str, str], str] = {}
-    for row in conn.execute("SELECT id, gpus_json, last_heartbeat FROM workers"):
+    # A worker that stopped cleanly deregistered (store/workers.retire: heartbeat 0). It is
+    # not down: counted here, `down` (workers stop before the brain) and every `docker
+    # compose stop` of a worker raised worker_down just before the brain went quiet.
+    rows = conn.execute(
+        "SELECT id, gpus_json, last_heartbeat FROM workers WHERE last_heartbeat > ?",
+        (RETIRED,),
+    )
+    for row in rows:
         silent_s = now - max(row["last_heartbeat"], since)
         if silent_s > rules.worker_lapse_s:
             found[("worker_down", row["id"])] = f"no heartbeat for {silent_s:.0f}s"

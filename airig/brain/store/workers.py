@@ -52,10 +52,16 @@ def heartbeat(
     )
 
 
+# the heartbeat of a worker that stopped cleanly: its name is free at once, and no alert
+# or finding calls it silent
+RETIRED = 0.0
+
+
 def retire(conn: sqlite3.Connection, name: str, token_hash: str) -> None:
-    """Writes a stopped worker's heartbeat to 0 and its token hash to one nobody holds."""
+    """Writes a stopped worker's heartbeat to RETIRED and its token hash to one nobody holds."""
     conn.execute(
-        "UPDATE workers SET last_heartbeat = 0, token_hash = ? WHERE id = ?", (token_hash, name)
+        "UPDATE workers SET last_heartbeat = ?, token_hash = ? WHERE id = ?",
+        (RETIRED, token_hash, name),
     )
 
 

@@ -320,7 +320,9 @@ def _missing_workers(facts: Facts) -> Iterator[Finding]:
 
 def _worker_state(w: dict[str, object], c: ContainerFacts | None) -> Iterator[Finding]:
     name = str(w.get("name"))
-    if not w.get("alive"):
+    # a worker that stopped cleanly deregistered: if its container should run, the
+    # container checks say so; the brain has nothing silent to report
+    if not w.get("alive") and not w.get("stopped"):
         fix = (
             "read why it stopped (`python start_services.py logs {service}`), then "
             "`python start_services.py restart {service}`"

@@ -238,3 +238,32 @@ def test_a_notice_quotes_outside_text_safely_for_every_receivers_markup(monkeypa
         assert "@everyone" not in text and "<!channel>" not in text and "](" not in text
         assert "w1" in text and "evil.example" in text  # still says what it was
     assert kw["body_format"] == apprise.NotifyFormat.TEXT
+
+
+def test_a_worker_that_stopped_cleanly_is_not_down_anywhere(tmp_path):
+    """`down` stops the workers before the brain, and a user may stop one worker: each
+    deregisters (heartbeat RETIRED). No worker_down, then or later, and /v1/workers says
+    stopped, not silent; its sibling that went quiet without a word still fires."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from airig.brain.api.app import create_app
+
+    settings = h.make_settings(tmp_path, BRAIN_REAPER_INTERVAL_S=3600, BRAIN_LEASE_S=10)
+    boot = {"Authorization": "Bearer bootstrap-secret-token"}
+    admin = {"Authorization": "Bearer admin-secret-token"}
+    with TestClient(create_app(settings)) as client:
+        brain = client.app.state.brain
+        tokens = {}
+        for name in ("gone", "quiet"):
+            answer = client.post("/v1/workers/register", headers=boot, json={"name": name})
+            assert answer.status_code == 200, answer.text
+            tokens[name] = {"Authorization": f"Bearer {answer.json()['token']}"}
+        assert client.post("/v1/workers/deregister", headers=tokens["gone"]).status_code == 200
+        later = time.time() + 60  # past the lease, and past it counted from the brain's start
+        fired = [(n.kind, n.subject) for n in brain.check_alerts(later) if n.fired]
+        assert fired == [("worker_down", "quiet")]
+        listed = {w["name"]: w for w in client.get("/v1/workers", headers=admin).json()["workers"]}
+    assert (listed["gone"]["alive"], listed["gone"]["stopped"]) == (False, True)
+    assert listed["quiet"]["stopped"] is False

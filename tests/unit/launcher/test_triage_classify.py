@@ -245,6 +245,13 @@ def test_a_silent_worker_and_a_thermal_pause():
     assert found[1].evidence == ("GPU 0 at 87°C: paused until 78°C",)
 
 
+def test_a_worker_that_stopped_cleanly_is_not_called_silent():
+    """It deregistered (the brain's ``stopped``): whether its container should run is the
+    container checks' business, not a silent-worker finding."""
+    stopped = {**REGISTERED, "alive": False, "stopped": True, "last_heartbeat": 0.0}
+    assert classify(Facts(containers=(WORKER,), workers=(stopped,))) == []
+
+
 def test_every_finding_is_data_with_its_class():
     [finding] = classify(Facts(unreachable=(("the brain", "timed out"),)))
     data = finding.to_dict()

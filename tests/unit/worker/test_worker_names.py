@@ -124,8 +124,8 @@ def test_forgetting_a_silent_worker_removes_it_and_clears_its_alert(client):
     register(client, "cpu-3")
     register(client, "cpu-1")
     brain.write(
-        lambda conn, *_: conn.execute("UPDATE workers SET last_heartbeat = 0 WHERE id = 'cpu-3'")
-    )  # its container was removed without a word (a recreate by `up`)
+        lambda conn, *_: conn.execute("UPDATE workers SET last_heartbeat = 1 WHERE id = 'cpu-3'")
+    )  # its container was removed without a word (0 would be a clean stop: RETIRED)
     brain.started_at = 0.0
     fired = brain.check_alerts()
     assert [(n.kind, n.subject, n.fired) for n in fired] == [("worker_down", "cpu-3", True)]

@@ -198,6 +198,8 @@ def list_workers(brain: BrainDep, _: AdminDep) -> Response:
                 "registered_at": row["registered_at"],
                 "last_heartbeat": row["last_heartbeat"],
                 "alive": now - row["last_heartbeat"] <= settings.lease_s,
+                # deregistered on a clean stop: not alive, and not silent either
+                "stopped": row["last_heartbeat"] == workers.RETIRED,
                 "running": busy.get(row["id"], 0),
                 "last_claim_at": row["last_claim_at"],
                 # seconds since its last claim (or registration), by the brain's clock

@@ -324,7 +324,8 @@
       h('header', { class: 'worker-head' },
         h('h3', { class: 'mono', text: w.name }),
         w.host ? h('span', { class: 'host', 'data-host': w.host, text: w.host }) : null,
-        h('span', { class: `pill ${w.alive ? 'st-SUCCEEDED' : 'st-FAILED'}`, text: w.alive ? 'alive' : 'silent' })),
+        // stopped: deregistered on a clean stop, not a worker gone quiet
+        h('span', { class: `pill ${w.alive ? 'st-SUCCEEDED' : w.stopped ? 'st-CANCELLED' : 'st-FAILED'}`, text: w.alive ? 'alive' : w.stopped ? 'stopped' : 'silent' })),
       h('div', { class: 'worker-meta' },
         (w.classes || []).map((c) => h('span', { class: 'chip', text: c })),
         h('span', { class: 'muted', text: `heartbeat ${ago(w.last_heartbeat)}` })),
