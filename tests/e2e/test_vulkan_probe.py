@@ -102,3 +102,35 @@ def test_an_rx_580_whose_vulkan_sees_no_gpu_runs_ollama_on_cpu_or_refuses_a_forc
     listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={PROBE_LABEL}"],
                             capture_output=True, text=True, check=True)  # fmt: skip
     assert listed.stdout.strip() == ""
+
+
+def test_the_vulkan_image_build_takes_its_base_and_a_failed_build_is_one_line(client, tmp_path):
+    """`up` builds Ollama's Vulkan image outside Compose (Docker.build_image) before it
+    probes: OLLAMA_BASE reaches the FROM line, and a base it cannot pull is one DockerError
+    with the engine's words and the caller's fix."""
+    from airig.common.errors import DockerError
+
+    context = tmp_path / "ctx"
+    context.mkdir()
+    # the shipped Dockerfile's first lines; the rest installs Mesa from Ubuntu's archive,
+    # which the test machines do not reach from a build
+    (context / "Dockerfile").write_text(
+        "ARG OLLAMA_BASE=ollama/ollama:0.20.6\nFROM ${OLLAMA_BASE}\nENV OLLAMA_VULKAN=1\n"
+    )
+    tag = "airig-test/vulkan-build:check"
+    try:
+        Docker().build_image(context, tag, {"OLLAMA_BASE": IMAGE}, "the fix")
+        built = client.images.get(tag)
+        assert "OLLAMA_VULKAN=1" in built.attrs["Config"]["Env"]
+        assert (
+            built.attrs["RootFS"]["Layers"][0]
+            == client.images.get(IMAGE).attrs["RootFS"]["Layers"][0]
+        )
+        with pytest.raises(DockerError) as failed:
+            Docker().build_image(
+                context, tag + "2", {"OLLAMA_BASE": "127.0.0.1:9/no/base:1"}, "the fix"
+            )
+        assert failed.value.message.startswith(f"building {tag}2 failed: ")
+        assert "127.0.0.1:9" in failed.value.message and failed.value.hint == "the fix"
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
