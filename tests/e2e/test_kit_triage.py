@@ -63,7 +63,14 @@ def inspect(cid: str, field: str) -> str:
 
 def test_healthy_kit_has_no_finding(up_kit):
     code, data = triage(up_kit)
+    backends = data.pop("backends")
     assert (code, data) == (0, {"healthy": True, "findings": []})
+    # the cpu profile: each compute service says cpu, with what keeps it there
+    assert {b["service"]: (b["backend"], b["evidence"]) for b in backends} == {
+        "comfyui-cpu": ("cpu", ["CLI_ARGS --cpu", "no GPU device"]),
+        "ollama-cpu": ("cpu", ["no GPU device"]),
+        "whisper-cpu": ("cpu", ["WHISPER__INFERENCE_DEVICE=cpu", "no GPU device"]),
+    }
 
 
 def test_crash_loop_oom_and_an_unregistered_worker(up_kit):
