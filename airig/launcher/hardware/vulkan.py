@@ -50,6 +50,7 @@ GPU_TYPES = {
 }
 # PCI vendor IDs as vulkaninfo prints them (lower case hex)
 VENDOR_IDS = {"amd": 0x1002, "intel": 0x8086, "nvidia": 0x10DE}
+VENDOR_NAMES = {"amd": "AMD", "intel": "Intel", "nvidia": "NVIDIA"}
 NO_INSTANCE = "Cannot create Vulkan instance"
 _DEVICE_HEADER = re.compile(r"^GPU(\d+):\s*$")
 _FIELD = re.compile(r"^\s+(\w+)\s*=\s*(.*?)\s*$")
@@ -144,7 +145,7 @@ def judge(
         return VulkanProbe("passed", f"Vulkan in the container sees {names}", image, devices)
     listed = ", ".join(f"{d.name} ({_type_words(d)})" for d in devices) or "no device"
     detail = (
-        f"Vulkan in the container sees {len(gpus)} {vendor.upper()} GPU(s) for "
+        f"Vulkan in the container sees {len(gpus)} {VENDOR_NAMES.get(vendor, vendor)} GPU(s) for "
         f"{len(nodes)} render node(s) ({', '.join(nodes)}); it lists {listed}"
     )
     return VulkanProbe("failed", detail, image, devices)

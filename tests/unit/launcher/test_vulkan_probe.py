@@ -272,6 +272,7 @@ def test_detect_shows_the_probe_and_moves_ollama_to_cpu_when_vulkan_sees_only_ll
     images = {i["service"]: i for i in data["images"]}
     assert images["ollama"]["device"] == "cpu" and images["ollama"]["backend"] == "cpu"
     assert "the Vulkan probe failed" in images["ollama"]["why"]
+    assert f"sees 0 Intel GPU(s) for 1 render node(s) ({NODE})" in images["ollama"]["why"]
     assert images["comfyui"]["backend"] == "xpu"  # the xpu image is not judged by Vulkan
     assert data["vulkan_probe"]["status"] == "failed"
     assert data["vulkan_probe"]["devices"][0]["driver"] == "llvmpipe"
