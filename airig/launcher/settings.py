@@ -125,6 +125,19 @@ class Settings(BaseSettings):
         gt=0, le=86400, empty_is_default=True, problem="is not a positive number of seconds",
         fix="set {key} in .env (default 120)",
     )  # fmt: skip
+    proof: Literal["on", "off"] = knob(
+        "on", "AIRIG_PROOF", "general",
+        "on = `up` runs each GPU image on the GPU before relying on it (a failure moves the "
+        "service to the next image that fits); off = trust 02-compute/images.yaml unproved.",
+        problem="is not on or off", fix="set {key} to on or off",
+    )  # fmt: skip
+    proof_timeout: float = knob(
+        180.0, "AIRIG_PROOF_TIMEOUT", "general",
+        "Seconds one image's GPU proof may take (first CUDA init, PyTorch import); empty = "
+        "the default.",
+        gt=0, le=3600, empty_is_default=True, problem="is not a positive number of seconds",
+        fix="set {key} in .env (default 180)",
+    )  # fmt: skip
     bind_address: str = knob(
         "127.0.0.1", "AIRIG_BIND_ADDRESS", "general",
         "Address every host port binds to; 0.0.0.0 exposes the APIs to your LAN.",

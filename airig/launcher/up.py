@@ -45,6 +45,7 @@ from airig.launcher.preflight import (
     escalation_check,
     port_checks,
 )
+from airig.launcher.proofs.host import prove_images
 from airig.launcher.pull import pull_missing
 from airig.launcher.restore import apply_pending as apply_restore
 from airig.launcher.settings import Settings
@@ -84,7 +85,7 @@ class Launcher:
         self.settings, self.docker, self.console = settings, docker, console
 
     # ------------------------------------------------------------------ up
-    def up(self, dry_run: bool = False) -> UpResult:
+    def up(self, dry_run: bool = False, reprove: bool = False) -> UpResult:
         if not dry_run:
             _require(docker_checks(self.docker))
         choice = choose_profile(self.settings, self.docker, strict=not dry_run)
@@ -105,6 +106,13 @@ class Launcher:
         # .airig/images.lock: start the digests that ran before, not what a tag names now
         lock = hold_images(self.settings, choice.images, self.console, self.docker)
         images = lock.selection
+        if images is not None and not dry_run:
+            # each GPU image runs on the GPU before the kit relies on it (proofs/)
+            settled = prove_images(
+                self.settings, self.docker, choice, images, self.console.print, reprove
+            )
+            images = settled.selection
+            lock.adopt(images, set(settled.moved))
         if images is not None:
             self._say_images(images, dry_run)
             if images.refusals and not dry_run:

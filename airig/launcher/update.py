@@ -75,6 +75,19 @@ class ImageLock:
     selection: ImageSelection | None
     held: list[Held] = field(default_factory=list)
 
+    def adopt(self, selection: ImageSelection, services: set[str]) -> None:
+        """A proof moved ``services`` to other images: lock what runs now, and hold no
+        digest for them (a held digest that failed would be started again)."""
+        if self.chosen is None or not services:
+            return
+        old = {c.variable for c in self.chosen.choices if c.service in services}
+        new = {selection.of(s).variable for s in services}
+        self.held = [h for h in self.held if h.variable not in old | new]
+        moved = {s: selection.of(s) for s in services}
+        choices = tuple(moved.get(c.service, c) for c in self.chosen.choices)
+        self.chosen = replace(self.chosen, choices=choices)
+        self.selection = selection
+
     def record(self, docker: Docker) -> None:
         """After a good `up`: lock the digest of each image it started by tag. A held
         image keeps its entry (a moved choice waits for `update`)."""

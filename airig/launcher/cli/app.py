@@ -71,7 +71,16 @@ def main_callback(
 
 
 @app.command()
-def up(profile: ProfileOpt = None, dry_run: DryRunOpt = False) -> None:
+def up(
+    profile: ProfileOpt = None,
+    dry_run: DryRunOpt = False,
+    reprove: Annotated[
+        bool,
+        typer.Option(
+            "--reprove", help="Prove every GPU image on the GPU again, kept verdicts aside."
+        ),
+    ] = False,
+) -> None:
     """Detect the hardware, check the host and start all three stacks."""
     from airig.launcher.up import Launcher  # hardware detection: not loaded for `status`
 
@@ -80,7 +89,7 @@ def up(profile: ProfileOpt = None, dry_run: DryRunOpt = False) -> None:
         _ensure_env(root)
     settings = _settings(profile)
     launcher = Launcher(settings, Docker(), console)
-    result = launcher.up(dry_run=dry_run)
+    result = launcher.up(dry_run=dry_run, reprove=reprove)
     if dry_run:
         _print_dry_run(result, settings)
         return
@@ -211,9 +220,12 @@ def status(as_json: JsonOpt = False) -> None:
     from airig.launcher.update import image_rows
 
     images = image_rows(settings)  # .airig/images.lock: tag, digest, age
+    from airig.launcher.proofs.cache import proof_report
+
+    proofs = proof_report(settings.state_dir)  # .airig/proofs.json: the last up's proofs
     if as_json:
         print(json.dumps({"services": rows, "workers": workers, "store": store,
-                          "images": images}, indent=2))  # fmt: skip
+                          "images": images, "proofs": proofs}, indent=2))  # fmt: skip
         return
     if not rows:
         console.print("Nothing is running. Start with: python start_services.py")
@@ -223,6 +235,8 @@ def status(as_json: JsonOpt = False) -> None:
         from airig.launcher.cli.update import images_table
 
         console.print(images_table(images))
+    for line in proof_lines(proofs):
+        console.print(line, highlight=False, soft_wrap=True)
     if workers:
         console.print(workers_table(workers))
     elif workers is None:
@@ -285,8 +299,10 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
     """Detect GPUs and whether Docker can use them; show the profile airig would pick."""
     from airig.launcher.hardware import render_table
     from airig.launcher.hardware.choice import choose_profile
+    from airig.launcher.proofs.cache import proof_report
 
-    choice = choose_profile(_settings(profile), Docker(), strict=False)
+    settings = _settings(profile)
+    choice = choose_profile(settings, Docker(), strict=False)
     if as_json:
         data = {
             "profile": choice.profile,
@@ -297,6 +313,8 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
             "images": [c.to_dict() for c in choice.images.choices] if choice.images else [],
             # Ollama on Vulkan: what vulkaninfo listed in its container (null otherwise)
             "vulkan_probe": choice.vulkan.to_dict() if choice.vulkan else None,
+            # what the last `up` proved on the GPUs, and the services a proof moved
+            "proofs": proof_report(settings.state_dir),
             "report": choice.report.to_dict(),
         }
         print(json.dumps(data, indent=2, default=str))
@@ -313,11 +331,29 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
 
             for line in image_lines(choice.images):
                 console.print(line, highlight=False, soft_wrap=True)
+        for line in proof_lines(proof_report(settings.state_dir)):
+            console.print(line, highlight=False, soft_wrap=True)
     if choice.refusal is not None:
         # A forced profile `up` would refuse: the same ✘ line and fix, and exit ≠ 0.
         raise choice.refusal
     if choice.images is not None and choice.images.refusals:
         raise typer.Exit(1)  # a pinned image `up` would refuse (its ✘ line is above)
+
+
+def proof_lines(report: dict[str, Any]) -> list[str]:
+    """The last `up`'s GPU proofs, one line each, and each service a proof moved."""
+    lines = []
+    for row in report.get("verdicts") or ():
+        mark = "[green]✔[/]" if row.get("status") == "passed" else "[red]✘[/]"
+        lines.append(
+            f"  Proof {mark} {escape(str(row.get('service')))} {escape(str(row.get('image')))} "
+            f"on {escape(str(row.get('gpu')))} (driver {escape(str(row.get('driver')))}): "
+            f"{escape(str(row.get('detail')))}"
+        )
+    for service, move in sorted((report.get("moved") or {}).items()):
+        if isinstance(move, dict):
+            lines.append(f"  [yellow]⚠ {escape(service)}: {escape(str(move.get('line')))}[/]")
+    return lines
 
 
 def _mount_subcommands() -> None:

@@ -125,6 +125,15 @@ class Catalog:
         cpu = self.cpu.get(service)
         return cpu if cpu is not None and cpu.image == bare else None
 
+    def without(self, images: frozenset[str]) -> Catalog:
+        """The catalogue less the GPU variants of ``images`` (they failed their proof on
+        this host's GPUs); the CPU variants always stay, the last resort."""
+        gpu = {
+            list_key: tuple(v for v in variants if v.image not in images)
+            for list_key, variants in self.gpu.items()
+        }
+        return Catalog(gpu, self.cpu)
+
 
 def load_catalog(root: Path) -> Catalog:
     path = Path(root) / CATALOG_FILE

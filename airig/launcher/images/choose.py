@@ -110,12 +110,17 @@ def choose_images(
     hsa_override: str = "",
     registry: str = "",
     backends: dict[str, str] | None = None,
+    excluded: frozenset[str] = frozenset(),
 ) -> ImageSelection:
     """``gpus``: the GPUs the profile's services use (every usable card of its vendor).
     ``pins``: non-empty image variables from flag / environment / .env. ``registry``:
     AIRIG_IMAGE_REGISTRY, applied last, so fit and pins are judged on upstream names.
-    ``backends``: per service the .env override (auto, cuda, rocm, vulkan, cpu)."""
+    ``backends``: per service the .env override (auto, cuda, rocm, vulkan, cpu).
+    ``excluded``: upstream images that failed their proof on these GPUs (proofs/): the
+    next variant that fits takes their place."""
     vendor = VENDOR_OF_PROFILE.get(profile)
+    if excluded:
+        catalog = catalog.without(excluded)
     choices = tuple(
         _forced(catalog, service, vendor, gpus, pins, hsa_override, (backends or {}).get(service))
         for service in SERVICES

@@ -72,6 +72,7 @@ def classify(facts: Facts) -> list[Finding]:
         found += flapping(c)
         found += memory(c)
         found += gpu_fallback(c, facts)
+    found += proof_fallback(facts)
     found += vram_full(facts)
     found += agents(facts)
     found = with_alerts(found, facts)
@@ -261,6 +262,26 @@ def gpu_fallback(c: ContainerFacts, facts: Facts) -> Iterator[Finding]:
             "GPU cannot be used safely",
             f"triage {c.service}: no fallback finding; /api/ps size_vram ≈ size",
             "restore the previous .env value and run `up`",
+        )  # fmt: skip
+
+
+def proof_fallback(facts: Facts) -> Iterator[Finding]:
+    """A service `up` put on its CPU image because no GPU image passed its proof on this
+    host: the GPU it should use does nothing for it, and only the proof said why."""
+    for service, move in sorted(facts.proof_moves.items()):
+        if not isinstance(move, dict) or move.get("on_gpu", True):
+            continue
+        yield Finding(
+            GPU_FALLBACK, service,
+            f"{service} runs its CPU image: its GPU image failed its proof on "
+            f"{move.get('gpu', '?')} (driver {move.get('driver', '?')})",
+            (f"proof: {move.get('from', '?')} said \"{move.get('said', '?')}\"",
+             f"now: {move.get('to', '?')}"),
+            str(move.get("fix") or "read the quoted line"),
+            "python start_services.py up --reprove: the proof passes and the service runs "
+            "its GPU image",
+            "AIRIG_PROOF=off in .env trusts the catalogue again (the failure then shows at "
+            "the first model load)",
         )  # fmt: skip
 
 

@@ -73,7 +73,18 @@ def collect(
         bad_models=bad_models,
         unreachable=tuple(unreachable),
         alerts=None if alerts is None else relevant_alerts(alerts, service, chosen, agents),
+        proof_moves=_proof_moves(settings, service),
     )
+
+
+def _proof_moves(settings: Settings, service: str | None) -> dict[str, dict[str, Any]]:
+    """The services the last `up` moved off their GPU image by a failed proof."""
+    from airig.launcher.proofs.cache import proof_report
+
+    moved = proof_report(settings.state_dir)["moved"]
+    if service is None:
+        return dict(moved)
+    return {name: move for name, move in moved.items() if service.startswith(name)}
 
 
 def _containers(settings: Settings, docker: Docker, since_s: float) -> list[ContainerFacts]:

@@ -92,6 +92,9 @@ class Facts:
     # None: not read (no brain here, or it did not answer: then an `unreachable` entry)
     alerts: tuple[dict[str, Any], ...] | None = None
     vram_full_fraction: float = 0.95
+    # services the last `up` moved off an image because its GPU proof failed
+    # (.airig/proofs.json ``outcome``): service → from, to, on_gpu, said, fix, line
+    proof_moves: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
