@@ -67,16 +67,21 @@ def test_the_seed_rig_runs_a_comfyui_built_for_pascal_on_its_gpus(kit):
     assert comfy["environment"]["CLI_ARGS"].split() == ["--lowvram"]
 
 
-def test_whisper_on_blackwell_runs_float16_and_elsewhere_speaches_default(kit):
-    """CTranslate2 4.5.0 refuses int8 on compute capability 12.x (images.yaml env_rules)."""
+def test_whisper_on_blackwell_runs_float16_on_pascal_int8_and_elsewhere_speaches_default(kit):
+    """CTranslate2 4.5.0's int8 fails on compute capability 12.x, and float16 runs as float32
+    on 6.1 (images.yaml env_rules)."""
     rtx5090 = GpuInfo("nvidia", "NVIDIA GeForce RTX 5090", "discrete", index=0,
                       compute_capability="12.0", driver_version="570.124.06")  # fmt: skip
     whisper = compose_model(kit, "gpu-nvidia", [rtx5090])["whisper-gpu-nvidia"]
     assert whisper["environment"]["WHISPER__COMPUTE_TYPE"] == "float16"
     assert whisper["image"].endswith(":0.8.3-cuda-12.6.3")
     seed = compose_model(kit, "gpu-nvidia", [pascal(0)])["whisper-gpu-nvidia"]
-    assert seed["environment"]["WHISPER__COMPUTE_TYPE"] == "default"
+    assert seed["environment"]["WHISPER__COMPUTE_TYPE"] == "int8"
     assert seed["image"].endswith(":0.8.3-cuda-12.4.1")
+    rtx3060 = GpuInfo("nvidia", "NVIDIA GeForce RTX 3060", "discrete", index=0,
+                      compute_capability="8.6", driver_version="550.144.03")  # fmt: skip
+    ampere = compose_model(kit, "gpu-nvidia", [rtx3060])["whisper-gpu-nvidia"]
+    assert ampere["environment"]["WHISPER__COMPUTE_TYPE"] == "default"
 
 
 def test_a_service_no_image_fits_runs_its_cpu_image_without_the_gpu(kit):

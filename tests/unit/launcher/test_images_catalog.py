@@ -4,15 +4,17 @@ CUDA 13 builds need driver ≥ 580 and compute capability ≥ 7.5; cu126 builds 
 Blackwell kernels; an archived tag (cu128-slim) only when no maintained one fits, and no
 Volta promised on it; speaches' CUDA images refuse GeForce drivers older than their CUDA,
 except the 12.4.1 one on the 525 and 535 branches, and run float16 on compute capability
-12.x (CTranslate2 4.5.0 refuses int8 there); Ollama's version follows the driver (0.30.0
-needs 531+ with SASS, 570+ for CC 5.0-6.2 through PTX) and its CUDA 12 runner carries PTX;
-ComfyUI on AMD in yanwk's order (rocm, rocm7; rocm6 for RDNA2), Vega on none."""
+12.x (CTranslate2 4.5.0's int8 fails in cuBLAS there) and int8 on 6.1 (float16 runs as
+float32 there); Ollama's version follows the driver (0.32.15 needs 550+, 570+ for CC
+5.0-6.2; below that 0.24.0, floor 531; never 0.30.0-0.31.1) and its CUDA 12 runner carries
+PTX; ComfyUI on AMD in yanwk's order (rocm, rocm7; rocm6 for RDNA2), Vega on none."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import yaml
 from hardware_fakes import GIB, FakeCard, FakeDocker, FakeHost, FakeNvml
 
 from airig.launcher.gpu_info import GpuInfo
@@ -33,6 +35,7 @@ def card(name: str, bus: int, capability: tuple[int, int]) -> FakeCard:
 PASCAL = ("NVIDIA GeForce GTX 1060 6GB", (6, 1))
 VOLTA = ("Tesla V100-PCIE-16GB", (7, 0))
 TURING = ("NVIDIA GeForce RTX 2080", (7, 5))
+TURING_2060 = ("NVIDIA GeForce RTX 2060", (7, 5))
 AMPERE = ("NVIDIA GeForce RTX 3060", (8, 6))
 HOPPER = ("NVIDIA H100 PCIe", (9, 0))
 BLACKWELL = ("NVIDIA GeForce RTX 5090", (12, 0))
@@ -75,7 +78,7 @@ def summary(selection: ImageSelection) -> dict[str, str]:
 def test_the_seed_rig_pascal_on_535(tmp_path):
     chosen = nvidia_host(tmp_path, "535.183.01", *[PASCAL] * 5)
     assert summary(chosen) == {
-        "ollama": "ollama/ollama:0.20.6 gpu",  # its CUDA 12 runner: 5.0+, driver ≥ 531
+        "ollama": "ollama/ollama:0.24.0 gpu",  # its CUDA 12 runner: 5.0+, driver ≥ 531
         "comfyui": "yanwk/comfyui-boot:cu126-slim gpu",  # the only build with sm_60 kernels
         # the 12.4.1 base's NVIDIA_REQUIRE_CUDA accepts GeForce on the 535 branch
         "whisper": "ghcr.io/speaches-ai/speaches:0.8.3-cuda-12.4.1 gpu",
@@ -106,15 +109,13 @@ def test_whisper_on_pascal_follows_the_12_4_1_bases_driver_branches(tmp_path, dr
 
 
 def test_a_gpu_past_ollamas_cuda_12_sass_runs_its_ptx(tmp_path):
-    """A B200 (10.0) on driver 570: the CUDA 13 runner needs 580 and the CUDA 12 runner has
-    no sm_100 SASS, but its arch list has no -real suffix, so compute_90's PTX is JITed."""
+    """A B200 (10.0): 0.32.15's CUDA 12 runner has sm_100 SASS; 0.24.0's has none, but its
+    arch list has no -real suffix, so compute_90's PTX is JITed there."""
     (b200,) = nvidia_gpus(tmp_path, "570.124.06", B200)
     ollama = choose_images(CATALOG, "gpu-nvidia", [b200], {}).of("ollama")
-    assert (ollama.image, ollama.on_gpu, ollama.warning) == ("ollama/ollama:0.30.0", True, None)
-    *_, cuda13, cuda12 = CATALOG.gpu[("ollama", "nvidia")]  # 0.20.6's two runners
-    assert cuda13.image == cuda12.image == "ollama/ollama:0.20.6"
-    assert "needs driver ≥ 580.65.06" in (misfit(cuda13, b200) or "")
-    assert "10.0" not in cuda12.archs and misfit(cuda12, b200) is None
+    assert (ollama.image, ollama.on_gpu, ollama.warning) == ("ollama/ollama:0.32.15", True, None)
+    pre_030 = CATALOG.known("ollama", "ollama/ollama:0.24.0")
+    assert pre_030 is not None and "10.0" not in pre_030.archs and misfit(pre_030, b200) is None
 
 
 @pytest.mark.parametrize(
@@ -168,11 +169,17 @@ def test_a_mixed_rig_has_no_one_comfyui_build_and_says_which_cards(tmp_path):
 @pytest.mark.parametrize(
     ("driver", "model", "ollama"),
     [
-        ("535.183.01", PASCAL, "0.20.6"),  # the seed rig keeps its GPUs
-        ("560.35.03", PASCAL, "0.20.6"),  # CC 5.0-6.2 need 570 for 0.30.0
-        ("570.124.06", PASCAL, "0.30.0"),
-        ("535.183.01", AMPERE, "0.30.0"),  # SASS for 8.0/8.6: no JIT, 0.30.0's floor 531
-        ("580.95.05", BLACKWELL, "0.30.0"),
+        # since 0.30.0 the CUDA 12 runner's compressed fatbins need 550 on every card (#16895)
+        ("535.183.01", AMPERE, "0.24.0"),  # RTX 3060 on 535
+        ("545.29.06", TURING_2060, "0.24.0"),  # RTX 2060 on 545
+        ("550.54.14", AMPERE, "0.32.15"),  # RTX 3060 on 550+: the newest, past 0.31.2
+        ("580.95.05", AMPERE, "0.32.15"),
+        ("535.183.01", PASCAL, "0.24.0"),  # the seed rig (GTX 1060) keeps its GPUs
+        ("560.35.03", PASCAL, "0.24.0"),  # CC 5.0-6.2 need 570 past 0.24.0
+        ("570.124.06", PASCAL, "0.32.15"),  # native sm_61 + flash attention (dba1e27f)
+        ("535.183.01", VOLTA, "0.24.0"),  # V100 on 535: #16449 (0.30.0), #16533 (0.30.5)
+        ("570.124.06", BLACKWELL, "0.32.15"),
+        ("580.95.05", BLACKWELL, "0.32.15"),
     ],
 )
 def test_ollamas_version_follows_the_driver(tmp_path, driver, model, ollama):
@@ -180,12 +187,27 @@ def test_ollamas_version_follows_the_driver(tmp_path, driver, model, ollama):
     assert (chosen.image, chosen.on_gpu, chosen.warning) == (f"ollama/ollama:{ollama}", True, None)
 
 
-def test_a_0_30_pin_on_the_seed_rig_is_refused_with_the_driver_it_needs(tmp_path):
+def test_no_ollama_entry_between_0_30_0_and_0_31_1_and_every_0_3x_needs_550():
+    """0.30.0-0.31.1: PTX-only Pascal with flash attention off (#16754); from 0.30.0 on, every
+    CUDA 12 runner needs driver 550 (fatbin compression), Maxwell/Pascal 570."""
+    entries = CATALOG.gpu[("ollama", "nvidia")]
+    versions = [tuple(int(n) for n in e.image.rsplit(":", 1)[1].split(".")) for e in entries]
+    assert not [v for v in versions if (0, 30, 0) <= v < (0, 31, 2)]
+    for entry, version in zip(entries, versions, strict=True):
+        if version >= (0, 30, 0):
+            floor = "550" if entry.min_capability == "7.0" else "570"
+            assert entry.min_driver == floor, entry.image
+
+
+def test_a_0_32_pin_on_the_seed_rig_is_refused_with_the_driver_it_needs(tmp_path):
     gpus = nvidia_gpus(tmp_path, "535.183.01", PASCAL)
-    pinned = choose_images(CATALOG, "gpu-nvidia", gpus, {"OLLAMA_IMAGE": "ollama/ollama:0.30.0"})
+    pinned = choose_images(CATALOG, "gpu-nvidia", gpus, {"OLLAMA_IMAGE": "ollama/ollama:0.32.15"})
     refusal = pinned.of("ollama").refusal
-    assert refusal is not None and "ollama/ollama:0.30.0 cannot run" in refusal.message
-    assert "535.183.01" in refusal.message
+    assert refusal is not None and "ollama/ollama:0.32.15 cannot run" in refusal.message
+    assert "535.183.01" in refusal.message and "needs driver ≥ 550" in refusal.message
+    # the CPU/Vulkan tag pinned on the same rig runs (its CUDA 12 runner: 531, sm_61)
+    older = choose_images(CATALOG, "gpu-nvidia", gpus, {"OLLAMA_IMAGE": "ollama/ollama:0.20.6"})
+    assert older.of("ollama").refusal is None and older.of("ollama").on_gpu
 
 
 @pytest.mark.parametrize(
@@ -194,22 +216,43 @@ def test_a_0_30_pin_on_the_seed_rig_is_refused_with_the_driver_it_needs(tmp_path
         ("570.124.06", BLACKWELL, "float16"),  # 12.6.3 image, CTranslate2 4.5.0
         ("580.95.05", BLACKWELL, "float16"),  # 0.8.3-cuda, the same CTranslate2
         ("580.95.05", HOPPER, None),  # int8 works there: the model's own type
-        ("535.183.01", PASCAL, None),
+        ("550.144.03", AMPERE, None),
+        ("535.183.01", PASCAL, "int8"),  # float16 would run as float32 on CC 6.1
+        ("570.124.06", PASCAL, "int8"),
+        ("570.124.06", ("Tesla P100-PCIE-16GB", (6, 0)), None),  # no int8 on 6.0
     ],
 )
-def test_whisper_on_compute_capability_12_runs_float16(tmp_path, driver, model, compute_type):
-    """CTranslate2 before 4.6.2 refuses int8 on CC 12.x (OpenNMT/CTranslate2#1865)."""
+def test_whisper_compute_type_follows_ctranslate2s_table(tmp_path, driver, model, compute_type):
+    """CTranslate2 4.5.0: int8 fails in cuBLAS on CC 12.x (OpenNMT/CTranslate2#1865, fixed in
+    4.7.0); on CC 6.1 float16 runs as float32 and int8 as int8_float32 (docs/quantization.md)."""
     selection = nvidia_host(tmp_path, driver, model)
     whisper = selection.of("whisper")
     assert whisper.on_gpu
     assert whisper.env.get("WHISPER_COMPUTE_TYPE") == compute_type
     assert selection.service_env.get("WHISPER_COMPUTE_TYPE") == compute_type
-    assert ("compute type float16" in whisper.why) == (compute_type is not None)
+    assert ("compute type float16" in whisper.why) == (compute_type == "float16")
+    assert ("compute type int8" in whisper.why) == (compute_type == "int8")
 
 
 def test_a_mixed_rig_with_blackwell_runs_whisper_float16_on_every_card(tmp_path):
     whisper = nvidia_host(tmp_path, "580.95.05", AMPERE, BLACKWELL).of("whisper")
     assert whisper.env == {"WHISPER_COMPUTE_TYPE": "float16"}
+    # Pascal and Blackwell together: float16 (int8 can fail on 12.x; float16 only costs memory)
+    mixed = nvidia_host(tmp_path / "pb", "580.95.05", PASCAL, BLACKWELL).of("whisper")
+    assert mixed.env == {"WHISPER_COMPUTE_TYPE": "float16"}
+
+
+def test_whisper_on_a_geforce_on_535_is_the_12_4_1_image_and_its_proof_decides(tmp_path):
+    """GTX 1060 on 535: the runtime's NVIDIA_REQUIRE_CUDA takes GeForce on the 535 branch, but
+    the image's cuda-compat-12-4 (550) is forward compatibility, data-center GPUs only: the
+    kit's runtime proof decides, and the catalogue says so."""
+    whisper = nvidia_host(tmp_path, "535.183.01", PASCAL).of("whisper")
+    image = "ghcr.io/speaches-ai/speaches:0.8.3-cuda-12.4.1"
+    assert (whisper.image, whisper.on_gpu, whisper.warning) == (image, True, None)
+    raw = yaml.safe_load((ROOT / "02-compute" / "images.yaml").read_text())
+    (entry,) = [e for e in raw["whisper"]["nvidia"] if e["image"] == image]
+    assert "proof" in entry["notes"] and "error 804" in entry["notes"]
+    assert "cuda-compat-12-4" in entry["source"]
 
 
 def test_pascal_plus_ampere_share_the_cu126_build(tmp_path):

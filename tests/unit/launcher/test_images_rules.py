@@ -255,3 +255,24 @@ def test_vram_flags_next_to_the_cpu_variants_cpu_flag_are_refused_before_start()
     assert comfyui_flag_clash(cpu, "--preview-method auto") is None
     gpu = choose_images(CATALOG, "gpu-nvidia", [nvidia("8.6", "580.95.05")], {})
     assert comfyui_flag_clash(gpu, "--lowvram") is None  # a GPU variant takes them
+
+
+def test_env_rules_apply_per_gpu_and_the_later_rule_wins_on_a_rig_with_both():
+    """images.yaml relies on it: int8 on 6.1, float16 on 12.x, float16 when both are in use."""
+    rules = [
+        {"capabilities": ["6.1"], "env": {"WHISPER_COMPUTE_TYPE": "int8"}, "why": "int8 on 6.1"},
+        {"capabilities": ["12.0"], "env": {"WHISPER_COMPUTE_TYPE": "float16"}, "why": "f16 on 12"},
+    ]
+    whisper = {**CATALOG_DATA["whisper"]}
+    whisper["nvidia"] = [{**CATALOG_DATA["whisper"]["nvidia"][0], "env_rules": rules}]
+    catalog = parse_catalog({**CATALOG_DATA, "whisper": whisper})
+
+    def compute_type(*gpus: GpuInfo) -> str | None:
+        chosen = choose_images(catalog, "gpu-nvidia", list(gpus), {}).of("whisper")
+        return chosen.env.get("WHISPER_COMPUTE_TYPE")
+
+    assert compute_type(nvidia("6.1", "570.1")) == "int8"
+    assert compute_type(nvidia("6.0", "570.1")) is None  # a P100: no int8 rule
+    assert compute_type(nvidia("8.6", "570.1")) is None
+    assert compute_type(nvidia("12.0", "570.1")) == "float16"
+    assert compute_type(nvidia("6.1", "570.1"), nvidia("12.0", "570.1", index=1)) == "float16"
