@@ -106,8 +106,9 @@ class Launcher:
         # .airig/images.lock: start the digests that ran before, not what a tag names now
         lock = hold_images(self.settings, choice.images, self.console, self.docker)
         images = lock.selection
-        if images is not None and not dry_run:
-            # each GPU image runs on the GPU before the kit relies on it (proofs/)
+        if images is not None and not dry_run and not images.refusals:
+            # each GPU image runs on the GPU before the kit relies on it (proofs/); a pin
+            # the catalogue refuses stops `up` below first, with nothing pulled
             settled = prove_images(
                 self.settings, self.docker, choice, images, self.console.print, reprove
             )

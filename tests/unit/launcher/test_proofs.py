@@ -92,7 +92,9 @@ def test_ollama_discovering_fewer_gpus_than_given_fails():
 def test_pytorch_no_kernel_image_is_quoted():
     status, detail, fix = judge(Outcome(1, said("comfyui_no_kernel.out")))
     assert status == FAILED
-    assert detail == "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    assert detail == (
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    )
     assert "compute capability" in fix
 
 
