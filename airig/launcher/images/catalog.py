@@ -125,6 +125,18 @@ class Catalog:
         cpu = self.cpu.get(service)
         return cpu if cpu is not None and cpu.image == bare else None
 
+    def entries(self, service: str, image: str) -> list[Variant]:
+        """Every GPU entry of ``image`` (a digest pin matches its tag): one tag may be two
+        entries with two driver floors (Ollama: CC 7.0+ and CC 5.0-6.2)."""
+        bare = image.split("@", 1)[0]
+        return [
+            variant
+            for (name, _vendor), variants in self.gpu.items()
+            if name == service
+            for variant in variants
+            if variant.image == bare
+        ]
+
     def without(self, images: frozenset[str]) -> Catalog:
         """The catalogue less the GPU variants of ``images`` (they failed their proof on
         this host's GPUs); the CPU variants always stay, the last resort."""

@@ -331,6 +331,11 @@ def _pinned(
     if variant is None:
         why = f"pinned by {variable}; not in {CATALOG_FILE}, so its fit was not checked"
         return ImageChoice(service, variable, image, True, why, backend=_backend_of(variable))
+    # one tag may be listed twice (two driver floors by compute capability): any entry
+    # that fits every GPU makes the pin fit
+    for entry in catalog.entries(service, image):
+        if all(misfit(entry, gpu, hsa_override) is None for gpu in gpus):
+            return _on_gpu(service, variable, entry, gpus, f"pinned by {variable}; fits", image)
     for gpu in gpus:
         reason = misfit(variant, gpu, hsa_override)
         if reason:

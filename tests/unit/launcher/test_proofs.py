@@ -277,3 +277,25 @@ def test_a_read_only_state_dir_fails_the_save_and_keeps_the_old_file(tmp_path):
     assert failed is not None and failed[0] == "PermissionError"
     assert (tmp_path / "proofs.json").read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["proofs.json"]
+
+
+def test_a_pin_of_a_tag_listed_twice_fits_when_either_entry_fits():
+    """0.32.15 is two entries (CC 7.0+ on ≥ 550, CC 5.0-6.2 on ≥ 570): a GTX 1060 on 570
+    fits the second, so its pin is kept, not refused by the first entry's floor."""
+    catalog = parse_catalog({
+        "ollama": {
+            "nvidia": [
+                {"image": "ollama/ollama:9.9", "min_driver": "550", "archs": ["7.0"],
+                 "min_capability": "7.0"},
+                {"image": "ollama/ollama:9.9", "min_driver": "570", "archs": [], "ptx": "5.0"},
+            ],
+            "cpu": {"image": "ollama/ollama:9.9"},
+        },
+        "comfyui": {"cpu": {"image": "c:cpu"}},
+        "whisper": {"cpu": {"image": "w:cpu"}},
+    })  # fmt: skip
+    pins = {"OLLAMA_IMAGE": "ollama/ollama:9.9"}
+    kept = choose_images(catalog, "gpu-nvidia", [gtx1060(driver="570.86.10")], pins)
+    assert kept.of("ollama").refusal is None and kept.of("ollama").on_gpu
+    refused = choose_images(catalog, "gpu-nvidia", [gtx1060(driver="560.35.03")], pins)
+    assert refused.of("ollama").refusal is not None
