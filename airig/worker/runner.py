@@ -17,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import ollama
+import requests
 
 from airig.common.protocol import (
     Assignment,
@@ -51,6 +52,8 @@ class Worker:
         self.stopping = threading.Event()
         self.current = CurrentAttempt()
         self.resident: list[str] = []
+        # The part of ``resident`` this worker's own Whisper holds (WORKER_OWN_WHISPER).
+        self.whisper_loaded: list[str] = []
         self.swapper = Swapper(settings)  # runs the brain's model swaps (GPU workers)
         # One client for the resident set: the heartbeat asks every beat, and a new client
         # costs an SSL context. Never closed: a beat may still be using it at shutdown.
@@ -132,14 +135,22 @@ class Worker:
 
     # ---------------------------------------------------------------- telemetry
     def resident_models(self) -> list[str]:
-        """Models loaded in this worker's Ollama (only workers that serve LLMs ask)."""
-        if self.ollama is None:
-            return []
-        try:
-            loaded = self.ollama.ps().models
-        except CLIENT_ERRORS:
-            return self.resident  # keep the last known set; Ollama may be busy loading
-        self.resident = [name for m in loaded if (name := m.name or m.model)]
+        """Models loaded in this worker's Ollama (only workers that serve LLMs ask), then
+        those loaded in the Whisper its transcriptions go to (workers that take `script`
+        tasks ask): its own `whisper-gpuN`, or the shared one. The brain places both alike
+        (a transcription by its Whisper model). A server that does not answer keeps its
+        last known set (it may be busy loading)."""
+        ollama_part: list[str] = []
+        if self.ollama is not None:
+            try:
+                loaded = self.ollama.ps().models
+                ollama_part = [name for m in loaded if (name := m.name or m.model)]
+            except CLIENT_ERRORS:
+                ollama_part = [m for m in self.resident if m not in self.whisper_loaded]
+        if self.settings.own_whisper or "script" in self.settings.classes:
+            self.whisper_loaded = whisper_loaded(self.settings.whisper_url, self.whisper_loaded)
+        extra = [m for m in self.whisper_loaded if m not in ollama_part]
+        self.resident = ollama_part + extra
         return self.resident
 
     def telemetry(self) -> HeartbeatRequest:
@@ -241,3 +252,17 @@ def _remove_dir(path: Path) -> None:
         pass
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def whisper_loaded(whisper_url: str, last: list[str]) -> list[str]:
+    """The models a Whisper server (speaches) holds loaded: ``GET /api/ps`` answers
+    ``{"models": [ids]}``; ``last`` when it does not answer (it may be busy loading)."""
+    try:
+        response = requests.get(whisper_url.rstrip("/") + "/api/ps", timeout=2)
+        response.raise_for_status()
+        models = response.json().get("models")
+    except (requests.RequestException, ValueError, AttributeError):
+        return last
+    if not isinstance(models, list):
+        return last
+    return [str(m) for m in models if isinstance(m, str) and m]

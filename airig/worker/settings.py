@@ -34,6 +34,10 @@ class WorkerSettings(BaseSettings):
     ollama_url: str = shared.setting(shared.OLLAMA_URL)
     comfyui_url: str = shared.setting(shared.COMFYUI_URL)
     whisper_url: str = shared.setting(shared.WHISPER_URL)
+    # 1: WHISPER_URL is this worker's own Whisper on its GPU (the launcher's `whisper-gpuN`):
+    # its loaded models are resident here like Ollama's, and the worker swaps them. 0: the
+    # shared `whisper`, whose memory no worker owns.
+    own_whisper: bool = Field(False, alias="WORKER_OWN_WHISPER")
     data_dir: Path = Field(Path("/data"), alias="DATA_DIR")
     work_dir: Path = Field(Path("/tmp/airig-work"), alias="WORKER_WORK_DIR")
     state_file: Path = Field(Path("/tmp/airig-worker.json"), alias="WORKER_STATE_FILE")

@@ -16,7 +16,9 @@ drain -> unload -> check free VRAM -> load -> report.
   the brain turns into ``model.unload`` / ``model.load`` events and learned reload costs.
 
 Only GPU workers swap (a GPU index, or the ``llm`` class whose Ollama holds models), and
-only Ollama models (see ``Swapper.needed``). A failed step fails the attempt as
+only models of servers the worker owns: its Ollama, and its own Whisper on a worker that
+has one (``WORKER_OWN_WHISPER``; see ``Swapper.needed``). Each evicted model is unloaded
+on the server that holds it. A failed step fails the attempt as
 retryable, naming the step; the executor does not run. The resident set is updated from
 what the swap did, so the next claim reports it.
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -50,6 +52,7 @@ Outcome = tuple[ExecResult | TaskError | None, bool]
 # Bound on the wait for the driver to free VRAM after the unloads (see wait_for_vram).
 VRAM_SETTLE_S = 15.0
 SWAPPED_SERVICE = "ollama"
+WHISPER = "whisper"
 
 
 class SwapHost(Protocol):
@@ -57,6 +60,7 @@ class SwapHost(Protocol):
 
     stopping: threading.Event  # a stop request: the swap then gets stop_grace_s
     resident: list[str]  # the models this worker reports as loaded
+    whisper_loaded: list[str]  # those of them its Whisper holds (own or shared)
 
     def run_attempt(self, task: Assignment, cancel: threading.Event, output_dir: Path) -> Outcome:
         """Run the task's executor; the swap runs before it."""
@@ -126,16 +130,20 @@ def run_swap(
     settle_s: float = 10.0,
     run: Runner = run_task,
     report: SwapReport | None = None,
+    holder: Mapping[str, str] | None = None,
 ) -> SwapReport:
-    """Unload ``evict``, make sure the VRAM is free, then load ``load``.
+    """Unload ``evict``, make sure the VRAM is free, then load ``load`` on ``service``.
 
-    Pass ``report`` to keep what was done when a step raises: the caller then knows
-    which models are already gone.
+    ``holder``: the service holding an evicted model when it is not ``service`` (a
+    transcription's swap unloads the worker's LLMs from its Ollama). Pass ``report`` to
+    keep what was done when a step raises: the caller then knows which models are
+    already gone.
     """
     report = report if report is not None else SwapReport()
     for model in evict:
         start = time.monotonic()
-        run("resource", {"service": service, "action": "unload", "model": model}, ctx)
+        on = (holder or {}).get(model, service)
+        run("resource", {"service": on, "action": "unload", "model": model}, ctx)
         report.unload_ms[model] = elapsed_ms(start)
     probe = free_mb or (lambda: nvml_free_mb(ctx.gpu_index))
     report.free_vram_mb = wait_for_vram(need_vram_mb, probe, ctx, settle_s)
@@ -162,10 +170,12 @@ class Swapper:
         self.enabled = settings.gpu_index is not None or "llm" in settings.classes
 
     def needed(self, task: Assignment) -> bool:
-        """Swap only for Ollama models: each GPU worker has its own Ollama, whereas Whisper
-        and ComfyUI are one shared server each, whose memory this worker does not own
-        (evicting its LLM for a transcription there would free nothing it needs)."""
-        if not self.enabled or task.load_service not in (None, SWAPPED_SERVICE):
+        """Swap only for models of servers this worker owns: each GPU worker has its own
+        Ollama, and on gpu-nvidia its own Whisper; a shared Whisper and ComfyUI are one
+        server each, whose memory this worker does not own (evicting its LLM for a
+        transcription there would free nothing it needs)."""
+        owned = {None, SWAPPED_SERVICE, *([WHISPER] if self.settings.own_whisper else [])}
+        if not self.enabled or task.load_service not in owned:
             return False
         return bool(task.evict or task.load)
 
@@ -179,9 +189,10 @@ class Swapper:
         if not self.needed(task):
             return host.run_attempt(task, cancel, output_dir)
         log.info("swapping models", extra={"task_uid": task.task_id, "swap": _plan(task)})
-        done, released = self._stoppable(lambda: self.swap(task, cancel), host, cancel)
+        whisper = frozenset(host.whisper_loaded)
+        done, released = self._stoppable(lambda: self.swap(task, cancel, whisper), host, cancel)
         report, error = done or (SwapReport(), None)
-        host.resident = self._after_swap(host, report)
+        host.resident = self._after_swap(host, report, task.load_service)
         if released or cancel.is_set():
             return None, released
         if error is not None:
@@ -192,18 +203,24 @@ class Swapper:
         return result, released
 
     def swap(
-        self, task: Assignment, cancel: threading.Event
+        self, task: Assignment, cancel: threading.Event, whisper: Collection[str] = ()
     ) -> tuple[SwapReport, TaskError | None]:
-        """Run the swap: what was done, and the error (naming the step) if a step failed."""
+        """Run the swap: what was done, and the error (naming the step) if a step failed.
+        ``whisper``: the models this worker's Whisper holds: unloaded there when it is the
+        worker's own, left loaded when it is the shared one."""
         report = SwapReport()
+        service = task.load_service or SWAPPED_SERVICE
+        # a model of the shared Whisper is no worker's to unload: it stays for the others
+        evict = [m for m in task.evict if self.settings.own_whisper or m not in whisper]
         try:
             need = task.need_vram_mb
-            if need is None and task.load:
+            if need is None and task.load and service == SWAPPED_SERVICE:
                 need = self.weights_mb(task.load)
             run_swap(
-                self._context(task, cancel), SWAPPED_SERVICE, task.evict, _preload(task),
+                self._context(task, cancel), service, evict, _preload(task),
                 need_vram_mb=need, free_mb=self.free_mb, settle_s=self.settle_s,
                 run=self.run, report=report,
+                holder=_holders(evict, whisper),
             )  # fmt: skip
             return report, None
         except TaskError as exc:
@@ -229,12 +246,17 @@ class Swapper:
                 return int(entry.size) // (1024 * 1024) if entry.size is not None else None
         return None
 
-    def _after_swap(self, host: SwapHost, report: SwapReport) -> list[str]:
+    def _after_swap(self, host: SwapHost, report: SwapReport, service: str | None) -> list[str]:
         """The resident set after a swap (a failed one too): apply what the swap did, then
-        let Ollama's /api/ps correct it (it may have dropped or refused a model)."""
+        let Ollama's (and the own Whisper's) /api/ps correct it (it may have dropped or
+        refused a model)."""
         kept = [m for m in host.resident if m not in report.unload_ms]
         loaded = [report.loaded] if report.loaded and report.loaded not in kept else []
         host.resident = kept + loaded
+        whisper = [m for m in host.whisper_loaded if m not in report.unload_ms]
+        if report.loaded and service == WHISPER and report.loaded not in whisper:
+            whisper.append(report.loaded)
+        host.whisper_loaded = whisper
         return host.resident_models() if "llm" in self.settings.classes else host.resident
 
     def _stoppable(
@@ -267,6 +289,12 @@ class Swapper:
             output_dir=settings.work_dir, timeout_s=task.timeout_s, cancel=cancel,
             trusted=True, gpu_index=settings.gpu_index,
         )  # fmt: skip
+
+
+def _holders(evict: list[str], whisper: Collection[str]) -> dict[str, str]:
+    """Which server holds each evicted model: the worker's Whisper those it lists, its
+    Ollama the rest."""
+    return {model: WHISPER if model in whisper else SWAPPED_SERVICE for model in evict}
 
 
 def _preload(task: Assignment) -> str | None:

@@ -151,6 +151,21 @@ def test_brain_gpu_group_and_amd_layout(kit):
         ids = svcs[name]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
         assert ids == ["0", "3"]
     assert svcs["worker-brain"]["environment"]["WORKER_CLASSES"] == "llm,resource"
+    # a Whisper on each worker GPU (issue 34 §3), none on the brain's cards, all reading
+    # the one model store
+    assert sorted(n for n in svcs if n.startswith("whisper-")) == [
+        "whisper-gpu1", "whisper-gpu2", "whisper-gpu4",
+    ]  # fmt: skip
+    for i in (1, 2, 4):
+        whisper = svcs[f"whisper-gpu{i}"]
+        ids = whisper["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
+        assert ids == [str(i)]
+        assert whisper["volumes"][0]["source"] == "whisper-models"
+        assert whisper["environment"]["WHISPER__INFERENCE_DEVICE"] == "cuda"
+        assert "ports" not in whisper
+        worker = svcs[f"worker-gpu{i}"]["environment"]
+        assert worker["WHISPER_URL"] == f"http://whisper-gpu{i}:8000"
+    assert svcs["worker-brain"]["environment"]["WHISPER_URL"] == "http://whisper:8000"
 
     env.write_text(env.read_text().replace("AIRIG_BRAIN_GPUS=0,3", ""))
     amd = build_plan(load_settings(kit), "gpu-amd", [GpuSlot(0, render_node="/dev/dri/renderD128")])
@@ -162,6 +177,9 @@ def test_brain_gpu_group_and_amd_layout(kit):
         "/dev/dri/renderD128",
     ]
     assert svcs["worker-gpu0"]["environment"]["ROCR_VISIBLE_DEVICES"] == "0"
+    # no ROCm speaches: an AMD rig's workers share the one (CPU) Whisper
+    assert not [n for n in svcs if n.startswith("whisper-")]
+    assert svcs["worker-gpu0"]["environment"]["WHISPER_URL"] == "http://whisper:8000"
 
 
 @pytest.mark.parametrize(

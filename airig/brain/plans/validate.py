@@ -82,13 +82,16 @@ def _error(task: str | None, where: str, message: str) -> dict[str, Any]:
 def placement_model(task_type: str, payload: dict[str, Any], model: str | None) -> str | None:
     """The model the residency policy places this task by, or None.
 
-    Only a GPU worker's own Ollama holds per-GPU state the brain can plan (load, evict,
-    keep resident). Whisper and ComfyUI run as one shared server each, so their models
-    are not a reason to prefer or swap a worker; placing by them would only delay those
-    tasks until max-wait. Ollama names are made canonical ("llama3.2" ->
-    "llama3.2:latest"), the form `/api/ps` reports, or every claim would look like a swap.
+    A GPU worker's own Ollama holds per-GPU state the brain can plan (load, evict, keep
+    resident), and so does its own Whisper on gpu-nvidia (`whisper-gpuN`, issue 34 §3):
+    a transcription is placed by its Whisper model, which every worker that transcribes
+    reports loaded in its Whisper (its own, or the shared one, whose loaded model then
+    counts on each of its workers). ComfyUI is one shared server: its models are no
+    reason to prefer or swap a worker; placing by them would only delay image tasks until
+    max-wait. Ollama names are made canonical ("llama3.2" -> "llama3.2:latest"), the
+    form `/api/ps` reports, or every claim would look like a swap.
     """
-    if not model or task_type in ("transcribe", "image"):
+    if not model or task_type == "image":
         return None
     on_ollama = task_type in ("llm", "embed", "ocr") or (
         task_type == "resource" and payload.get("service") == "ollama"

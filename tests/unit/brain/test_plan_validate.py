@@ -142,19 +142,24 @@ def test_taint_marks_readers_only():
     assert tainted == {"web", "reader"}
 
 
+WHISPER_SMALL = "Systran/faster-whisper-small"
+
+
 @pytest.mark.parametrize(
     ("task_type", "payload", "model", "placed"),
     [
         ("llm", {"prompt": "hi"}, "llama3.2", "llama3.2:latest"),
         ("embed", {"input": "x"}, "nomic-embed-text", "nomic-embed-text:latest"),
         ("llm", {"prompt": "hi"}, "qwen2.5:7b-instruct-q4_K_M", "qwen2.5:7b-instruct-q4_K_M"),
-        ("transcribe", {"audio": "a.wav"}, "Systran/faster-whisper-small", None),
+        # a Whisper model places a transcription as speaches' /api/ps names it (issue 34)
+        ("transcribe", {"audio": "a.wav"}, "Systran/faster-whisper-small", WHISPER_SMALL),
         ("resource", {"service": "ollama", "action": "load"}, "llama3.2", "llama3.2:latest"),
         ("resource", {"service": "whisper", "action": "load"}, "Systran/x", "Systran/x"),
     ],
 )
-def test_tasks_are_placed_by_the_canonical_ollama_model_only(task_type, payload, model, placed):
-    """Shared servers' models (Whisper) do not steer placement; Ollama names match /api/ps."""
+def test_tasks_are_placed_by_the_model_their_server_reports(task_type, payload, model, placed):
+    """Ollama names become the form /api/ps reports, Whisper's stay speaches' ids; a shared
+    server's models (ComfyUI) do not steer placement."""
     task = {"id": "t", "type": task_type, "payload": {**payload, "model": model}}
     spec, _ = validate_plan({"name": "p", "tasks": [task]}, Limits())
     [only] = spec.tasks

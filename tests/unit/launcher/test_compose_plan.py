@@ -59,15 +59,20 @@ def test_gpu_layout_one_worker_per_gpu_pinned(tmp_path):
     agents = plan.stack("03-agents")
     overlay = agents.files[1]
     services = yaml.safe_load(plan.generated[overlay])["services"]
-    assert set(services) == {"worker-gpu0", "worker-gpu3", "ollama-gpu0", "ollama-gpu3"}
-    for name in ("worker-gpu3", "ollama-gpu3"):
+    assert set(services) == {f"{kind}-gpu{i}" for kind in ("worker", "ollama", "whisper")
+                             for i in (0, 3)}  # fmt: skip
+    for name in ("worker-gpu3", "ollama-gpu3", "whisper-gpu3"):
         dev = services[name]["deploy"]["resources"]["reservations"]["devices"][0]
         assert dev == {"driver": "nvidia", "device_ids": ["3"], "capabilities": ["gpu"]}
     worker, ollama = services["worker-gpu3"], services["ollama-gpu3"]
     assert worker["environment"]["WORKER_GPU"] == "3"
-    # each GPU worker drives its own Ollama, which never unloads on a timer
+    # each GPU worker drives its own Ollama, which never unloads on a timer, and its own
+    # Whisper, whose loaded models it reports
     assert worker["environment"]["OLLAMA_URL"] == "http://ollama-gpu3:11434"
-    assert worker["depends_on"] == {"ollama-gpu3": {"condition": "service_healthy"}}
+    assert worker["environment"]["WHISPER_URL"] == "http://whisper-gpu3:8000"
+    assert worker["environment"]["WORKER_OWN_WHISPER"] == "1"
+    assert worker["depends_on"] == {"ollama-gpu3": {"condition": "service_healthy"},
+                                    "whisper-gpu3": {"condition": "service_healthy"}}  # fmt: skip
     assert ollama["environment"]["OLLAMA_KEEP_ALIVE"] == "${OLLAMA_KEEP_ALIVE:--1}"
     assert ollama["environment"]["OLLAMA_NOPRUNE"] == "1"
     assert ollama["networks"] == ["ai"]  # no `ollama` alias: that name is the shared one
@@ -163,13 +168,15 @@ def test_brain_gpu_group_gets_one_worker_and_the_rest_one_each(tmp_path):
     overlay = plan.stack("03-agents").files[1]
     services = yaml.safe_load(plan.generated[overlay])["services"]
     workers = {"worker-brain", "worker-gpu1", "worker-gpu2", "worker-gpu4"}
-    assert set(services) == workers | {n.replace("worker", "ollama") for n in workers}
+    assert set(services) == workers | {n.replace("worker", "ollama") for n in workers} | {
+        "whisper-gpu1", "whisper-gpu2", "whisper-gpu4"}  # fmt: skip
     for name in ("worker-brain", "ollama-brain"):
         devices = services[name]["deploy"]["resources"]["reservations"]["devices"][0]
         assert devices["device_ids"] == ["0", "3"]
     brain = services["worker-brain"]
     assert brain["environment"]["OLLAMA_URL"] == "http://ollama-brain:11434"
     assert brain["environment"]["WORKER_GPU"] == "0,3"
+    assert "WHISPER_URL" not in brain["environment"]  # takes no transcription
 
 
 def test_brain_gpu_group_naming_a_missing_gpu_is_a_config_error(tmp_path):
@@ -186,16 +193,18 @@ def test_the_layout_names_each_worker_its_gpus_and_its_ollama(tmp_path):
 
     gpus = [GpuSlot(i, "GTX 1060 6GB", 6 << 30) for i in range(5)]
     plan = build_plan(settings(tmp_path, "AIRIG_BRAIN_GPUS=0,3\n"), "gpu-nvidia", gpus)
-    rows = {r["worker"]: (r["gpus"], r["ollama"], r["classes"]) for r in worker_layout(plan, "2")}
+    rows = {r["worker"]: (r["gpus"], r["ollama"], r["whisper"], r["classes"])
+            for r in worker_layout(plan, "2")}  # fmt: skip
     assert rows == {
-        "worker-cpu (x2)": ("-", "ollama (shared)", "cpu"),
-        "worker-brain": ("0,3", "ollama-brain (own)", "llm,resource"),
-        "worker-gpu1": ("1", "ollama-gpu1 (own)", "llm,script,resource"),
-        "worker-gpu2": ("2", "ollama-gpu2 (own)", "llm,script,resource"),
-        "worker-gpu4": ("4", "ollama-gpu4 (own)", "llm,script,resource"),
+        "worker-cpu (x2)": ("-", "ollama (shared)", "whisper (shared)", "cpu"),
+        "worker-brain": ("0,3", "ollama-brain (own)", "whisper (shared)", "llm,resource"),
+        "worker-gpu1": ("1", "ollama-gpu1 (own)", "whisper-gpu1 (own)", "llm,script,resource"),
+        "worker-gpu2": ("2", "ollama-gpu2 (own)", "whisper-gpu2 (own)", "llm,script,resource"),
+        "worker-gpu4": ("4", "ollama-gpu4 (own)", "whisper-gpu4 (own)", "llm,script,resource"),
     }
     cpu_only = worker_layout(build_plan(settings(tmp_path), "cpu", []), "2")
     assert cpu_only == [{"worker": "worker-cpu (x2)", "gpus": "-", "ollama": "ollama (shared)",
+                         "whisper": "whisper (shared)",
                          "classes": "cpu,script,llm,resource"}]  # fmt: skip
 
 
@@ -269,3 +278,67 @@ def test_host_env_names_the_services_up_put_on_a_gpu(tmp_path):
         assert values["AIRIG_GPU_SERVICES"] == services
     cpu = build_plan(rig, "cpu", [], None, choose_images(load_catalog(tmp_path), "cpu", [], {}))
     assert "AIRIG_GPU_SERVICES=\n" in cpu.generated[tmp_path / ".airig" / "host.env"]
+
+
+def seed_rig(driver: str = "535.183.01") -> list[GpuInfo]:
+    """The seed rig: five GTX 1060 6GB (compute capability 6.1) on the 535 driver."""
+    return [GpuInfo("nvidia", "GTX 1060 6GB", "discrete", index=i, compute_capability="6.1",
+                    driver_version=driver) for i in range(5)]  # fmt: skip
+
+
+def agents_overlay(plan) -> dict:
+    return yaml.safe_load(plan.generated[plan.stack("03-agents").files[1]])
+
+
+def test_the_seed_rig_runs_a_whisper_on_each_worker_gpu(tmp_path):
+    """Issue 34 §3: the seed ran Whisper on each worker GPU. The brain's cards (0+3) keep
+    none; each worker GPU's Whisper sees its own card only and reads the one model store."""
+    rig = settings(tmp_path, "AIRIG_BRAIN_GPUS=0,3\nAIRIG_PROJECT_PREFIX=seed\n")
+    images = choose_images(load_catalog(tmp_path), "gpu-nvidia", seed_rig(), {})
+    assert images.of("whisper").on_gpu
+    slots = [GpuSlot(i, "GTX 1060 6GB", 6 << 30) for i in range(5)]
+    overlay = agents_overlay(build_plan(rig, "gpu-nvidia", slots, None, images))
+    services = overlay["services"]
+    assert sorted(n for n in services if n.startswith("whisper")) == [
+        "whisper-gpu1", "whisper-gpu2", "whisper-gpu4",
+    ]  # fmt: skip
+    compose = yaml.safe_load((ROOT / "02-compute" / "compose.yaml").read_text())
+    shared = compose["services"]["whisper-gpu-nvidia"]
+    for i in (1, 2, 4):
+        whisper = services[f"whisper-gpu{i}"]
+        dev = whisper["deploy"]["resources"]["reservations"]["devices"]
+        assert dev == [{"driver": "nvidia", "device_ids": [str(i)], "capabilities": ["gpu"]}]
+        assert whisper["image"].startswith("${WHISPER_IMAGE_CUDA:?")
+        # the shared Whisper's settings, volume and healthcheck; no port, no alias
+        assert whisper["environment"] == {k: str(v) for k, v in shared["environment"].items()}
+        assert whisper["volumes"] == shared["volumes"]
+        assert whisper["healthcheck"] == shared["healthcheck"]
+        assert whisper["networks"] == ["ai"] and "ports" not in whisper
+        env = services[f"worker-gpu{i}"]["environment"]
+        assert (env["WHISPER_URL"], env["WORKER_OWN_WHISPER"]) == (
+            f"http://whisper-gpu{i}:8000", "1")  # fmt: skip
+    assert "WHISPER_URL" not in services["worker-brain"]["environment"]
+    assert overlay["volumes"]["whisper-models"] == {"name": "seed-whisper-models",
+                                                    "external": True}  # fmt: skip
+
+
+@pytest.mark.parametrize("host", ["nvidia-545", "nvidia-whisper-cpu", "amd", "intel"])
+def test_no_per_gpu_whisper_where_whisper_runs_its_cpu_image(tmp_path, host):
+    """speaches has no ROCm or Intel build, and on 545 no listed CUDA build fits the seed's
+    cards: there Whisper runs its CPU image, and N CPU copies would only split the same
+    cores while each held the model in RAM. The workers share the one `whisper`."""
+    rig = settings(tmp_path)
+    slots = [GpuSlot(i, render_node=f"/dev/dri/renderD{128 + i}") for i in range(2)]
+    if host.startswith("nvidia"):
+        cards = seed_rig("545.29.06" if host == "nvidia-545" else "535.183.01")[:2]
+        forced = {"whisper": "cpu"} if host == "nvidia-whisper-cpu" else {}  # WHISPER_BACKEND
+        images = choose_images(load_catalog(tmp_path), "gpu-nvidia", cards, {}, backends=forced)
+        assert not images.of("whisper").on_gpu
+        plan = build_plan(rig, "gpu-nvidia", slots, None, images)
+    else:
+        plan = build_plan(rig, f"gpu-{host}", slots)
+    overlay = agents_overlay(plan)
+    assert not [n for n in overlay["services"] if n.startswith("whisper")]
+    assert "whisper-models" not in overlay["volumes"]
+    for i in range(2):
+        assert "WHISPER_URL" not in overlay["services"][f"worker-gpu{i}"]["environment"]

@@ -59,6 +59,25 @@ def test_a_compatible_claim_asks_for_no_swap(client):
     assert (task.evict, task.load) == ([], None)
 
 
+def test_a_transcription_goes_to_the_worker_whose_own_whisper_holds_its_model(client):
+    """Issue 34 §3: a worker reports its own Whisper's models with its Ollama's, and the
+    brain counts them alike: the same model is a compatible claim, another a swap that
+    the worker carries out on its Whisper (load_service)."""
+    gpu1 = {"name": "gpu1", "classes": ["llm", "script", "resource"]}
+    answer = client.post("/v1/workers/register", headers=BOOT, json=gpu1)
+    worker = {"Authorization": f"Bearer {answer.json()['token']}"}
+    for key, model in (("a", WHISPER), ("b", "Systran/faster-whisper-base")):
+        task = {"id": key, "type": "transcribe", "payload": {"model": model, "audio": "a.wav"}}
+        answer = client.post("/v1/plans", headers=ADMIN, json={"name": key, "tasks": [task]})
+        assert answer.status_code == 201, answer.text
+    body = {"wait_s": 0, "resident_models": [OLD, WHISPER]}
+    first = Assignment.model_validate(client.post("/v1/claims", headers=worker, json=body).json())
+    assert (first.model, first.evict, first.load) == (WHISPER, [], None)
+    second = Assignment.model_validate(client.post("/v1/claims", headers=worker, json=body).json())
+    assert second.load == "Systran/faster-whisper-base" and second.load_service == "whisper"
+    assert set(second.evict) == {OLD, WHISPER}  # sizes unknown: the card is exclusive
+
+
 def test_swap_fields_copy_the_decision_and_the_known_size():
     ready = ReadyTask(1, "llm", 5, 0.0, model=NEW, vram_mb=4200)
     fields = swap_fields(Decision(ready, "swap", load=NEW, evict=(OLD,)))
