@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -45,7 +46,12 @@ from airig.launcher.preflight import (
     escalation_check,
     port_checks,
 )
-from airig.launcher.proofs.host import prove_images
+from airig.launcher.proofs.host import (
+    load_failure,
+    load_proof_env,
+    prove_images,
+    record_load_failure,
+)
 from airig.launcher.pull import pull_missing
 from airig.launcher.restore import apply_pending as apply_restore
 from airig.launcher.settings import Settings
@@ -80,9 +86,19 @@ class UpResult:
     commands: list[str] = field(default_factory=list)
 
 
+class LoadProofFailed(Exception):
+    """ollama-init's model load failed on the GPU (its load proof): the stack is rolled
+    back and `up` tries the next image once (``Launcher._after_load_failure``)."""
+
+    def __init__(self, error: DockerError, said: str) -> None:
+        super().__init__(error.message)
+        self.error, self.said = error, said
+
+
 class Launcher:
     def __init__(self, settings: Settings, docker: Docker, console: Console) -> None:
         self.settings, self.docker, self.console = settings, docker, console
+        self._load_retried = False  # `up` runs again at most once after a failed load
 
     # ------------------------------------------------------------------ up
     def up(self, dry_run: bool = False, reprove: bool = False) -> UpResult:
@@ -121,7 +137,9 @@ class Launcher:
             clash = comfyui_flag_clash(images, self.settings.comfyui_cli_args)
             if clash is not None:
                 raise clash
-        plan = build_plan(self.settings, choice.profile, choice.gpus, choice.host_env, images)
+        # ollama-init loads the smallest model on the GPU once pulled (proofs/host.py)
+        host_env = {**choice.host_env, **load_proof_env(self.settings, images)}
+        plan = build_plan(self.settings, choice.profile, choice.gpus, host_env, images)
         result = UpResult(plan=plan, choice=choice)
         if dry_run:
             result.commands = self.commands(plan)
@@ -143,10 +161,36 @@ class Launcher:
                     self.rollback([s for s in plan.stacks if s.name in result.started])
                     raise
             self.console.print(f"[bold]Starting[/] {escape(stack.name)} …")
-            self._up_stack(plan, stack, result)
+            try:
+                self._up_stack(plan, stack, result)
+            except LoadProofFailed as failed:
+                return self._after_load_failure(failed, choice, images, dry_run, reprove)
         self._retire_gateway(plan)
         lock.record(self.docker)  # the kit is up: these digests ran
         return result
+
+    def _after_load_failure(
+        self,
+        failed: LoadProofFailed,
+        choice: Choice,
+        images: ImageSelection | None,
+        dry_run: bool,
+        reprove: bool,
+    ) -> UpResult:
+        """The first model load failed in Ollama's image (what proofs before the start
+        cannot see: "device kernel image is invalid" shows only at a load). Its verdict is
+        kept as a failed proof and `up` runs again, once: the next image takes over, or a
+        pin is refused, before anything starts."""
+        if images is None or self._load_retried:
+            raise failed.error
+        ollama = images.of("ollama")
+        record_load_failure(self.settings, self.docker, choice, ollama, failed.said)
+        self.console.print(
+            f"  [red]✘[/] {escape(ollama.image)}: a model load failed on the GPU: "
+            f'"{escape(failed.said)}"; trying the next image'
+        )
+        self._load_retried = True
+        return self.up(dry_run, reprove)
 
     def _build_vulkan(self, choice: Choice) -> None:
         vulkan = vulkan_build(self.settings, choice.profile, choice.images)
@@ -304,14 +348,18 @@ class Launcher:
                 self.docker.up(stack)
         except DockerError as exc:
             failing = self.diagnose(stack)
+            load = self._load_failure(stack, failing)
             started = [s for s in plan.stacks if s.name in result.started or s is stack]
-            if not was_up:
+            if not was_up or load is not None:
                 self.rollback(started)
             names = ", ".join(f.service for f in failing) or stack.name
-            raise DockerError(
+            error = DockerError(
                 f"{stack.name}: {names} failed to start ({exc.message})",
                 "read the log lines above; fix .env or the host, then run up again",
-            ) from None
+            )
+            if load is not None:
+                raise LoadProofFailed(error, str(load.get("said") or "")) from None
+            raise error from None
         if not was_up:
             result.started.append(stack.name)
 
@@ -342,6 +390,12 @@ class Launcher:
         worker.join()
         if failure:
             raise failure[0]
+
+    def _load_failure(self, stack: StackPlan, failing: list[ServiceState]) -> dict[str, Any] | None:
+        """ollama-init's failed load proof (its JSON line), when that is why it failed."""
+        if stack.name != COMPUTE_STACK or not any(f.service == "ollama-init" for f in failing):
+            return None
+        return load_failure(self.docker.logs(stack, "ollama-init", tail=50))
 
     def diagnose(self, stack: StackPlan) -> list[ServiceState]:
         """Print the last log lines of every service that is not up and healthy."""

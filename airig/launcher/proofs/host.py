@@ -7,6 +7,7 @@ all: the images are then trusted from the catalogue, as before issue 34.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -19,10 +20,10 @@ from airig.launcher.images import ImageChoice, ImageSelection, choose_images, pi
 from airig.launcher.images.catalog import Catalog, load_catalog
 from airig.launcher.images.registry import mirrored
 from airig.launcher.proofs.cache import ProofCache
-from airig.launcher.proofs.judge import Outcome, Verdict, judge
+from airig.launcher.proofs.judge import FAILED, GENERIC_FIX, Outcome, Verdict, clip, judge, known
 from airig.launcher.proofs.run import image_id, run_options, run_proof
 from airig.launcher.proofs.scripts import ProofSpec
-from airig.launcher.proofs.settle import Settled, driver_of, settle, verdict_of
+from airig.launcher.proofs.settle import Settled, distinct_gpus, driver_of, settle, verdict_of
 from airig.launcher.settings import Settings
 
 OFF_LINE = (
@@ -124,3 +125,56 @@ def _verdict(
 ) -> Verdict:
     status, detail, fix = judge(outcome, spec.until, gpus=1)
     return verdict_of(choice, gpu, found, status, detail, fix, outcome.seconds)
+
+
+# ------------------------------------------------------------------ Ollama's load proof
+LOAD_PROOF_EVENT = "load_proof"
+
+
+def load_proof_env(settings: Settings, selection: ImageSelection | None) -> dict[str, str]:
+    """host.env for ollama-init: load the smallest model on the GPU once pulled
+    (AIRIG_LOAD_PROOF=gpu), naming the image it proves; off on the CPU or proofs off."""
+    if selection is None or settings.proof == "off":
+        return {"AIRIG_LOAD_PROOF": "off", "AIRIG_LOAD_PROOF_IMAGE": ""}
+    ollama = selection.of("ollama")
+    on = ollama.on_gpu and ollama.backend in ("cuda", "rocm") and ollama.refusal is None
+    return {
+        "AIRIG_LOAD_PROOF": "gpu" if on else "off",
+        "AIRIG_LOAD_PROOF_IMAGE": ollama.image if on else "",
+    }
+
+
+def load_failure(log_text: str) -> dict[str, Any] | None:
+    """ollama-init's failed load proof, from its log lines (one JSON object a line)."""
+    for line in reversed(log_text.splitlines()):
+        start = line.find("{")
+        if start < 0 or LOAD_PROOF_EVENT not in line:
+            continue
+        try:
+            event = json.loads(line[start:])
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == LOAD_PROOF_EVENT:
+            return event if event.get("status") == "failed" else None
+    return None
+
+
+def record_load_failure(
+    settings: Settings, docker: Docker, choice: Choice, ollama: ImageChoice, said: str
+) -> list[Verdict]:
+    """A model load that failed in ``ollama``'s image fails its proof on every GPU model
+    it runs on: kept in the cache, so the next `up` moves Ollama to the next image (or
+    refuses a pin) before anything starts."""
+    quote, fix = known(said)
+    detail = clip(quote or said or "the model did not load on the GPU")
+    client = docker.probe_sdk(settings.gpu_probe_timeout)
+    with engine_errors(f"inspecting the image {ollama.image}"):
+        found = image_id(client, ollama.image) or "?"
+    cache = ProofCache(settings.state_dir)
+    verdicts = []
+    for gpu in distinct_gpus(profile_gpus(choice.report, choice.profile, igpu_on(settings))):
+        verdict = verdict_of(ollama, gpu, found, FAILED, detail, fix or GENERIC_FIX, 0.0)
+        cache.put(verdict)
+        verdicts.append(verdict)
+    cache.save()
+    return verdicts

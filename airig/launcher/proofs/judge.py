@@ -132,8 +132,8 @@ def judge(outcome: Outcome, until: str = "", gpus: int = 1) -> tuple[str, str, s
         return _judge_ollama(outcome, gpus)
     text = outcome.output
     if outcome.exit_code == 0 and OK_MARK in text:
-        return PASSED, _clip(_line_with(text, OK_MARK).split(OK_MARK, 1)[1].strip()), ""
-    quote, fix = _known(text)
+        return PASSED, clip(_line_with(text, OK_MARK).split(OK_MARK, 1)[1].strip()), ""
+    quote, fix = known(text)
     if outcome.timed_out and not quote:
         return TIMEOUT, f"no answer in {outcome.seconds:.0f} s", _timeout_fix()
     if not quote:
@@ -141,30 +141,30 @@ def judge(outcome: Outcome, until: str = "", gpus: int = 1) -> tuple[str, str, s
         quote = failed.split(FAIL_MARK, 1)[1].strip() if failed else _last_telling(text)
         if outcome.exit_code not in (None, 0) and not quote:
             quote = f"exited {outcome.exit_code} with no output"
-    return FAILED, _clip(quote or "no output"), fix or GENERIC_FIX
+    return FAILED, clip(quote or "no output"), fix or GENERIC_FIX
 
 
 def _judge_ollama(outcome: Outcome, gpus: int) -> tuple[str, str, str]:
     lines = [line for line in outcome.output.splitlines() if INFERENCE_COMPUTE in line]
     on_gpu = [line for line in lines if _library(line) not in ("", "cpu")]
-    quote, fix = _known(outcome.output)  # a runner's CUDA error outweighs its discovery
+    quote, fix = known(outcome.output)  # a runner's CUDA error outweighs its discovery
     if quote:
-        return FAILED, _clip(quote), fix
+        return FAILED, clip(quote), fix
     if on_gpu and len(on_gpu) >= gpus:
         names = ", ".join(f"{_name(line)} ({_library(line)})" for line in on_gpu)
-        return PASSED, _clip(f"Ollama discovered {names}"), ""
+        return PASSED, clip(f"Ollama discovered {names}"), ""
     if on_gpu:  # fewer devices than the container was given
         detail = f"Ollama discovered {len(on_gpu)} of the {gpus} GPUs it was given"
         return FAILED, detail, GENERIC_FIX
     if lines:
-        return FAILED, _clip(lines[-1].strip()), OLLAMA_NO_GPU
+        return FAILED, clip(lines[-1].strip()), OLLAMA_NO_GPU
     if outcome.timed_out:
         return TIMEOUT, f"no GPU discovery line in {outcome.seconds:.0f} s", _timeout_fix()
     said = _last_telling(outcome.output) or f"exited {outcome.exit_code} with no output"
-    return FAILED, _clip(said), GENERIC_FIX
+    return FAILED, clip(said), GENERIC_FIX
 
 
-def _known(text: str) -> tuple[str, str]:
+def known(text: str) -> tuple[str, str]:
     """The line of the first known signature in ``text``, and its fix; ("", "") if none."""
     for pattern, fix in SIGNATURES:
         found = pattern.search(text)
@@ -195,7 +195,7 @@ def _last_telling(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
     text = text.replace("\x00", "")
     return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 1] + "…"
 

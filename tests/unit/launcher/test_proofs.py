@@ -299,3 +299,37 @@ def test_a_pin_of_a_tag_listed_twice_fits_when_either_entry_fits():
     assert kept.of("ollama").refusal is None and kept.of("ollama").on_gpu
     refused = choose_images(catalog, "gpu-nvidia", [gtx1060(driver="560.35.03")], pins)
     assert refused.of("ollama").refusal is not None
+
+
+# ------------------------------------------------------------------ Ollama's load proof
+def test_the_load_proof_runs_only_where_ollama_is_on_cuda_or_rocm(tmp_path):
+    from airig.launcher.proofs.host import load_proof_env
+    from airig.launcher.settings import load_settings
+
+    (tmp_path / ".env").write_text("")
+    settings = load_settings(tmp_path)
+    on_gpu = choose_images(CATALOG, "gpu-nvidia", [rtx3060()], {})
+    assert load_proof_env(settings, on_gpu) == {
+        "AIRIG_LOAD_PROOF": "gpu", "AIRIG_LOAD_PROOF_IMAGE": "ollama/ollama:0.31.2"
+    }  # fmt: skip
+    on_cpu = choose_images(CATALOG, "cpu", [], {})
+    assert load_proof_env(settings, on_cpu)["AIRIG_LOAD_PROOF"] == "off"
+    (tmp_path / ".env").write_text("AIRIG_PROOF=off\n")
+    assert load_proof_env(load_settings(tmp_path), on_gpu)["AIRIG_LOAD_PROOF"] == "off"
+
+
+def test_the_failed_load_is_read_from_ollama_inits_log_lines():
+    from airig.launcher.proofs.host import load_failure
+
+    failed = {"event": "load_proof", "status": "failed", "model": "qwen2.5:0.5b",
+              "said": "llama runner process has terminated: CUDA error: device kernel image "
+                      "is invalid"}  # fmt: skip
+    logs = "\n".join([
+        'ollama-init-1  | {"event": "pull", "model": "qwen2.5:0.5b"}',
+        "ollama-init-1  | not json {",
+        f"ollama-init-1  | {json.dumps(failed)}",
+    ])  # fmt: skip
+    assert load_failure(logs) == failed
+    passed = json.dumps({**failed, "status": "passed"})
+    assert load_failure(passed) is None
+    assert load_failure("") is None and load_failure('{"event": "load_proof"') is None
