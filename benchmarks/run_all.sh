@@ -8,6 +8,7 @@ cd "$(dirname "$0")"
 mkdir -p results
 status=0
 python sim.py --json results/makespan.json || status=1
+python sim_whisper.py --json results/whisper_per_gpu.json || status=1
 python scale.py --json results/scale.json || status=1
 python fanout.py || status=1
 python templates.py --json results/templates.json || status=1

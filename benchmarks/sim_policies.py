@@ -23,6 +23,10 @@ from airig.brain.scheduling.residency import (
 class ResidencyClaims:
     def __init__(self, models: dict[str, ModelSpec], policy: ResidencyPolicy) -> None:
         self.models, self.policy, self.costs = models, policy, Costs()
+        # the models a shared server holds loaded (Simulation.server_loaded): every worker
+        # whose requests go there reports them resident, as the kit's workers report the
+        # shared Whisper's loaded models (airig/worker/runner.py resident_models)
+        self.shared_loaded: set[str] = set()
 
     def observe(self, model: str, load_s: float | None, run_s: float) -> None:
         if load_s is not None:
@@ -32,15 +36,17 @@ class ResidencyClaims:
     def __call__(
         self, gpu: SimGpu, ready: list[SimTask], now: float, gpus: list[SimGpu]
     ) -> Pick | None:
+        shared = tuple(ResidentModel(name, 0.0, 0) for name in sorted(self.shared_loaded))
         worker = WorkerState(
             classes=gpu.classes,
-            resident=tuple(ResidentModel(name, at, mb) for name, (at, mb) in gpu.resident.items()),
+            resident=tuple(ResidentModel(name, at, mb) for name, (at, mb) in gpu.resident.items())
+            + shared,
             vram_total_mb=gpu.vram_mb,
         )
         holders: dict[str, int] = {}
         for other in gpus:
             if other is not gpu:
-                for name in other.resident:
+                for name in [*other.resident, *self.shared_loaded]:
                     holders[name] = holders.get(name, 0) + 1
         by_id = {task.id: task for task in ready}
         candidates = [
