@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 from enum import StrEnum
 from typing import Annotated
 
 import requests
 import typer
 
-from airig.common.errors import AirigError
+from airig.common.errors import AirigError, ConfigError
 from airig.provision.cache import VerifyCache
 from airig.provision.comfyui import ComfyUIProvisioner
 from airig.provision.common import Provisioner
 from airig.provision.events import Emitter
 from airig.provision.http import wait_healthy
+from airig.provision.load_proof import FAILED, Http, load_proof
 from airig.provision.manifest import load_manifest
 from airig.provision.ollama import OllamaProvisioner
 from airig.provision.settings import ProvisionSettings
@@ -107,7 +109,8 @@ def run(
     settings: ProvisionSettings | None = None,
     emitter: Emitter | None = None,
 ) -> int:
-    """Exit code: 0 when every model verified (or was listed), 1 otherwise."""
+    """Exit code: 0 when every model verified (or was listed), 1 otherwise; 3 when they all
+    verified but Ollama's load proof (AIRIG_LOAD_PROOF=gpu, ``ensure`` only) failed."""
     emitter = emitter or Emitter(service.value)
     provisioner: Provisioner | None = None
     try:
@@ -117,17 +120,54 @@ def run(
             for row in provisioner.listing():
                 emitter.listed(row.model, row.size, row.configured, row.present)
             return 0
+        # Ollama's load proof runs in the init (ensure) only, once every model verified.
+        prove = service is Service.ollama and mode is Mode.ensure and load_proof_wanted()
+        http = getattr(provisioner, "http", None) or requests.Session()
         wanted = models or provisioner.configured()
         if not wanted:
-            return 0
+            return prove_load(settings.ollama_url, http, [], emitter) if prove else 0
         wait_healthy(service.value, provisioner.health_url, settings.airig_server_wait_seconds)
-        return 1 if process(provisioner, mode, wanted, emitter) else 0
+        if process(provisioner, mode, wanted, emitter):
+            return 1
+        return prove_load(settings.ollama_url, http, wanted, emitter) if prove else 0
     except Exception as exc:  # noqa: BLE001 - the edge of the init container
         emitter.failed(None, describe(exc))
         return 1
     finally:
         if provisioner is not None:
             _save_cache(provisioner)
+
+
+# ollama-init's exit code when the load proof fails: the init fails, so `up` does, and the
+# launcher reads the `load_proof` line from its logs (airig/launcher/proofs/host.py).
+LOAD_PROOF_FAILED = 3
+
+
+def load_proof_wanted() -> bool:
+    """AIRIG_LOAD_PROOF: ``gpu`` proves a model load (the launcher sets it where Ollama runs
+    on CUDA or ROCm); ``off`` or unset (the CPU profile, the default) changes nothing."""
+    value = os.environ.get("AIRIG_LOAD_PROOF", "").strip().lower()
+    if value in ("", "off"):
+        return False
+    if value == "gpu":
+        return True
+    raise ConfigError(f"AIRIG_LOAD_PROOF={value!r} is neither gpu nor off", "use gpu or off")
+
+
+def prove_load(url: str, http: Http, models: list[str], emitter: Emitter) -> int:
+    """Ollama's second proof step, after every model verified: one ``load_proof`` line
+    ``{"event": "load_proof", "service": "ollama", "model", "status", "size_vram", "said",
+    "image"}``; exit code 3 when it failed."""
+    found = load_proof(url, models, http)
+    emitter.emit(
+        "load_proof",
+        found["model"],
+        status=found["status"],
+        size_vram=found["size_vram"],
+        said=found["said"],
+        image=os.environ.get("OLLAMA_IMAGE_PROVED", ""),
+    )
+    return LOAD_PROOF_FAILED if found["status"] == FAILED else 0
 
 
 def _save_cache(provisioner: Provisioner) -> None:
