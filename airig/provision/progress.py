@@ -88,6 +88,8 @@ def _progress_bars(console: Console) -> Progress:
 def _apply(event: dict, summary: Summary, bars: Progress, tasks: dict) -> None:
     service, model = str(event.get("service")), str(event.get("model") or "-")
     key, kind = (service, model), event["event"]
+    if kind == "load_proof":
+        return  # not a model's row: `up` says a failed load itself (launcher/proofs/host.py)
     if kind == "progress":
         total, completed = event.get("total"), event.get("completed") or 0
         if key not in tasks:
