@@ -113,7 +113,8 @@ def test_tune_recreates_every_whisper_that_reads_the_knob_on_a_gpu_rig(launcher_
         path.write_text(text)
     running = plan_for_running(settings)
     whispers = {"whisper-gpu-nvidia", "whisper-gpu0", "whisper-gpu1", "whisper-gpu2"}
-    for knob in ("WHISPER_TTL", "WHISPER_COMPUTE_TYPE"):
+    # WHISPER_IMAGE_CUDA: `update whisper` moves every one of them to the new digest
+    for knob in ("WHISPER_TTL", "WHISPER_COMPUTE_TYPE", "WHISPER_IMAGE_CUDA"):
         found = {name for _stack, name in services_using(running, knob)}
         assert found == whispers, knob
     # AIRIG_WHISPER_MODELS: whisper-init pulls the new model into the one store, which
