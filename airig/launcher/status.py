@@ -154,10 +154,12 @@ def store_table(store: dict[str, Any]) -> Table:
 
 def layout_table(rows: list[dict[str, str]]) -> Table:
     table = Table(title="worker layout")
-    for col in ("worker", "gpus", "ollama", "classes"):
+    # whisper: the worker's own whisper-gpuN on gpu-nvidia, else the shared one
+    columns = ("worker", "gpus", "ollama", "whisper", "classes")
+    for col in columns:
         table.add_column(col)
     for row in rows:
-        table.add_row(*(escape(row[key]) for key in ("worker", "gpus", "ollama", "classes")))
+        table.add_row(*(escape(row.get(key, "")) for key in columns))
     return table
 
 
