@@ -110,3 +110,11 @@ def test_the_nvidia_request_on_an_engine_without_the_toolkit_is_the_engines_refu
     (status, detail, _), _ = prove(client, "comfyui", "cuda", {"FAKE_TORCH": "ok"},
                                    options=run_options(gpu))  # fmt: skip
     assert status == FAILED and "nvidia" in detail.lower(), detail
+
+
+def test_an_image_without_python_is_not_run_and_not_failed(client):
+    from airig.launcher.proofs.judge import NOT_RUN
+
+    spec = spec_for("comfyui", "cuda", {"PATH": "/nowhere"})  # the shim finds no python
+    status, detail, _ = judge(run_proof(client, IMAGE, spec, {}, 60.0))
+    assert (status, detail) == (NOT_RUN, "the image has no python3 or python")

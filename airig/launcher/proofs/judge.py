@@ -11,7 +11,13 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airig.launcher.proofs.scripts import FAIL_MARK, INFERENCE_COMPUTE, OK_MARK
+from airig.launcher.proofs.scripts import (
+    FAIL_MARK,
+    INFERENCE_COMPUTE,
+    NOT_RUN_EXIT,
+    NOT_RUN_MARK,
+    OK_MARK,
+)
 
 PASSED, FAILED, TIMEOUT, NOT_RUN = "passed", "failed", "timeout", "not run"
 MAX_DETAIL = 300  # characters of a quote kept in the verdict and the cache
@@ -128,6 +134,9 @@ def judge(outcome: Outcome, until: str = "", gpus: int = 1) -> tuple[str, str, s
     discovery); ``gpus``: the devices the container was given."""
     if outcome.not_run:
         return NOT_RUN, outcome.not_run, ""
+    if outcome.exit_code == NOT_RUN_EXIT and NOT_RUN_MARK in outcome.output:
+        said = _line_with(outcome.output, NOT_RUN_MARK).split(NOT_RUN_MARK, 1)[1].strip()
+        return NOT_RUN, clip(said), ""
     if until == INFERENCE_COMPUTE:
         return _judge_ollama(outcome, gpus)
     text = outcome.output

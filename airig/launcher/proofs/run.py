@@ -73,7 +73,10 @@ def run_proof(
     except ImageNotFound:
         return Outcome(None, "", not_run=f"the image {image} is not pulled")
     except APIError as exc:  # the engine refused to create or start it: quoted
-        return Outcome(None, engine_message(exc), seconds=time.monotonic() - started)
+        message = engine_message(exc)
+        if "executable file not found" in message:  # the image, not the GPU: not judged
+            return Outcome(None, "", not_run=f"the image {image} has no {spec.entrypoint[0]}")
+        return Outcome(None, message, seconds=time.monotonic() - started)
     except (DockerException, RequestException) as exc:
         return Outcome(None, "", not_run=f"Docker not reachable: {exc}")
     finally:

@@ -16,6 +16,15 @@ from dataclasses import dataclass, field
 
 OK_MARK = "AIRIG-PROOF OK"
 FAIL_MARK = "AIRIG-PROOF FAIL"
+NOT_RUN_MARK = "AIRIG-PROOF NOT-RUN"
+NOT_RUN_EXIT = 97
+# The images name their interpreter differently (a venv's python, the distribution's
+# python3): a POSIX shell finds one; an image with neither is not judged, never failed.
+PYTHON_SHIM = (
+    'p="$(command -v python3 || command -v python)" || '
+    f'{{ echo "{NOT_RUN_MARK} the image has no python3 or python"; exit {NOT_RUN_EXIT}; }}; '
+    'exec "$p" "$@"'
+)
 # Ollama's discovery line (server log, slog text handler)
 INFERENCE_COMPUTE = 'msg="inference compute"'
 
@@ -119,13 +128,18 @@ def spec_for(service: str, backend: str, env: dict[str, str] | None = None) -> P
     env = dict(env or {})
     if service == "whisper" and backend == "cuda":
         what = "CTranslate2 sees the GPU; a CUDA context, a 1 MiB memset and copy"
-        return ProofSpec(service, ("python3", "-c", WHISPER_SCRIPT), (), env, what=what)
+        return ProofSpec(service, _python("-c", WHISPER_SCRIPT), (), env, what=what)
     if service == "comfyui" and backend in ("cuda", "rocm", "xpu"):
         what = f"PyTorch initialises {backend} and sums 1024 floats on it"
-        return ProofSpec(service, ("python3", "-c", COMFYUI_SCRIPT, backend), (), env, what=what)
+        return ProofSpec(service, _python("-c", COMFYUI_SCRIPT, backend), (), env, what=what)
     if service == "ollama" and backend in ("cuda", "rocm"):
         # loopback only: the proof container has no network, and no client needs it
         env.setdefault("OLLAMA_HOST", "127.0.0.1:11434")
         return ProofSpec(service, ("/bin/ollama",), ("serve",), env, until=INFERENCE_COMPUTE,
                          what="ollama serve's GPU discovery (inference compute lines)")  # fmt: skip
     return None
+
+
+def _python(*args: str) -> tuple[str, ...]:
+    """An entrypoint that runs the image's Python with ``args`` (``sh -c SHIM proof …``)."""
+    return ("/bin/sh", "-c", PYTHON_SHIM, "proof", *args)

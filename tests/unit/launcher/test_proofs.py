@@ -333,3 +333,11 @@ def test_the_failed_load_is_read_from_ollama_inits_log_lines():
     passed = json.dumps({**failed, "status": "passed"})
     assert load_failure(passed) is None
     assert load_failure("") is None and load_failure('{"event": "load_proof"') is None
+
+
+def test_an_image_without_python_is_not_judged():
+    from airig.launcher.proofs.judge import NOT_RUN
+
+    said = "AIRIG-PROOF NOT-RUN the image has no python3 or python\n"
+    assert judge(Outcome(97, said)) == (NOT_RUN, "the image has no python3 or python", "")
+    assert judge(Outcome(1, said))[0] == FAILED  # the mark alone, without its exit, is not it
