@@ -79,8 +79,9 @@ class Heartbeat(threading.Thread):
             self.renew_lease(timeout)
             self.link.heartbeat(self.telemetry(), timeout)
             write_state(self.state_file, self.worker_id, ok=True)
-        except Unregistered:
-            self.needs_register.set()
+        except Unregistered as refused:
+            if self.link.still_unregistered(refused):  # not a beat sent before a new token
+                self.needs_register.set()
         except (BrainUnreachable, RuntimeError, OSError) as exc:
             # never let the thread die: a dead heartbeat makes a healthy worker look lost
             log.warning("heartbeat failed", extra={"error": str(exc)})

@@ -42,7 +42,10 @@ class LeaseLost(Exception):
 
 
 class Unregistered(Exception):
-    """The brain does not know this worker's token (401)."""
+    """The brain does not know this worker's token (401). ``token``: the one it refused,
+    so a request sent before a new registration does not ask for yet another one."""
+
+    token: str | None = None
 
 
 class RegistrationRefused(ConfigError):
@@ -84,13 +87,18 @@ class BrainLink:
         """One request, retried on transport errors and 5xx until ``deadline``."""
         failures = 0
         while True:
+            used = token or self._token
             try:
                 response = self._session.request(
                     method, f"{self.base_url}{path}", json=json_body, data=data, params=params,
-                    headers={"Authorization": f"Bearer {token or self._token}"}, timeout=timeout,
+                    headers={"Authorization": f"Bearer {used}"}, timeout=timeout,
                 )  # fmt: skip
                 if response.status_code < 500:
-                    return self._checked(response)
+                    try:
+                        return self._checked(response)
+                    except Unregistered as exc:
+                        exc.token = used
+                        raise
                 problem = f"HTTP {response.status_code}"
             except requests.RequestException as exc:
                 problem = type(exc).__name__
@@ -116,6 +124,12 @@ class BrainLink:
         if response.status_code >= 400:
             raise RuntimeError(f"brain refused: HTTP {response.status_code} {response.text[:300]}")
         return response
+
+    def still_unregistered(self, refused: Unregistered) -> bool:
+        """Is the refused token still the one this link holds? False when the worker has
+        registered again since that request left: a second registration would only race
+        the first (and drop the leases it just got)."""
+        return refused.token is None or refused.token == self._token
 
     def register(self, request: RegisterRequest, stop: threading.Event) -> RegisterResponse:
         """Trade the bootstrap token for a worker token. The token this link held (if

@@ -86,8 +86,9 @@ class Worker:
                 self.register()
             try:
                 task = self.pipeline.next_task(self.claim_wait_s)
-            except Unregistered:
-                self.register()
+            except Unregistered as refused:
+                if self.link.still_unregistered(refused):
+                    self.register()
                 continue
             except BrainUnreachable:
                 continue
