@@ -9,13 +9,18 @@ archive ``verify`` refuses as truncated, never one that looks complete):
   ``images.lock``, ``update.log``);
 - ``volumes/<volume>/...``: a volume's files by their path in it, the volume's name
   without the rig's prefix (``brain-state/brain.db`` is the store's online-backup
-  snapshot, ``results/...``, ``comfyui-user/...``; the model volumes with ``--models``).
+  snapshot, ``results/...``, ``comfyui-user/...``; the model volumes with ``--models``);
+- ``volumes/data/<part>/...``: the data volume's parts (``DATA_PARTS``): ``outputs/``
+  (what recipes and tasks wrote), ``index/search.sqlite`` (the search index, an online-backup
+  snapshot as the store's) and, with ``--inputs``, ``inputs/`` (the uploaded inputs). An
+  older kit's archive has no ``volumes/data/``: it restores, without them.
 
 ``verify`` reads the archive once from the start, hashes every member, and compares
 with the manifest: a file that is not a gzip'd tar, one that ends early, one without our
 manifest, or a member whose bytes or names differ is refused in one line before anything
 is touched. Member names are checked before anything is extracted: no absolute path, no
-``..``, only the three folders above.
+``..``, only the three folders above, a volume's file below its volume's folder, and in the
+data volume only its parts; links and special files are refused.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ FORMAT = "airig-backup"
 VERSION = 1
 MANIFEST = "manifest.json"
 ROOTS = ("env", "state", "volumes")
+# The data volume (volumes/data/...) is archived by part: outputs and the index always,
+# inputs only with `backup --inputs` (the user has them, and they may be large).
+DATA_VOLUME = "data"
+DATA_PARTS = ("outputs", "index", "inputs")
 PREFIX = "airig-backup-"
 SUFFIX = ".tar.gz"
 VERIFY_HINT = "take a new backup, or pick another archive; nothing was changed"
@@ -68,13 +77,19 @@ class Manifest:
     models: dict[str, list[str]] = field(default_factory=dict)
     models_included: bool = False
     store: dict[str, Any] = field(default_factory=dict)
+    # The data volume's parts (an older kit's archive has none: both False, index {}).
+    data_included: bool = False
+    inputs_included: bool = False
+    index: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT, "version": VERSION, "created_at": self.created_at,
             "airig_version": self.airig_version, "project_prefix": self.project_prefix,
             "models": self.models, "models_included": self.models_included,
-            "store": self.store, "files": [e.as_dict() for e in self.files],
+            "store": self.store, "data_included": self.data_included,
+            "inputs_included": self.inputs_included, "index": self.index,
+            "files": [e.as_dict() for e in self.files],
         }  # fmt: skip
 
     @classmethod
@@ -96,6 +111,9 @@ class Manifest:
                 models={k: list(v) for k, v in dict(raw.get("models") or {}).items()},
                 models_included=bool(raw.get("models_included")),
                 store=dict(raw.get("store") or {}),
+                data_included=bool(raw.get("data_included")),
+                inputs_included=bool(raw.get("inputs_included")),
+                index=dict(raw.get("index") or {}),
             )  # fmt: skip
         except (ValueError, KeyError, TypeError, AttributeError):
             raise _foreign(archive, "its manifest is not an airig backup manifest") from None
@@ -223,12 +241,16 @@ class ArchiveWriter:
 
 def check_name(name: str, archive: Path) -> None:
     path = PurePosixPath(name)
-    if (name == MANIFEST) or (
-        not path.is_absolute() and ".." not in path.parts and path.parts[0] in ROOTS
-        and len(path.parts) > 1
-    ):  # fmt: skip
+    parts = path.parts
+    if name == MANIFEST:
         return
-    raise _foreign(archive, f"it holds a file outside env/, state/ and volumes/: {name!r}")
+    if path.is_absolute() or ".." in parts or not parts or parts[0] not in ROOTS or len(parts) < 2:
+        raise _foreign(archive, f"it holds a file outside env/, state/ and volumes/: {name!r}")
+    if parts[0] == "volumes" and len(parts) < 3:
+        raise _foreign(archive, f"it holds a file outside its volume's folder: {name!r}")
+    if parts[:2] == ("volumes", DATA_VOLUME) and (len(parts) < 4 or parts[2] not in DATA_PARTS):
+        raise _foreign(archive, f"it holds a data volume file outside {', '.join(DATA_PARTS)}: "
+                                f"{name!r}")  # fmt: skip
 
 
 def _foreign(archive: Path, why: str) -> BackupError:
@@ -299,3 +321,82 @@ def prune(folder: Path, keep: int) -> list[Path]:
     for path in gone:
         path.unlink(missing_ok=True)
     return gone
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of an archive as `backup` and `restore` describe it."""
+
+    name: str
+    files: int
+    size: int
+
+
+# How each part is named to the user, in this order (others: the volume's own name).
+PART_NAMES = {
+    "volumes/brain-state": "store", "volumes/results": "results",
+    "volumes/data/outputs": "outputs", "volumes/data/index": "search index",
+    "volumes/data/inputs": "inputs", "volumes/comfyui-user": "ComfyUI user folder",
+    "settings": ".env and launcher state",
+}  # fmt: skip
+
+
+def parts(manifest: Manifest) -> list[Part]:
+    """The archive's files by part (the store, results, outputs, the search index, inputs,
+    ComfyUI's user folder, each model volume, the settings), with their count and bytes."""
+    totals: dict[str, list[int]] = {}
+    for entry in manifest.files:
+        path = PurePosixPath(entry.path).parts
+        if path[0] != "volumes":
+            key = "settings"
+        elif path[1] == DATA_VOLUME:
+            key = "/".join(path[:3])
+        else:
+            key = "/".join(path[:2])
+        total = totals.setdefault(key, [0, 0])
+        total[0] += 1
+        total[1] += entry.size
+    order = list(PART_NAMES)
+    keys = sorted(totals, key=lambda k: (order.index(k) if k in order else len(order), k))
+    return [Part(PART_NAMES.get(k, k.removeprefix("volumes/")), *totals[k]) for k in keys]
+
+
+def describe(manifest: Manifest) -> tuple[str, str]:
+    """Two lines for the user: what the archive holds (each part's files and size; the
+    store's plans and tasks, the index's entries) and what it does not."""
+    held = []
+    for part in parts(manifest):
+        text = f"{part.name} {human_bytes(part.size)}"
+        store, index = manifest.store, manifest.index
+        if part.name == "store" and store:
+            text += f" ({store.get('plans', '?')} plans, {store.get('tasks', '?')} tasks)"
+        elif part.name == "search index" and index:
+            text += f" ({_count(len(index.get('indexes') or []), 'index', 'indexes')}, "
+            text += f"{_count(index.get('entries', '?'), 'entry', 'entries')})"
+        else:
+            text += f" ({_count(part.files, 'file', 'files')})"
+        held.append(text)
+    left = []
+    if not manifest.data_included:
+        left.append("outputs, search index and inputs (an older kit's archive)")
+    else:
+        names = {part.name for part in parts(manifest)}
+        if "search index" not in names:
+            left.append("search index (none yet)")
+        if not manifest.inputs_included:
+            left.append("inputs (--inputs adds them; `submit --inputs-dir` uploads them again)")
+    if not manifest.models_included:
+        left.append("models (--models adds them; `up` pulls them again)")
+    return "In it: " + " · ".join(held), "Not in it: " + (" · ".join(left) or "nothing left out")
+
+
+def _count(n: object, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def human_bytes(size: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    return f"{size:.1f} GB"

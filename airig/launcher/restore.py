@@ -3,14 +3,20 @@
 In two halves, so nothing is half-started:
 
 1. ``prepare`` (before any container): the archive verified whole (one line and nothing
-   touched if it is corrupt, truncated or foreign); the kit must be stopped; a checkout or
-   an engine that has this rig's data needs ``--yes`` (its data volumes are then removed,
-   its ``.env`` kept as ``.env.before-restore``); ``.env`` and ``.airig/``'s state
-   written; ``.airig/restore.json`` records what `up` still has to put back.
+   touched if it is corrupt, truncated or foreign, or holds a link or a path that leaves
+   its folder); the kit must be stopped; a checkout or an engine that has this rig's data
+   needs ``--yes``; ``.env``, ``.airig/``'s state and ``.airig/restore.json`` (what `up`
+   still has to put back) are written beside their places first (``.part``), and only
+   once all are on disk are the volumes the archive replaces removed (the data volume
+   only when the archive holds its part: an older kit's archive leaves it) and the files
+   moved into place, the old ``.env`` kept as ``.env.before-restore``. A disk that is full
+   or read-only leaves the checkout and the volumes as they were.
 2. ``apply_pending`` (run by `up` once 01-infra has made the volumes, before any service
    that reads them starts): the archive verified again while its volume files are
-   streamed into the volumes through a container of the kit's image that never starts;
-   then ``restore.json`` goes. If `up` stops before that, the next `up` finishes it.
+   spooled (under ``.airig/``, not a tmpfs ``/tmp``: inputs can be large) into one tar
+   per volume; only once it has verified whole are they streamed into the volumes through
+   a container of the kit's image that never starts; then ``restore.json`` goes. If `up`
+   stops before that (a full disk included), the next `up` finishes it.
 
 Models the archive does not hold are pulled and verified by `up`'s init containers, as on
 a first `up`.
@@ -18,17 +24,19 @@ a first `up`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tarfile
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from airig.launcher.backup import DATA_VOLUMES, MODEL_VOLUMES
-from airig.launcher.backup_archive import BackupError, Manifest, verify
+from airig.launcher.backup_archive import DATA_VOLUME, BackupError, Manifest, verify
 from airig.launcher.docker import Docker, engine_errors
 from airig.launcher.settings import Settings, load_settings
 
@@ -52,7 +60,7 @@ def prepare(root: Path, archive: Path, yes: bool, docker: Docker,
             f"the kit is running ({', '.join(running)}): a restore replaces its store",
             "stop it first with `python start_services.py down`, then restore again",
         )
-    present = _present_volumes(docker, manifest.project_prefix)
+    present = _present_volumes(docker, manifest.project_prefix, replaced_volumes(manifest))
     had = [".env"] if env_file.is_file() else []
     if (had or present) and not yes:
         what = ", ".join(had + present)
@@ -60,10 +68,25 @@ def prepare(root: Path, archive: Path, yes: bool, docker: Docker,
             f"this kit already has data ({what}); the restore would replace it",
             "add --yes to replace it (.env is kept as .env.before-restore)",
         )
-    if present:
-        _remove_volumes(docker, present)
-    _write_checkout(root, archive, manifest)
+    staged = _stage_checkout(root, archive, manifest)
+    try:
+        if present:
+            _remove_volumes(docker, present)
+    except BaseException:
+        staged.discard()
+        raise
+    staged.commit()
     return manifest
+
+
+def replaced_volumes(manifest: Manifest) -> list[str]:
+    """The volumes a restore of this archive replaces: the store, results, ComfyUI's
+    user folder, and the data volume when the archive holds it (an older kit's archive
+    does not: the data volume is left as it is)."""
+    data = [DATA_VOLUME] if any(
+        PurePosixPath(e.path).parts[:2] == ("volumes", DATA_VOLUME) for e in manifest.files
+    ) or manifest.data_included else []  # fmt: skip
+    return [STATE_VOLUME, *DATA_VOLUMES, *data]
 
 
 def _running(docker: Docker, prefixes: set[str]) -> list[str]:
@@ -75,12 +98,12 @@ def _running(docker: Docker, prefixes: set[str]) -> list[str]:
     return names
 
 
-def _present_volumes(docker: Docker, prefix: str) -> list[str]:
+def _present_volumes(docker: Docker, prefix: str, volumes: list[str]) -> list[str]:
     """This rig's volumes that would be replaced (the store, results, ComfyUI's files)."""
     import docker.errors as errors
 
     found = []
-    for volume in (STATE_VOLUME, *DATA_VOLUMES):
+    for volume in volumes:
         name = f"{prefix}-{volume}"
         with engine_errors(f"looking for volume {name}"):
             try:
@@ -100,12 +123,32 @@ def _remove_volumes(docker: Docker, names: list[str]) -> None:
         )
 
 
-def _write_checkout(root: Path, archive: Path, manifest: Manifest) -> None:
-    state = root / ".airig"
-    state.mkdir(exist_ok=True)
-    env_file = root / ".env"
-    if env_file.is_file():
-        os.replace(env_file, root / ".env.before-restore")
+@dataclass
+class _Staged:
+    """The checkout's files written beside their places (``.part``), not yet moved."""
+
+    root: Path
+    moves: list[tuple[Path, Path]] = field(default_factory=list)
+    made: list[Path] = field(default_factory=list)  # folders this restore created
+
+    def discard(self) -> None:
+        for part, _ in self.moves:
+            part.unlink(missing_ok=True)
+        for folder in reversed(self.made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+    def commit(self) -> None:
+        env_file = self.root / ".env"
+        if env_file.is_file():
+            os.replace(env_file, self.root / ".env.before-restore")
+        for part, final in self.moves:  # restore.json last: it says the rest is there
+            os.replace(part, final)
+
+
+def _stage_checkout(root: Path, archive: Path, manifest: Manifest) -> _Staged:
+    """``.env``, the launcher's state and ``restore.json`` as ``.part`` files; on a full or
+    read-only disk, one line and nothing left behind."""
     files: dict[str, bytes] = {}
 
     def keep(name: str, reader: IO[bytes]) -> None:
@@ -113,23 +156,44 @@ def _write_checkout(root: Path, archive: Path, manifest: Manifest) -> None:
             files[name] = reader.read()
 
     verify(archive, keep)  # its bytes as verified, not a second unchecked read
-    _write_private(env_file, files["env/.env"])
-    for name, data in files.items():
-        if name.startswith("state/"):
-            _write_private(state / PurePosixPath(name).name, data)
+    state = root / ".airig"
+    wanted = [(root / ".env", files["env/.env"])]
+    wanted += [(state / PurePosixPath(name).name, data) for name, data in files.items()
+               if name.startswith("state/")]  # fmt: skip
     volumes = sorted({PurePosixPath(e.path).parts[1] for e in manifest.files
                       if e.path.startswith("volumes/")})  # fmt: skip
     pending = {"archive": str(archive), "volumes": volumes, "created_at": manifest.created_at,
                "prepared_at": time.time()}  # fmt: skip
-    _write_private(state / PENDING, json.dumps(pending, indent=1).encode())
+    wanted.append((state / PENDING, json.dumps(pending, indent=1).encode()))
+    staged = _Staged(root)
+    target = root
+    try:
+        if not state.is_dir():
+            target = state
+            state.mkdir()
+            staged.made.append(state)
+        for final, data in wanted:
+            target = final
+            part = final.with_name(final.name + ".part")
+            staged.moves.append((part, final))
+            _write_private(part, data)
+    except OSError as exc:
+        staged.discard()
+        raise BackupError(
+            f"cannot write {target}: {exc.strerror or exc}",
+            "free space there or make the checkout writable, then restore again; nothing "
+            "was changed",
+        ) from None
+    return staged
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    part = path.with_name(path.name + ".part")
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """``data`` at ``path``, readable by its owner only, on disk before it returns."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
-    os.replace(part, path)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def pending(settings: Settings) -> dict[str, Any] | None:
@@ -152,9 +216,27 @@ def apply_pending(settings: Settings, docker: Docker, say: Callable[[str], None]
         return False
     archive = Path(todo["archive"])
     volumes = [v for v in todo.get("volumes", []) if v in (STATE_VOLUME, *DATA_VOLUMES,
-                                                          *MODEL_VOLUMES)]  # fmt: skip
+                                                          DATA_VOLUME, *MODEL_VOLUMES)]  # fmt: skip
     say(f"Restoring {', '.join(volumes) or 'nothing'} from {archive.name} …")
-    with tempfile.TemporaryDirectory(prefix="airig-restore-") as tmp:
+    try:
+        _spool_and_put(settings, docker, archive, volumes)
+    except OSError as exc:  # the spool's disk filled up: the volumes were not touched
+        raise BackupError(
+            f"cannot spool {archive.name}'s files under {settings.state_dir}: "
+            f"{exc.strerror or exc}",
+            "free space there, then run `python start_services.py up` again: it finishes "
+            "the restore",
+        ) from None
+    (settings.state_dir / PENDING).unlink(missing_ok=True)
+    return True
+
+
+def _spool_and_put(settings: Settings, docker: Docker, archive: Path,
+                   volumes: list[str]) -> None:  # fmt: skip
+    """The archive verified while its volume files go into one tar per volume; only
+    once it has verified whole do they go into the volumes."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="restore-spool-", dir=settings.state_dir) as tmp:
         # one tar per volume, closed below once the archive has been read
         tars = {v: tarfile.open(Path(tmp) / f"{v}.tar", "w") for v in volumes}  # noqa: SIM115
         made: set[tuple[str, str]] = set()
@@ -188,16 +270,15 @@ def apply_pending(settings: Settings, docker: Docker, say: Callable[[str], None]
             verify(archive, spill)
         finally:
             for handle in tars.values():
-                handle.close()
+                with contextlib.suppress(OSError):
+                    handle.close()
         _put(settings, docker, {v: Path(tmp) / f"{v}.tar" for v in volumes})
-    (settings.state_dir / PENDING).unlink(missing_ok=True)
-    return True
 
 
 # Who writes each volume (airig/services/infra.py LAYOUT: the kit's brain and workers run
 # as 10001, speaches as 1000, the rest as root): restored files are theirs, or the brain
 # could not add a result to a restored plan's folder.
-OWNERS = {STATE_VOLUME: 10001, "results": 10001, "whisper-models": 1000}
+OWNERS = {STATE_VOLUME: 10001, "results": 10001, DATA_VOLUME: 10001, "whisper-models": 1000}
 
 
 def _put(settings: Settings, docker: Docker, tars: dict[str, Path]) -> None:

@@ -399,9 +399,16 @@ def test_a_backup_taken_mid_plan_is_private_and_verifies(watched_kit, tmp_path_f
     assert states == {"slow": "RUNNING", "after": "PENDING"}, states
 
     folder = tmp_path_factory.mktemp("backups")
-    done = watched_kit.run("backup", "--to", str(folder), "--keep", "3", timeout=300)
+    started = time.monotonic()
+    done = watched_kit.run("backup", "--to", str(folder), "--keep", "3", "--inputs", timeout=300)
+    took = time.monotonic() - started
     assert done.returncode == 0, done.stdout + done.stderr
     assert "holds .env with the kit's secrets" in done.stdout
+    # what the user made is in it, and the summary says so (issue 35 §1)
+    held = next(line for line in done.stdout.splitlines() if "In it:" in line)
+    for part in ("store", "results", "outputs", "search index", "inputs"):
+        assert f" {part} " in held, done.stdout
+    assert "Not in it: models" in done.stdout, done.stdout
     [archive] = folder.glob("airig-backup-*.tar.gz")
     assert archive.stat().st_mode & 0o777 == 0o600
     checked = watched_kit.run("backup", "--verify", str(archive))
@@ -413,6 +420,7 @@ def test_a_backup_taken_mid_plan_is_private_and_verifies(watched_kit, tmp_path_f
     view = requests.get(f"{BRAIN}/v1/plans/{plan_id}", headers=auth(watched_kit), timeout=10)
     assert view.json()["status"] == "running"
     BACKUP.update(archive=archive, plan=plan_id, token=token)
+    print(f"\nbackup --inputs: {archive.stat().st_size} bytes in {took:.1f} s: {held.strip()}")
 
 
 def test_down_stops_every_container_gracefully_and_leaves_nothing(watched_kit):
@@ -484,11 +492,28 @@ def test_the_backup_restores_on_a_fresh_kit_and_its_plan_finishes_there(
         assert done.returncode == 0, done.stdout + done.stderr
         assert (fresh.root / ".env").read_bytes() == (watched_kit.root / ".env").read_bytes()
         assert not (fresh.root / ".airig" / "restore.json").exists()
+        assert "In it: store" in done.stdout and " outputs " in done.stdout, done.stdout
         plan = wait_plan(fresh, str(plan_id), timeout=240)
         assert plan["status"] == "succeeded", plan
         # a token made before the backup still authenticates
         token = {"Authorization": f"Bearer {BACKUP['token']}"}
         assert requests.get(f"{BRAIN}/v1/plans", headers=token, timeout=10).status_code == 200
+        # what the recipes made came back: notes with their keyframes, text, the CSV,
+        # the uploaded inputs (backup --inputs), and the search index answers as before
+        note = fetch(fresh, "outputs/video-notes/talks/volcanoes-of-iceland.md")
+        assert note.status_code == 200 and "# volcanoes-of-iceland" in note.text, note.text
+        frames = fetch(fresh, "outputs/video-notes/talks/volcanoes-of-iceland").json()
+        assert len([e for e in frames["entries"] if e[0].endswith(".png")]) >= 2, frames
+        text = fetch(fresh, "outputs/pdf-text/scans/harbour-report.txt")
+        assert text.status_code == 200 and "Lighthouse" in text.text, text.text
+        sheet = fetch(fresh, "outputs/photos-captions/photos/captions.csv")
+        assert sheet.status_code == 200 and sheet.content.startswith(b"\xef\xbb\xbf")
+        video = fetch(fresh, "inputs/talks/volcanoes-of-iceland.mp4")
+        assert video.status_code == 200 and len(video.content) > 1000, video.status_code
+        hits = search(fresh, "volcanoes of iceland", "video-notes")
+        assert hits and hits[0]["source"].endswith("volcanoes-of-iceland.mp4"), hits
+        hits = search(fresh, "lighthouse keepers", "pdf-text")
+        assert hits and hits[0]["locator"] == "page 2", hits
         # over a running kit: one line, nothing touched
         again = fresh.run("restore", str(archive), "--yes")
         assert again.returncode != 0 and "the kit is running" in again.stdout + again.stderr

@@ -31,6 +31,14 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
         models: Annotated[
             bool, typer.Option("--models", help="Also the models (they can be pulled again).")
         ] = False,
+        inputs: Annotated[
+            bool,
+            typer.Option(
+                "--inputs",
+                help="Also the uploaded inputs (the data volume's inputs/; you have them, and "
+                "they may be large).",
+            ),  # fmt: skip
+        ] = False,
         keep: Annotated[
             int | None,
             typer.Option("--keep", min=1, help="Then delete all but the N newest archives there."),
@@ -46,8 +54,9 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
             ),  # fmt: skip
         ] = None,
     ) -> None:
-        """Archive the running kit: its store (a consistent snapshot), results, .env,
-        tuning log, image lock and ComfyUI workflows; --models adds the models."""
+        """Archive the running kit: its store and search index (consistent snapshots),
+        results, outputs, .env, tuning log, image lock and ComfyUI workflows; --inputs adds
+        the uploaded inputs, --models the models."""
         from airig.common.errors import ConfigError
         from airig.launcher.backup import schedule_lines, take
         from airig.launcher.backup_archive import verify
@@ -61,6 +70,7 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
                 f"{_ago(manifest.created_at)} (airig {escape(manifest.airig_version)}, "
                 f"models {'included' if manifest.models_included else 'not included'})"
             )
+            _contents(manifest)
             return
         settings = settings_of()
         folder = to if to is not None else settings.root / "backups"
@@ -78,7 +88,7 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
         client = BrainClient.from_settings(settings)
         result = take(
             settings, Docker(), folder, models, keep, lambda body: _record(client, body),
-            lambda line: console.print(escape(line)),
+            lambda line: console.print(escape(line)), inputs=inputs,
         )  # fmt: skip
         files = len(result.manifest.files)
         console.print(
@@ -86,6 +96,7 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
             f"files, sha256 {result.sha256[:12]}…). It holds .env with the kit's secrets: "
             "it is readable by you only (mode 600); keep it private."
         )
+        _contents(result.manifest)
         if result.recorded:
             console.print(f"[yellow]![/] Not recorded with the brain: {escape(result.recorded)}")
         for gone in result.pruned:
@@ -98,7 +109,8 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
     def restore(
         archive: Annotated[Path, typer.Argument(help="An archive `backup` wrote.")],
         yes: Annotated[
-            bool, typer.Option("--yes", help="Replace this kit's data (store, results, .env).")
+            bool,
+            typer.Option("--yes", help="Replace this kit's data (store, results, outputs, .env)."),
         ] = False,
     ) -> None:
         """Bring back the kit an archive holds (a fresh clone, or after `down --volumes`),
@@ -115,6 +127,7 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
             f"written (taken {_ago(manifest.created_at)}). Starting the kit; its store and "
             "files go back into the volumes before any service reads them …"
         )
+        _contents(manifest)
         run_up()
 
 
@@ -145,9 +158,16 @@ def _ago(ts: float) -> str:
     return f"{seconds:.0f} s ago"
 
 
+def _contents(manifest: Any) -> None:
+    """What an archive holds, part by part, and what it leaves out."""
+    from airig.launcher.backup_archive import describe
+
+    held, left = describe(manifest)
+    console.print(f"  {escape(held)}")
+    console.print(f"  {escape(left)}")
+
+
 def _bytes(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
-        size /= 1024
-    return f"{size:.1f} GB"
+    from airig.launcher.backup_archive import human_bytes
+
+    return human_bytes(size)

@@ -166,3 +166,13 @@ def test_keep_deletes_only_the_oldest_of_ours(tmp_path):
     gone = prune(tmp_path, keep=2)
     assert gone == ours[:2]
     assert sorted(tmp_path.iterdir()) == sorted([*ours[2:], other])
+
+
+def test_an_older_kits_archive_says_it_holds_no_outputs(tmp_path):
+    from airig.launcher.backup_archive import describe
+
+    manifest = verify(write_archive(tmp_path))  # no data part, no data_included
+    assert not manifest.data_included and not manifest.inputs_included
+    held, left = describe(manifest)
+    assert held.startswith("In it: results ") and ".env and launcher state" in held, held
+    assert "outputs, search index and inputs (an older kit's archive)" in left, left
