@@ -29,7 +29,7 @@ from airig.brain.store.payloads import (
     refuse_oversized,
     rendered_payload,
 )
-from airig.brain.store.retry import INFRA, TASK, RetryPolicy
+from airig.brain.store.retry import INFRA, TASK, RetryPolicy, failure_kind
 from airig.common.protocol import CompleteRequest, FailRequest, LeaseRef
 from airig.common.protocol import TaskState as S
 
@@ -250,11 +250,22 @@ def training_sample(
 def fail(
     conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, worker_id: str,
     report: FailRequest, now: float, policy: RetryPolicy, settings: BrainSettings,
+    placement: Placement | None = None,
 ) -> sqlite3.Row:  # fmt: skip
     digest = results.failure_hash(report.error_type, report.message)
     if is_replay(task, worker_id, report, digest):
         return task
     check_fence(task, worker_id, report)
+    if failure_kind(report.error_type) == INFRA:
+        # The worker's compute service did not answer (down, restarting): the task goes
+        # back to the queue on the infra budget, never counted against its retry_count nor
+        # escalated, and that service's tasks are held back from this worker a while.
+        if placement is not None:
+            placement.suspect(worker_id, task, now)
+        return states.retry_or_fail(
+            conn, outbox, task, now, policy, INFRA, report.error_type, report.message,
+            report.retryable, result_hash=digest,
+        )  # fmt: skip
     # escalate: on_failure hands the task to the external tier instead of retrying it.
     after = criteria.on_failure(
         conn, outbox, task, now, policy, settings, report.error_type, report.message,

@@ -81,8 +81,9 @@ class Brain:
             ) from exc
         self.probes = probes.ServiceProbes(targets, down_after=settings.probe_down_after)
         self._prober: reaper.Reaper | None = None
-        # Residency-aware claims, learned model costs and the thermal guard.
-        self.scheduling = Placement(settings)
+        # Residency-aware claims, learned model costs, the thermal guard, and a compute
+        # service's tasks held back while the probes say it is down.
+        self.scheduling = Placement(settings, self.probes.outages)
         # Rendered payload bytes held by answers not yet written, all claims together.
         self.inflight = InFlight(settings.max_inflight_bytes)
         self.work_ready = threading.Condition()
@@ -131,8 +132,14 @@ class Brain:
         self._pruner = reaper.Reaper(self.retention.tick, self.settings.retention_interval_s)
         self._pruner.start()
         if self.probes.targets:
-            self._prober = reaper.Reaper(self.probes.probe_once, self.settings.probe_interval_s)
+            self._prober = reaper.Reaper(self.probe_once, self.settings.probe_interval_s)
             self._prober.start()
+
+    def probe_once(self) -> None:
+        """Probe the compute services, then mark (or release) the tasks waiting for one."""
+        self.probes.probe_once()
+        if self.probes.outages() or self.scheduling.marked:
+            self.write(self.scheduling.hold_waiting)
 
     def reap_once(self) -> None:
         self.write(lambda conn, outbox, now: reaper.reap(conn, outbox, now, self.retry))

@@ -75,7 +75,7 @@ def execute_image(payload: ImagePayload, ctx: ExecContext) -> ExecResult:
         except requests.RequestException as exc:
             raise TaskError(
                 f"ComfyUI at {base} is unreachable: {type(exc).__name__}",
-                error_type="service_unavailable",
+                error_type="service_unreachable",
                 hint="check the comfyui service (docker compose ps / logs)",
             ) from None
     output: dict[str, object] = {"prompt_id": prompt_id, "images": files}

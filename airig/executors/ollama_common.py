@@ -82,7 +82,9 @@ def unavailable(url: str, detail: str = "") -> TaskError:
     suffix = f": {detail}" if detail else ""
     return TaskError(
         f"Ollama at {url} is unreachable{suffix}",
-        error_type="service_unavailable",
+        # an infrastructure condition (down, restarting): the brain holds the task and
+        # retries it without counting it against the task's retries (store/retry.py)
+        error_type="service_unreachable",
         hint="check the ollama service (docker compose ps / logs)",
     )
 

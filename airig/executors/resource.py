@@ -165,7 +165,7 @@ def _http(
         ctx.check()
         raise TaskError(
             f"{service} at {url} is unreachable: {type(exc).__name__}",
-            error_type="service_unavailable",
+            error_type="service_unreachable",
         ) from None
     finally:
         session.close()

@@ -109,6 +109,6 @@ def _raise_for_status(response: requests.Response, model: str) -> None:
 def _unavailable(url: str, exc: Exception) -> TaskError:
     return TaskError(
         f"the Whisper server at {url} is unreachable: {type(exc).__name__}",
-        error_type="service_unavailable",
+        error_type="service_unreachable",
         hint="check the whisper service (docker compose ps / logs)",
     )

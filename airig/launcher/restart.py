@@ -112,4 +112,22 @@ def restart_one(
 def outcome_line(outcome: Outcome) -> str:
     mark = "[green]✔[/]" if outcome.healthy else "[red]✘[/]"
     state = "healthy" if outcome.healthy else f"not healthy: {outcome.detail}"
-    return f"{mark} {escape(outcome.service)} {escape(state)}"
+    waits = queued_work(outcome.service, outcome.healthy)
+    return f"{mark} {escape(outcome.service)} {escape(state)}{waits}"
+
+
+# Compute services whose queued tasks the brain holds while they are down instead of
+# failing them (airig/brain/scheduling/placement.py): what a restart or an update tells.
+COMPUTE_SERVICES = ("ollama", "comfyui", "whisper")
+
+
+def queued_work(service: str, healthy: bool) -> str:
+    """What happened to the queued work of ``service`` (a compute service) meanwhile."""
+    if not service.startswith(COMPUTE_SERVICES):
+        return ""
+    if healthy:
+        return "; its queued tasks waited in the brain's queue meanwhile (none failed) and run now"
+    return (
+        "; its queued tasks wait in the brain's queue until it answers (at most "
+        "AIRIG_MAX_WAIT_S, then they fail)"
+    )

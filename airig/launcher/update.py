@@ -43,6 +43,7 @@ from airig.launcher.images.lock import (
 )
 from airig.launcher.images.remote import Registry
 from airig.launcher.plan import HOST_ENV, ComposePlan, StackPlan
+from airig.launcher.restart import queued_work
 from airig.launcher.settings import Settings
 from airig.launcher.stack_env import stack_env_path, stack_env_text
 from airig.launcher.tune import services_using
@@ -419,14 +420,15 @@ def outcome_line(outcome: Outcome) -> str:
     if outcome.ok:
         return (
             f"[green]✔[/] {escape(m.service)}: now {escape(m.tag)} {short(m.digest)} "
-            "(healthy, smoke check passed)"
+            f"(healthy, smoke check passed){queued_work(m.service, True)}"
         )
     old = short(m.locked.digest) if m.locked else "-"
     back = outcome.rolled_back
+    waits = queued_work(m.service, back == "healthy")
     back = "" if back == "healthy" else f", and the rollback is {back}"
     return (
         f"{m.service}: {m.tag} {short(m.digest)} failed ({outcome.reason}); rolled back to "
-        f"{old}{back}"
+        f"{old}{back}{waits}"
     )
 
 

@@ -226,7 +226,9 @@ class Swapper:
         except TaskError as exc:
             # Retryable whatever the step said: the GPU's state, not the task, is at fault
             # (the brain still ends a task at once for non-retryable types such as
-            # model_not_found).
+            # model_not_found). The step's type is kept: an Ollama that is unreachable
+            # (service_unreachable: restarting during `update`) is an outage the brain
+            # waits out, never a failure counted against the task (store/retry.py).
             return report, TaskError(
                 f"model swap before the task failed ({_plan(task)}): {exc.message}",
                 error_type=exc.error_type, hint=exc.hint, retryable=True,

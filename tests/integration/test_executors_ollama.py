@@ -88,7 +88,7 @@ def test_ollama_down_is_retryable(make_ctx):
     ctx = make_ctx(f"http://127.0.0.1:{free_port()}")  # nothing listens there
     with pytest.raises(TaskError) as caught:
         run_task("llm", {"model": CHAT_MODEL, "prompt": "x"}, ctx)
-    assert (caught.value.error_type, caught.value.retryable) == ("service_unavailable", True)
+    assert (caught.value.error_type, caught.value.retryable) == ("service_unreachable", True)
 
 
 class CancelOnCall:

@@ -89,7 +89,9 @@ def _complete(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain
 
 def _fail(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
           task: sqlite3.Row, report: FailReport) -> sqlite3.Row:  # fmt: skip
-    return leases.fail(conn, outbox, task, worker_id, report, now, brain.retry, brain.settings)
+    return leases.fail(
+        conn, outbox, task, worker_id, report, now, brain.retry, brain.settings, brain.scheduling
+    )
 
 
 def _release(conn: sqlite3.Connection, outbox: Outbox, now: float, brain: Brain, worker_id: str,
@@ -157,11 +159,12 @@ def worker_view(brain: Brain, worker_id: str, body: ClaimRequest) -> WorkerView:
     with brain.db.read() as conn:
         found = workers.classes_json(conn, worker_id)
         trusted = trust.worker_trusted(conn, worker_id)
+        local = workers.is_local(conn, worker_id)
     if found is None:
         raise HTTPException(401, "worker is not registered")
     classes = tuple(json.loads(found))
     models = frozenset(body.resident_models)
-    return WorkerView(classes=classes, resident_models=models, trusted=trusted)
+    return WorkerView(classes=classes, resident_models=models, trusted=trusted, local=local)
 
 
 def _assignment(

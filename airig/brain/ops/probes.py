@@ -8,7 +8,8 @@ down or restarting, which is what a crash loop looks like from the network. ``tr
 on the host gives the exit code and log lines.
 
 Probes run on their own thread with no database lock held: a slow service never delays
-a claim. ``holding`` is read by the alert pass.
+a claim. ``holding`` is read by the alert pass; ``outages`` by the placement, which holds
+a down service's tasks back until it answers again (``scheduling/placement.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -91,13 +93,16 @@ class ServiceProbes:
         down_after: int = 3,
         timeout_s: float = 5.0,
         get: Getter = _get_text,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.targets = targets
         self.down_after = down_after
         self.timeout_s = timeout_s
         self._get = get
+        self._clock = clock
         self._lock = threading.Lock()
         self._failures: dict[str, int] = {}
+        self._failing_since: dict[str, float] = {}  # the first failed probe of the run
         self._last_error: dict[str, str] = {}
         self._cpu: dict[str, list[str]] = {}
         self._backend = {t.name: t.backend for t in targets}
@@ -116,11 +121,13 @@ class ServiceProbes:
             except requests.RequestException as exc:
                 with self._lock:
                     self._failures[target.name] = self._failures.get(target.name, 0) + 1
+                    self._failing_since.setdefault(target.name, self._clock())
                     self._last_error[target.name] = f"{type(exc).__name__}: {exc}"[:300]
                 continue
             evidence = self._cpu_evidence(target, where) if target.on_gpu else []
             with self._lock:
                 self._failures[target.name] = 0
+                self._failing_since.pop(target.name, None)
                 self._cpu[target.name] = evidence
 
     @staticmethod
@@ -132,6 +139,17 @@ class ServiceProbes:
         if target.name == "comfyui":
             return comfyui_cpu_device(d for d in answer.get("devices") or () if isinstance(d, dict))
         return []
+
+    def outages(self) -> dict[str, tuple[float, str]]:
+        """The services down now (``down_after`` probes in a row failed): name -> (the
+        wall-clock time of the run's first failed probe, why)."""
+        with self._lock:
+            return {
+                name: (self._failing_since.get(name, self._clock()),
+                       f"{n} probes in a row failed: {self._last_error.get(name)}")
+                for name, n in self._failures.items()
+                if n >= self.down_after
+            }  # fmt: skip
 
     def holding(self) -> dict[tuple[str, str], str]:
         """Alerts that hold now: (kind, service) -> message."""

@@ -9,14 +9,19 @@ them: 0.9 s per claim with 100k tasks queued). Group sizes are counted up to
 ``COUNT_CAP``: beyond that, a backlog is "large" for every decision the policy makes
 (64 tasks of a model is over half an hour of work at the default 30 s estimate, more than
 any reload), and counting further would make claims grow with the queue again.
+
+While a compute service is down (``Placement.held``), its tasks are left out of the
+heads and the counts: each probed row is then read for its type, as for an untrusted
+worker, only for as long as the outage lasts.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 from airig.brain.scheduling.residency import ReadyTask
+from airig.brain.store.queue import not_needing
 
 INDEX = """CREATE INDEX IF NOT EXISTS tasks_ready_heads
            ON tasks(state, task_class, model, priority, ready_at, id)"""
@@ -54,22 +59,29 @@ def _models(conn: sqlite3.Connection, task_class: str) -> Iterator[str | None]:
 
 
 def group_heads(
-    conn: sqlite3.Connection, classes: Iterable[str], sensitive: bool = True
-) -> list[ReadyTask]:
+    conn: sqlite3.Connection, classes: Iterable[str], sensitive: bool = True,
+    held: Collection[str] = (),
+) -> list[ReadyTask]:  # fmt: skip
     """The oldest READY task of every (class, model, priority) group, with its group size.
 
     ``sensitive=False`` (a worker of an untrusted rig) leaves sensitive tasks out; the
     index has no ``sensitive`` column, so a probe then steps over the sensitive rows ahead
-    of a group's first other one."""
+    of a group's first other one. ``held``: compute services whose tasks are left out
+    (down: ``Placement.held``)."""
     heads = []
     next_head, group_size = _QUERIES[sensitive]
+    extra: list[str] = []
+    if held:
+        condition, extra = not_needing(sorted(held))
+        next_head = next_head.replace("ORDER BY", f"AND {condition} ORDER BY")
+        group_size = group_size.replace(" LIMIT ?", f" AND {condition} LIMIT ?")
     for task_class in sorted(classes):
         for model in _models(conn, task_class):
             priority = 0
-            while row := conn.execute(next_head, (task_class, model, priority)).fetchone():
+            while row := conn.execute(next_head, (task_class, model, priority, *extra)).fetchone():
                 task_id, priority, ready_at = row
                 size = conn.execute(
-                    group_size, (task_class, model, priority, COUNT_CAP)
+                    group_size, (task_class, model, priority, *extra, COUNT_CAP)
                 ).fetchone()[0]
                 heads.append(
                     ReadyTask(task_id, task_class, priority, ready_at or 0.0, model, count=size)

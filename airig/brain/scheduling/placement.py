@@ -4,7 +4,23 @@ It remembers since when each worker has held each model (from claims, heartbeats
 resource-task reports), learns reload and run times from completed attempts, keeps the
 thermal guard fed from heartbeats, and answers the one question a claim asks: which task
 should this worker run next. Events it records: ``model.load`` / ``model.unload`` (with
-durations) and ``gpu.thermal_block`` / ``gpu.thermal_resume``.
+durations), ``gpu.thermal_block`` / ``gpu.thermal_resume`` and ``service.held`` /
+``service.resumed``.
+
+A compute service that is down (unreachable, restarting during ``update`` or ``restart``)
+holds its tasks back: they stay READY and are offered to no worker until it answers again,
+so an outage costs a task no attempt. Two sources say a service is down:
+
+- the brain's probes (``ops/probes.py``, passed in as ``outages``): for this machine's
+  workers (``WorkerView.local``; a joined rig has compute services of its own), from the
+  first failed probe of a run that reached ``BRAIN_PROBE_DOWN_AFTER``, until one answers;
+- a worker's own report (``suspect``): an attempt that found its service unreachable
+  holds that service's tasks back from that worker for ``BRAIN_PROBE_INTERVAL_S`` (the
+  probes may not have noticed yet, or may not probe that worker's server).
+
+A task never waits for ever: ``hold_waiting`` (after each probe round) sets each held
+task's ``reason`` to why it waits and fails one that has waited for a down service longer
+than ``AIRIG_MAX_WAIT_S``.
 """
 
 from __future__ import annotations
@@ -12,7 +28,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airig.brain.scheduling import candidates
@@ -27,16 +43,25 @@ from airig.brain.scheduling.residency import choose as choose_task
 from airig.brain.scheduling.thermal import ThermalGuard
 from airig.brain.scheduling.workers import WorkerView, eligible_classes
 from airig.brain.settings import BrainSettings
+from airig.brain.store import queue, states
 from airig.brain.store.events import Outbox, record
 from airig.common.protocol import GpuInfo
 
 # A "load" this quick found the model resident: an event, not a reload-cost sample.
 ALREADY_LOADED_MS = 100.0
 _NO_TASK = {"plan_id": None, "key": None, "id": None, "attempt": None, "task_class": None}
+# service -> (since when it is down, wall clock; why): what the probes say is down now
+Outages = Callable[[], Mapping[str, tuple[float, str]]]
+WAITING = "waiting for {service}: "
+SERVICE_DOWN = "service_unreachable"
+
+
+def _no_outages() -> Mapping[str, tuple[float, str]]:
+    return {}
 
 
 class Placement:
-    def __init__(self, settings: BrainSettings) -> None:
+    def __init__(self, settings: BrainSettings, outages: Outages = _no_outages) -> None:
         self.policy = ResidencyPolicy(
             aging_step_s=settings.aging_step_s,
             aging_cap=settings.aging_cap,
@@ -48,6 +73,11 @@ class Placement:
         self.alive_s = settings.lease_s
         self._loaded_at: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
+        self.outages = outages
+        self.max_wait_s = settings.max_wait_s
+        self.suspect_s = settings.probe_interval_s
+        self._suspects: dict[tuple[str, str], float] = {}  # (worker, service) -> until
+        self.marked: set[str] = set()  # services whose waiting tasks carry a reason
 
     # ------------------------------------------------------------------ claims
     def choose(
@@ -57,7 +87,8 @@ class Placement:
         if self.thermal.blocked(worker_id):
             return None
         state = self.worker_state(worker_id, view, now)
-        heads = candidates.group_heads(conn, eligible_classes(view.classes), view.trusted)
+        held = self.held(worker_id, view.local, now)
+        heads = candidates.group_heads(conn, eligible_classes(view.classes), view.trusted, held)
         holders = self.holders(conn, worker_id, now)
         return choose_task(state, heads, now, self.policy, self.costs, holders)
 
@@ -84,6 +115,61 @@ class Placement:
             (worker_id, now - self.alive_s),
         ).fetchall()
         return {row["model"]: row["n"] for row in rows}
+
+    # ------------------------------------------------------------------ outages
+    def held(self, worker_id: str, local: bool, now: float) -> set[str]:
+        """The compute services whose tasks this worker is not offered now."""
+        down = set(self.outages()) if local else set()
+        with self._lock:
+            for (worker, service), until in list(self._suspects.items()):
+                if until <= now:
+                    del self._suspects[(worker, service)]
+                elif worker == worker_id:
+                    down.add(service)
+        return down
+
+    def suspect(self, worker_id: str, task: sqlite3.Row, now: float) -> str | None:
+        """A worker found the service of ``task`` unreachable: hold that service's tasks
+        back from it for ``suspect_s``. The service, or None (the task needs none)."""
+        service = queue.service_of(task["type"], task["payload_json"])
+        if service is not None:
+            with self._lock:
+                self._suspects[(worker_id, service)] = now + self.suspect_s
+        return service
+
+    def hold_waiting(self, conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+        """Say in each held task why it waits; fail one that has waited for a down service
+        longer than ``max_wait_s``; an event when a service is held and when it resumes."""
+        down = dict(self.outages())
+        if not down and not self.marked:
+            return
+        for service, (since, why) in sorted(down.items()):
+            cutoff = now - self.max_wait_s
+            if since < cutoff:
+                for task in queue.waited_too_long(conn, service, cutoff):
+                    waited = now - max(since, task["ready_at"] or since)
+                    error = (
+                        f"{service} was down for the {waited:.0f} s this task waited "
+                        f"({why}); it waits at most AIRIG_MAX_WAIT_S ({self.max_wait_s:g} s)"
+                    )
+                    states.fail_terminal(
+                        conn, outbox, task, now, SERVICE_DOWN, error, f"{service} down"
+                    )  # fmt: skip
+            reason = (
+                f"{WAITING.format(service=service)}down ({why}); offered to no worker until "
+                f"it answers, for at most AIRIG_MAX_WAIT_S ({self.max_wait_s:g} s)"
+            )
+            queue.mark_waiting(conn, service, reason)
+            if service not in self.marked:
+                record(conn, outbox, "service.held", {**_NO_TASK, "model": None}, now,
+                       service=service, reason=reason)  # fmt: skip
+        for service in sorted(self.marked - set(down)):
+            queue.clear_waiting(conn, service, WAITING.format(service=service))
+            back = f"{service} answers again: its tasks are offered"
+            record(conn, outbox, "service.resumed", {**_NO_TASK, "model": None}, now,
+                   service=service, reason=back)  # fmt: skip
+            outbox.work_ready = True  # long-polling claims look again
+        self.marked = set(down)
 
     # ------------------------------------------------------------------ reports
     def observe_completion(

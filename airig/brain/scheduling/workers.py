@@ -16,6 +16,9 @@ class WorkerView:
     resident_models: frozenset[str] = field(default_factory=frozenset)
     # False for a worker of a rig joined with an untrusted token: no sensitive task
     trusted: bool = True
+    # True for this machine's workers (the bootstrap token): they use the compute services
+    # the brain probes, so a service down holds its tasks back from them (placement.py)
+    local: bool = True
 
 
 def eligible_classes(worker_classes: Iterable[str]) -> set[str]:

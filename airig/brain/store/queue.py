@@ -1,12 +1,16 @@
 """Reads of the ``tasks`` table for the views of what waits and what runs: the dashboard's
-queue, the worker list's counts, and a retried claim's live leases.
+queue, the worker list's counts, and a retried claim's live leases; and the READY tasks
+that wait for a compute service that is down (``SERVICE_OF_TASK``, held by
+``scheduling/placement.py``).
 
 Every function runs inside the caller's transaction (or read); none opens its own.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from typing import Any
 
 from airig.common.protocol import TaskState as S
 
@@ -84,3 +88,64 @@ def escalated(conn: sqlite3.Connection) -> list[sqlite3.Row]:
                WHERE task_id = t.id ORDER BY created_at DESC, id LIMIT 1)
            WHERE t.state = 'ESCALATED' ORDER BY t.id LIMIT 1000"""
     ).fetchall()
+
+
+# The compute service a task's executor calls: Ollama for llm, embed, ocr and plan, ComfyUI
+# for image, Whisper for transcribe, the one its payload names for resource; NULL for the
+# rest (shell, noop, frames, ...). ``service_of`` is the same rule in Python.
+OLLAMA_TYPES = ("llm", "embed", "ocr", "plan")
+SERVICE_OF_TASK = f"""(CASE WHEN type IN ({", ".join(f"'{t}'" for t in OLLAMA_TYPES)})
+    THEN 'ollama' WHEN type = 'image' THEN 'comfyui' WHEN type = 'transcribe' THEN 'whisper'
+    WHEN type = 'resource' THEN json_extract(payload_json, '$.service') END)"""
+
+
+def service_of(task_type: str, payload_json: str) -> str | None:
+    """The compute service a task of this type and payload needs, or None."""
+    if task_type in OLLAMA_TYPES:
+        return "ollama"
+    if task_type in ("image", "transcribe"):
+        return "comfyui" if task_type == "image" else "whisper"
+    if task_type == "resource":
+        try:
+            service: Any = json.loads(payload_json).get("service")
+        except (ValueError, AttributeError):
+            return None
+        return service if isinstance(service, str) else None
+    return None
+
+
+def not_needing(services: list[str]) -> tuple[str, list[str]]:
+    """A WHERE condition (and its parameters) true for a task that needs none of
+    ``services``."""
+    marks = ", ".join("?" for _ in services)
+    return f"COALESCE({SERVICE_OF_TASK}, '') NOT IN ({marks})", list(services)
+
+
+def waited_too_long(
+    conn: sqlite3.Connection, service: str, ready_before: float
+) -> list[sqlite3.Row]:
+    """Reads the READY tasks needing ``service`` that became READY before ``ready_before``,
+    whole rows."""
+    return conn.execute(
+        f"SELECT * FROM tasks WHERE state = 'READY' AND {SERVICE_OF_TASK} = ? AND ready_at < ?",
+        (service, ready_before),
+    ).fetchall()
+
+
+def mark_waiting(conn: sqlite3.Connection, service: str, reason: str) -> int:
+    """Sets ``reason`` on every READY task needing ``service``; how many changed."""
+    return conn.execute(
+        f"""UPDATE tasks SET reason = ? WHERE state = 'READY' AND {SERVICE_OF_TASK} = ?
+            AND reason IS NOT ?""",
+        (reason, service, reason),
+    ).rowcount
+
+
+def clear_waiting(conn: sqlite3.Connection, service: str, prefix: str) -> int:
+    """Clears the ``reason`` starting with ``prefix`` of the READY tasks needing
+    ``service`` (they no longer wait for it); how many changed."""
+    return conn.execute(
+        f"""UPDATE tasks SET reason = NULL WHERE state = 'READY' AND {SERVICE_OF_TASK} = ?
+            AND substr(reason, 1, ?) = ?""",
+        (service, len(prefix), prefix),
+    ).rowcount

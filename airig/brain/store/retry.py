@@ -4,7 +4,11 @@ Shaped like Temporal's: initial delay, x2 per attempt, a cap, and a *full* jitte
 (uniform between 0 and the capped delay) so retries of many tasks do not arrive in step.
 Infrastructure failures (lost lease, dead worker, brain restart) draw on their own budget
 so a flaky node cannot use up the task's ``retry_count``, which is for the task's own
-errors. Error types in ``NON_RETRYABLE`` fail at once, whatever the executor said.
+errors. A compute service that a worker could not reach (``OUTAGE``: down, restarting
+during ``update`` or ``restart``) is infrastructure too: the attempt draws on the infra
+budget, and the brain stops offering that service's tasks while it is down
+(``scheduling/placement.py``). Error types in ``NON_RETRYABLE`` fail at once, whatever the
+executor said.
 """
 
 from __future__ import annotations
@@ -29,6 +33,15 @@ NON_RETRYABLE = frozenset(
 
 INFRA = "infra"
 TASK = "task"
+
+# A worker's report that its compute service did not answer at all (executors: "... is
+# unreachable"): the service's condition, not the task's, so never a counted failure.
+OUTAGE = frozenset({"service_unreachable"})
+
+
+def failure_kind(error_type: str) -> str:
+    """Whose budget a worker's failed attempt draws on: INFRA for an outage, else TASK."""
+    return INFRA if error_type in OUTAGE else TASK
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,13 @@ def classes_json(conn: sqlite3.Connection, name: str) -> str | None:
     return None if row is None else str(row["classes_json"])
 
 
+def is_local(conn: sqlite3.Connection, name: str) -> bool:
+    """Reads whether a worker is this machine's (registered with the bootstrap token, not
+    a join token); False for a name no worker registered."""
+    row = conn.execute("SELECT registered_by FROM workers WHERE id = ?", (name,)).fetchone()
+    return row is not None and row["registered_by"] is None
+
+
 def registered_with(conn: sqlite3.Connection, token_id: str) -> list[str]:
     """Reads the names of the workers that registered with this join token, by name."""
     rows = conn.execute(

@@ -116,7 +116,7 @@ def test_chat_sends_messages_and_returns_the_reply(ctx, fake):
         (ollama.ResponseError("CUDA error: out of memory", 500), "oom", True),
         (ollama.ResponseError("invalid options", 400), "bad_input", False),
         (ollama.ResponseError("server busy", 503), "service_unavailable", True),
-        (ConnectionError("refused"), "service_unavailable", True),
+        (ConnectionError("refused"), "service_unreachable", True),
     ],
 )
 def test_ollama_failures_map_to_exact_error_types(ctx, fake, error, error_type, retryable):

@@ -119,3 +119,16 @@ def test_the_command_refuses_an_unknown_service(
     monkeypatch.setattr(runbook, "ComposeServices", lambda _docker: FakeServices({}))
     code, _out, err = run_cli(monkeypatch, capsys, None, "restart", "brain")
     assert one_error(code, err, "brain") == "✘ no running service named 'brain'"
+
+
+def test_a_compute_service_restart_says_its_queued_work_waited() -> None:
+    """Issue 35 §2: the brain holds a compute service's queued tasks while it is down."""
+    from airig.launcher.restart import Outcome, outcome_line
+
+    back = outcome_line(Outcome("ollama-cpu", True, "healthy"))
+    assert back.endswith(
+        "its queued tasks waited in the brain's queue meanwhile (none failed) and run now"
+    )
+    down = outcome_line(Outcome("comfyui-gpu-nvidia", False, "unhealthy"))
+    assert "until it answers (at most AIRIG_MAX_WAIT_S, then they fail)" in down
+    assert outcome_line(Outcome("brain", True, "healthy")).endswith("brain healthy")

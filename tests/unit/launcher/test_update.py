@@ -130,14 +130,20 @@ def test_a_failing_image_is_rolled_back_to_the_locked_digest(
         D2,
     )
     line = outcome_line(outcome)
-    assert "\n" not in line and line.endswith(f"rolled back to {'1' * 12}")
+    assert "\n" not in line and f"rolled back to {'1' * 12};" in line
+    # the service's queued work waited in the brain's queue (issue 35 §2)
+    assert line.endswith("waited in the brain's queue meanwhile (none failed) and run now")
 
 
 def test_a_rollback_that_fails_too_says_so(running: Path) -> None:
     engine = FakeEngine(running / ".airig", {D1, D2})
     outcome = updater(engine).apply(move())
     assert outcome.rolled_back == "whisper-cpu exited (code 3)"
-    assert outcome_line(outcome).endswith("and the rollback is whisper-cpu exited (code 3)")
+    line = outcome_line(outcome)
+    assert "and the rollback is whisper-cpu exited (code 3);" in line
+    assert line.endswith(
+        "wait in the brain's queue until it answers (at most AIRIG_MAX_WAIT_S, then they fail)"
+    )
     assert read_log(running / ".airig" / "update.log")[-1]["ok"] is False
 
 

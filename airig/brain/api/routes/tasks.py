@@ -175,7 +175,9 @@ def fail(task_id: int, body: FailRequest, brain: BrainDep, w: WorkerDep) -> dict
     task = _fenced(
         brain,
         task_id,
-        lambda c, o, now, t: leases.fail(c, o, t, w.name, body, now, brain.retry, brain.settings),
+        lambda c, o, now, t: leases.fail(
+            c, o, t, w.name, body, now, brain.retry, brain.settings, brain.scheduling
+        ),
     )
     return {"state": task["state"]}
 
