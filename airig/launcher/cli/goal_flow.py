@@ -68,7 +68,7 @@ def _progress(goal: dict[str, Any]) -> str:
 
 # The drafting task's failures that no rewording fixes (executors/ollama_common.py)
 NOT_PULLED = "model_not_found"
-MODEL_DOWN = ("service_unavailable", "timeout", "oom")
+MODEL_DOWN = ("service_unavailable", "service_unreachable", "timeout", "oom")
 
 
 def failure(goal: dict[str, Any], planner_model: str = "") -> AirigError:
