@@ -1,12 +1,37 @@
-"""User-facing output: one rich Console for stdout, one for errors on stderr."""
+"""User-facing output: one rich Console for stdout, one for errors on stderr.
+
+On a terminal rich wraps at its width. Piped or redirected (`status | grep`, `logs >
+file`), a line is written whole, as Compose does: rich's default there is 80 columns (or
+the width of whichever standard stream is a terminal), which split JSON log lines and
+URLs mid-word. An explicit `COLUMNS` still wins.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# "no limit" for rich: tables and text take the width they need, no more
+UNWRAPPED = 1 << 16
+
+
+class PlainWhenPiped(Console):
+    """A rich Console that does not wrap when its file is not a terminal."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        measured = super().size
+        if self._width is not None or self.is_terminal or "COLUMNS" in self._environ:
+            return measured
+        return ConsoleDimensions(UNWRAPPED, measured.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+console = PlainWhenPiped(highlight=False)
+err_console = PlainWhenPiped(stderr=True, highlight=False)
 
 
 def fail(message: str, hint: str = "") -> None:

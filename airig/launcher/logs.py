@@ -1,4 +1,8 @@
-"""`logs [SERVICE]`: find the stack that runs a service and show its logs."""
+"""`logs [SERVICE]`: find the stack that runs a service and show its logs.
+
+The lines are written as Compose gives them: never wrapped or re-rendered by rich, so
+a JSON line stays one line for `grep` and `jq`.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +25,15 @@ def show_logs(
     for stack in stacks:
         if follow:
             for line in docker.follow_logs(stack, service, tail):
-                console.print(line.rstrip("\n"), markup=False, highlight=False)
+                _write(line)
         else:
             text = docker.logs(stack, service, tail)
             if text:
-                console.print(text, markup=False, highlight=False)
+                _write(text)
+
+
+def _write(text: str) -> None:
+    """``text`` as it is, ending in one newline, flushed (a follower sees it now)."""
+    out = console.file
+    out.write(text if text.endswith("\n") else text + "\n")
+    out.flush()

@@ -124,6 +124,8 @@ def watch(client: BrainClient, plan_id: str, interval_s: float = 1.0) -> dict[st
             time.sleep(interval_s)
             plan = client.plan(plan_id)
             live.update(tasks_table(plan))
+    if not console.is_terminal:
+        console.line()  # rich ends the last frame with a newline only on a terminal
     return plan
 
 
@@ -169,7 +171,7 @@ def submit(
         )
     if body is not None:  # a model this rig does not pull: refused before any upload
         body = plan_inputs.fill_models(body, settings, str(plan_file))
-    data_dir = inputs_dir and _inputs_on_the_data_volume(inputs_dir, settings)
+    data_dir = inputs_dir and _inputs_on_the_data_volume(inputs_dir, settings, body)
     if goal is not None:
         goal_flow.run(
             client, goal, data_dir, yes, watch_plan, watch,
@@ -207,8 +209,9 @@ def submit(
             raise typer.Exit(1)
 
 
-def _inputs_on_the_data_volume(inputs_dir: str, settings: Settings) -> str:
-    """The data-volume folder of --inputs-dir: a host folder is uploaded there first."""
+def _inputs_on_the_data_volume(inputs_dir: str, settings: Settings, body: bytes | None) -> str:
+    """The data-volume folder of --inputs-dir: a host folder is uploaded there first (and
+    the files no glob of the plan reads are named)."""
     if not is_host_path(inputs_dir):
         return plan_inputs.data_relative(inputs_dir)
     synced = sync(Path(inputs_dir), settings)
@@ -217,6 +220,9 @@ def _inputs_on_the_data_volume(inputs_dir: str, settings: Settings) -> str:
         f"inputs: {len(synced.uploaded)} uploaded ({sent}), {len(synced.skipped)} already "
         f"there -> data volume {escape(synced.data_dir)}/"
     )
+    left = body and plan_inputs.unmatched_line(body, [*synced.uploaded, *synced.skipped])
+    if left:
+        console.print(f"[yellow]![/] {escape(left)}")
     return synced.data_dir
 
 
