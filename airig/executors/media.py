@@ -14,6 +14,7 @@ import re
 import shutil
 import struct
 import subprocess
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,8 +113,11 @@ def data_relative(ctx: ExecContext, path: Path) -> str:
 
 
 def safe_stem(path: str) -> str:
-    stem = Path(path).stem or "input"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", stem)[:100] or "input"
+    """A default output folder's name from an input's: its letters and digits of any script
+    kept (NFC), the rest ``_``, at most 100 UTF-8 bytes cut at a character boundary."""
+    stem = unicodedata.normalize("NFC", Path(path).stem)
+    safe = re.sub(r"[^\w.-]+", "_", stem).lstrip(".-")
+    return safe.encode()[:100].decode("utf-8", "ignore") or "input"
 
 
 # ------------------------------------------------------------------ JSON text from templates

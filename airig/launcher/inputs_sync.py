@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 from typing import Any
@@ -27,9 +28,20 @@ from airig.common.errors import AirigError
 from airig.launcher.brain_client import url_host
 from airig.launcher.settings import Settings
 
-# The data-volume folder name made from the host folder's: what the file service and
-# task payloads (DataPath) accept without quoting games.
-UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# A file keeps its name on the data volume (Unicode letters and all, NFC), less only what
+# is unsafe there: a separator (``/``, and ``\\``, which a payload's DataPath refuses),
+# NUL and other control characters, the bidirectional controls that make ``gpj.exe`` read
+# as ``exe.jpg``, a leading ``-`` or ``.`` (an option to a tool; hidden, ``..``).
+UNSAFE_CHARS = re.compile(
+    r"[\x00-\x1f\x7f-\x9f/\\\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]+"
+)
+# The file system allows 255 bytes a name; outputs named after an input add to its stem
+# (``<stem>-pages``, ``.<stem>.md.partial``), so an input's name keeps at most this many.
+NAME_BYTES = 200
+# The data-volume folder made from the host folder's name is also written into the plan's
+# text (``{{ inputs_dir }}``) and its globs: letters and digits of any script and
+# ``. _ -``; quotes, glob characters, spaces and the rest become ``-``.
+FOLDER_UNSAFE = re.compile(r"[^\w.-]+")
 UPLOAD_TIMEOUT_S = 600.0
 
 
@@ -85,9 +97,30 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _fit(name: str, limit: int, keep_suffix: bool) -> str:
+    """``name`` cut to ``limit`` UTF-8 bytes at a character boundary, its suffix kept."""
+    if len(name.encode()) <= limit:
+        return name
+    stem, dot, suffix = name.rpartition(".") if keep_suffix else ("", "", "")
+    if not dot or not stem or len(suffix.encode()) > 16:
+        stem, dot, suffix = name, "", ""
+    room = limit - len((dot + suffix).encode())
+    cut = stem.encode()[:room].decode("utf-8", "ignore").rstrip()
+    return cut + dot + suffix
+
+
+def volume_name(name: str) -> str:
+    """The name a host file gets on the data volume: the user's own, less what is unsafe
+    there (``UNSAFE_CHARS`` become ``-``; a leading ``-``/``.`` goes), in NFC (the form
+    macOS and Linux agree on), at most NAME_BYTES bytes with its suffix kept."""
+    safe = UNSAFE_CHARS.sub("-", unicodedata.normalize("NFC", name)).lstrip("-. ")
+    return _fit(safe, NAME_BYTES, keep_suffix=True) or "file"
+
+
 def data_folder_for(folder: Path) -> str:
-    name = UNSAFE.sub("-", folder.expanduser().resolve().name).strip("-.") or "inputs"
-    return f"inputs/{name[:100]}"
+    raw = unicodedata.normalize("NFC", folder.expanduser().resolve().name)
+    name = FOLDER_UNSAFE.sub("-", raw).strip("-.")
+    return f"inputs/{_fit(name, 100, keep_suffix=False).strip('-.') or 'inputs'}"
 
 
 class FileService:
@@ -146,12 +179,14 @@ def sync(folder: Path, settings: Settings, service: FileService | None = None) -
     folder = folder.expanduser()
     files = local_files(folder)
     service = service or FileService(files_url(settings), settings.brain_admin_token)
-    names = {path: UNSAFE.sub("-", path.name) for path in files}
+    names = {path: volume_name(path.name) for path in files}
     clash = [p.name for p in files if list(names.values()).count(names[p]) > 1]
     if clash:
+        shown = ", ".join(ascii(n)[1:-1] if not n.isprintable() else n for n in clash[:4])
         raise AirigError(
-            f"--inputs-dir {folder}: {', '.join(clash[:4])} would have the same name on the "
-            "data volume (characters other than letters, digits, . _ - become -)",
+            f"--inputs-dir {folder}: {shown} would have the same name on the data volume "
+            "(names are compared in Unicode NFC, with control characters, / and \\ as -, "
+            f"cut to {NAME_BYTES} bytes)",
             "rename one of them",
         )
     synced = Synced(data_folder_for(folder))

@@ -59,18 +59,18 @@ def test_a_folder_is_uploaded_once_and_then_only_what_changed(tmp_path, service)
     folder = _talks(tmp_path)
     first = inputs_sync.sync(folder, settings=None, service=files)  # type: ignore[arg-type]
     assert first.data_dir == "inputs/My-Talks"
-    assert first.uploaded == ["a.mp4", "b-talk.mp4"] and first.skipped == []
+    assert first.uploaded == ["a.mp4", "b talk.mp4"] and first.skipped == []
     assert (root / "inputs/My-Talks/a.mp4").read_bytes() == b"video a" * 1000
-    assert sorted(p.name for p in (root / "inputs/My-Talks").iterdir()) == ["a.mp4", "b-talk.mp4"]
+    assert sorted(p.name for p in (root / "inputs/My-Talks").iterdir()) == ["a.mp4", "b talk.mp4"]
 
     second = inputs_sync.sync(folder, settings=None, service=files)  # type: ignore[arg-type]
-    assert second.uploaded == [] and second.skipped == ["a.mp4", "b-talk.mp4"]
+    assert second.uploaded == [] and second.skipped == ["a.mp4", "b talk.mp4"]
 
     # Same name, same size, other bytes: the hash tells, and only that file goes again.
     (folder / "b talk.mp4").write_bytes(b"VIDEO B")
     third = inputs_sync.sync(folder, settings=None, service=files)  # type: ignore[arg-type]
-    assert third.uploaded == ["b-talk.mp4"] and third.skipped == ["a.mp4"]
-    assert (root / "inputs/My-Talks/b-talk.mp4").read_bytes() == b"VIDEO B"
+    assert third.uploaded == ["b talk.mp4"] and third.skipped == ["a.mp4"]
+    assert (root / "inputs/My-Talks/b talk.mp4").read_bytes() == b"VIDEO B"
 
 
 def test_an_upload_whose_hash_differs_is_refused_and_keeps_the_old_file(tmp_path, service):
@@ -136,9 +136,10 @@ def test_names_that_would_clash_on_the_volume_are_refused(tmp_path, service):
     files, root = service
     folder = tmp_path / "clash"
     folder.mkdir()
-    (folder / "a b.mp4").write_bytes(b"1")
+    (folder / "a\tb.mp4").write_bytes(b"1")  # a control character becomes -
     (folder / "a-b.mp4").write_bytes(b"2")
     with pytest.raises(AirigError) as refused:
         inputs_sync.sync(folder, settings=None, service=files)  # type: ignore[arg-type]
     assert "same name on the data volume" in refused.value.message
+    assert "a\\tb.mp4" in refused.value.message and "\t" not in refused.value.message
     assert list(root.iterdir()) == []
