@@ -17,6 +17,7 @@ one line, before any task runs and fails at its model call an hour into the plan
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path, PurePosixPath
 
@@ -33,6 +34,9 @@ ROLES = {
     "whisper": ("AIRIG_WHISPER_MODELS", "AIRIG_WHISPER_MODELS"),
 }
 SAFE_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+# What follows ``{{ inputs_dir }}/`` in a plan: a glob (``*.{jpg,png}``) or a file name.
+INPUT_PATTERN = re.compile(r"\{\{\s*inputs_dir\s*\}\}/((?:\{[^{}\s]*\}|[^\s\"'{},\]])+)")
+BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
 
 
 def read_plan(plan_file: Path) -> bytes:
@@ -124,3 +128,46 @@ def _same(model: str, name: str, listed: str) -> bool:
         return OllamaName.parse(model).display == OllamaName.parse(name).display
     except ConfigError:
         return False
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """``*.{jpg,png}`` as ``*.jpg``, ``*.png`` (the brain's ``fanout.brace_patterns``)."""
+    match = BRACES.search(pattern)
+    if match is None:
+        return [pattern]
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    return [p for alt in match.group(1).split(",") for p in _alternatives(head + alt + tail)]
+
+
+def _matches(parts: list[str], name: str) -> bool:
+    """Whether a file directly in the inputs folder matches a pattern's parts below it,
+    as the brain's glob does (``**`` any folders, none included; the name's case ignored)."""
+    if not parts:
+        return False
+    if parts[0] == "**":
+        return _matches(parts[1:], name)
+    if len(parts) > 1:
+        return False  # a pattern of a sub-folder: the folder's own files are not in it
+    return re.match(fnmatch.translate(parts[0]), name, re.IGNORECASE) is not None
+
+
+def unmatched(body: bytes, names: list[str]) -> list[str] | None:
+    """The uploaded ``names`` that no ``{{ inputs_dir }}/<pattern>`` of the plan takes
+    (the recipe will not read them); None when the plan names no such pattern."""
+    text = body.decode("utf-8", "replace")
+    patterns = [p for m in INPUT_PATTERN.finditer(text) for p in _alternatives(m.group(1))]
+    if not patterns:
+        return None
+    split = [p.split("/") for p in patterns]
+    return [n for n in names if not any(_matches(parts, n) for parts in split)]
+
+
+def unmatched_line(body: bytes, names: list[str]) -> str | None:
+    """One line for ``submit``: how many of the folder's files no glob of the plan takes."""
+    left = unmatched(body, names)
+    if not left:
+        return None
+    shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+    files = "1 file in the folder matches" if len(left) == 1 else (
+        f"{len(left)} files in the folder match")  # fmt: skip
+    return f"{files} no glob of this plan and will not be read: {shown}"

@@ -21,6 +21,7 @@ glob, which reads the data volume.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from dataclasses import dataclass, field
@@ -213,19 +214,69 @@ def item_values(entry: Any, index: int) -> dict[str, Any]:
     return values
 
 
-def glob_items(data_dir: Path, pattern: str, limit: int) -> list[dict[str, Any]]:
-    """The files (not folders) under the data volume matching ``pattern``, sorted by path;
-    at most ``limit`` + 1 (the caller reports the count). ItemError for a pattern that is
-    absolute or climbs out; a match whose real path leaves the volume (a symlink) is
-    skipped."""
+# ``{a,b}`` alternatives in a glob, as a shell writes them (not nested).
+BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
+MAX_PATTERNS = 64
+
+
+def brace_patterns(pattern: str) -> list[str]:
+    """``pattern`` with each ``{a,b,...}`` expanded (``*.{jpg,png}`` -> ``*.jpg``, ``*.png``);
+    ItemError past MAX_PATTERNS patterns."""
+    out = [pattern]
+    while any(BRACES.search(p) for p in out):
+        grown: list[str] = []
+        for text in out:
+            match = BRACES.search(text)
+            if match is None:
+                grown.append(text)
+                continue
+            head, tail = text[: match.start()], text[match.end() :]
+            grown += [head + alt + tail for alt in match.group(1).split(",")]
+        out = list(dict.fromkeys(grown))
+        if len(out) > MAX_PATTERNS:
+            raise ItemError(f"glob {pattern!r:.120} expands to more than {MAX_PATTERNS} patterns")
+    return out
+
+
+def _name_matcher(name: str) -> re.Pattern[str]:
+    """A file name pattern matched whatever the case of the name (``*.jpg`` takes
+    ``IMG_1.JPG``: cameras and phones write either)."""
+    return re.compile(fnmatch.translate(name), re.IGNORECASE)
+
+
+def _matches(root: Path, pattern: str) -> set[Path]:
+    """Python's glob of ``pattern`` under ``root``, its last part matched ignoring case
+    (folders as written: ``inputs/Talks`` and ``inputs/talks`` are two uploads)."""
     pure = PurePosixPath(pattern)
-    if not pattern or pure.is_absolute() or ".." in pure.parts or "\\" in pattern:
-        raise ItemError(f"glob {pattern!r:.120} must be relative to the data volume, "
-                        "without '..'")  # fmt: skip
+    if pure.name == "**" or not pure.name:
+        return set(root.glob(pattern))
+    name = _name_matcher(pure.name)
+    parents = [root] if str(pure.parent) == "." else list(root.glob(str(pure.parent)))
+    found: set[Path] = set()
+    for parent in parents:
+        try:
+            children = list(parent.iterdir()) if parent.is_dir() else []
+        except OSError:
+            continue
+        found.update(c for c in children if name.match(c.name))
+    return found
+
+
+def glob_items(data_dir: Path, pattern: str, limit: int) -> list[dict[str, Any]]:
+    """The files (not folders) under the data volume matching ``pattern`` (``{a,b}``
+    alternatives; the file name's case ignored), sorted by path; at most ``limit`` + 1
+    (the caller reports the count). ItemError for a pattern that is absolute or climbs
+    out; a match whose real path leaves the volume (a symlink) is skipped."""
+    patterns = brace_patterns(pattern)
+    for each in patterns:
+        pure = PurePosixPath(each)
+        if not each or pure.is_absolute() or ".." in pure.parts or "\\" in each:
+            raise ItemError(f"glob {pattern!r:.120} must be relative to the data volume, "
+                            "without '..'")  # fmt: skip
     root = data_dir.resolve()
     found: list[str] = []
     try:
-        matches = sorted(root.glob(pattern))
+        matches = sorted(set().union(*(_matches(root, p) for p in patterns)))
     except (ValueError, OSError) as exc:
         raise ItemError(f"glob {pattern!r:.120}: {exc}") from None
     for path in matches:

@@ -1,0 +1,103 @@
+"""The shipped recipes (``recipes/*.yaml``) as a user runs them: what their globs take
+from a folder, what the CLI says about the rest, and what the brain fixes in them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airig.brain.plans.fanout import glob_items
+from airig.brain.plans.load import load_plan
+from airig.brain.plans.validate import Limits
+from airig.launcher import plan_inputs
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+PHOTOS = ["IMG_0001.JPG", "b.jpeg", "c.png", "d.webp", "e.gif", "f.bmp", "g.tif", "h.TIFF",
+          "i.Jpg"]  # fmt: skip
+
+
+def _filled(name: str, data_dir: str = "inputs/folder") -> bytes:
+    body = (RECIPES / name).read_bytes()
+    body = plan_inputs.fill(body, data_dir, f"outputs/{Path(name).stem}/folder")
+    return plan_inputs.MODEL.sub(lambda m: f"{m.group(1)}-model", body.decode()).encode()
+
+
+def _folder(tmp_path: Path, names: list[str]) -> Path:
+    data = tmp_path / "data"
+    (data / "inputs" / "folder").mkdir(parents=True)
+    for name in names:
+        (data / "inputs" / "folder" / name).write_bytes(b"x")
+    return data
+
+
+def test_photos_captions_takes_every_common_image_type_whatever_its_case(tmp_path):
+    data = _folder(tmp_path, [*PHOTOS, "notes.txt"])
+    plan, _, _ = load_plan(_filled("photos-captions.yaml"), "application/yaml", Limits(),
+                           data)  # fmt: skip
+    items = next(t for t in plan.tasks if t.id == "photos").payload["items"]
+    assert sorted(i["name"] for i in items) == sorted(PHOTOS)
+
+
+def test_a_glob_has_alternatives_and_ignores_the_case_of_the_name_only(tmp_path):
+    data = tmp_path / "data"
+    for path in ("in/A.JPG", "in/b.png", "in/c.txt", "In/d.jpg", "in/sub/e.Png"):
+        (data / path).parent.mkdir(parents=True, exist_ok=True)
+        (data / path).write_text("x")
+    found = [i["path"] for i in glob_items(data, "in/*.{jpg,png}", 100)]
+    assert found == ["in/A.JPG", "in/b.png"]  # the folder "In" is another folder
+    deep = [i["path"] for i in glob_items(data, "in/**/*.PNG", 100)]
+    assert deep == ["in/b.png", "in/sub/e.Png"]
+
+
+def test_submit_names_the_files_no_glob_of_the_recipe_reads(tmp_path):
+    body = (RECIPES / "photos-captions.yaml").read_bytes()
+    names = [*PHOTOS, "notes.txt", "clip.mp4"]
+    assert plan_inputs.unmatched(body, names) == ["notes.txt", "clip.mp4"]
+    line = plan_inputs.unmatched_line(body, names)
+    assert line == ("2 files in the folder match no glob of this plan and will not be read: "
+                    "notes.txt, clip.mp4")  # fmt: skip
+    assert plan_inputs.unmatched_line(body, PHOTOS) is None
+    many = [f"{n}.txt" for n in "abcdefg"]
+    assert plan_inputs.unmatched_line(body, many).endswith("a.txt, b.txt, c.txt, d.txt, e.txt "
+                                                           "and 2 more")  # fmt: skip
+    # a plan that names no pattern under {{ inputs_dir }}: nothing to say
+    assert plan_inputs.unmatched(b"tasks: [{payload: {dir: '{{ inputs_dir }}'}}]", names) is None
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
+def test_the_launcher_and_the_brain_agree_on_what_a_recipe_reads(tmp_path, recipe):
+    names = [*PHOTOS, "talk.MP4", "scan.Pdf", "notes.txt"]
+    data = _folder(tmp_path, names)
+    text = (RECIPES / recipe).read_text()
+    glob = text.split('glob: "{{ inputs_dir }}/')[1].split('"')[0]
+    taken = {i["name"] for i in glob_items(data, f"inputs/folder/{glob}", 100)}
+    left = plan_inputs.unmatched((RECIPES / recipe).read_bytes(), names)
+    assert taken and set(names) - taken == set(left or [])
+
+
+def test_submit_prints_how_many_files_the_recipe_leaves_out(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from airig.launcher.brain_client import BrainClient
+    from airig.launcher.cli import tasks
+    from airig.launcher.inputs_sync import Synced
+
+    (tmp_path / "01-infra").mkdir()
+    (tmp_path / "01-infra" / "compose.yaml").write_text("services: {}\n")
+    for name, value in {"AIRIG_HOME": str(tmp_path), "BRAIN_ADMIN_TOKEN": "t" * 24,
+                        "AIRIG_VISION_MODEL": "vision:1",
+                        "AIRIG_OLLAMA_MODELS": "vision:1"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    sent = Synced("inputs/photos", uploaded=["a.JPG", "a.txt"], skipped=["b.png", "c.md"])
+    monkeypatch.setattr(tasks, "sync", lambda folder, settings: sent)
+    monkeypatch.setattr(BrainClient, "submit_body",
+                        lambda *args: {"id": "p1", "task_total": 4})  # fmt: skip
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    result = CliRunner().invoke(tasks.app, [
+        "submit", str(RECIPES / "photos-captions.yaml"), "--inputs-dir", str(photos),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert ("2 files in the folder match no glob of this plan and will not be read: "
+            "a.txt, c.md") in " ".join(result.output.split())  # fmt: skip
