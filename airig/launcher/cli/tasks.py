@@ -38,7 +38,21 @@ STATE_STYLE = {
     S.FAILED: "red",
     S.UPSTREAM_FAILED: "red",
     S.CANCELLED: "magenta",
+    "PARTIAL": "yellow",  # a group that ended with some items failed
 }
+
+
+def group_state(group: dict[str, Any], fan: dict[str, Any], items: list[dict[str, Any]]) -> str:
+    """A fan-out group's row: PARTIAL when it ended with failed items (the brain's group
+    task succeeds, its output listing them), RUNNING once one of its items has left
+    PENDING (the group task itself stays PENDING until they have all ended)."""
+    state = str(group["state"])
+    if state == S.SUCCEEDED and fan.get("failed"):
+        return "PARTIAL"
+    started = fan.get("running") or fan.get("done") or fan.get("failed")
+    if state in (S.PENDING, S.READY) and (started or any(t["state"] != S.PENDING for t in items)):
+        return S.RUNNING
+    return state
 
 
 def tasks_table(plan: dict[str, Any]) -> Table:
@@ -49,16 +63,23 @@ def tasks_table(plan: dict[str, Any]) -> Table:
         table.add_column(column, overflow="fold")
     table.add_column("note", overflow="fold", ratio=1, min_width=20)
     fanouts = {fan["id"]: fan for fan in plan.get("fanouts") or []}
+    members: dict[str, list[dict[str, Any]]] = {}
+    for task in plan.get("tasks", []):
+        if task.get("group"):
+            members.setdefault(task["group"], []).append(task)
     for task in plan.get("tasks", []):
         if task.get("group"):  # a fan-out item's task: its group's line counts it
             continue
-        style = STATE_STYLE.get(task["state"], "white")
+        state = str(task["state"])
         note = task.get("error") or task.get("reason") or ""
         if task["id"] in fanouts:
-            note = " · ".join(filter(None, [fanout_progress(fanouts[task["id"]]), note]))
+            fan = fanouts[task["id"]]
+            state = group_state(task, fan, members.get(task["id"], []))
+            note = " · ".join(filter(None, [fanout_progress(fan), note]))
+        style = STATE_STYLE.get(state, "white")
         table.add_row(
             escape(task["id"]), escape(task["type"]), escape(task["task_class"]),
-            f"[{style}]{escape(task['state'])}[/]", str(task["attempt"]),
+            f"[{style}]{escape(state)}[/]", str(task["attempt"]),
             escape(task.get("worker_id") or ""), escape(note),
         )  # fmt: skip
     return table
@@ -76,6 +97,12 @@ def failed_items(plan: dict[str, Any]) -> list[str]:
                 error = " ".join(str(item.get("error") or "failed").split())[:300]
                 lines.append(f"{fan['id']}[{item['index']}] {item.get('label', '')}: {error}")
     return lines
+
+
+def print_failed_items(plan: dict[str, Any]) -> None:
+    """Under the table (`submit --watch`'s end, `plan ID`): each failed item and why."""
+    for line in failed_items(plan):
+        console.print(f"[red]✘[/] {escape(line)}")
 
 
 def fanout_progress(fan: dict[str, Any]) -> str:
@@ -199,8 +226,7 @@ def submit(
         )
     if watch_plan:
         final = watch(client, plan["id"])
-        for line in failed_items(final):
-            console.print(f"[red]✘[/] {escape(line)}")
+        print_failed_items(final)
         if final["status"] == "partial":
             # Some items failed, the rest are done: not the 0 of a clean run, nor the 1
             # of a failed one, so a script can tell the three apart.
@@ -262,6 +288,7 @@ def plan(
     shown = client.plan(plan_id)
     if task is None:
         console.print(tasks_table(shown))
+        print_failed_items(shown)
         return
     one = next((t for t in shown.get("tasks", []) if t["id"] == task), None)
     if one is None:
