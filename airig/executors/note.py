@@ -6,8 +6,10 @@ holding JSON (an LLM's may sit in a ```json fence), plain text, or the list / ma
 itself. Kinds:
 
 - ``video``: Markdown with the title and source, one section per topic (its time range,
-  summary, the keyframes inside it as images with their descriptions), then the whole
-  transcript with timestamps; ``documents`` one per topic for the search index.
+  summary, the keyframes inside it as images with their descriptions; every keyframe is
+  shown: one before the first topic in a leading "Start" section, one between topics
+  under the nearest), then the whole transcript with timestamps; ``documents`` one per
+  topic for the search index.
 - ``pages``: plain text, ``--- page N ---`` before each page; ``documents`` one per page.
 - ``csv``: one row per item of a fan-out group's output (or of a list of mappings), the
   ``columns`` given as field paths; failed items carry their error in an ``error`` column.
@@ -169,14 +171,13 @@ def video_note(
     if source:
         lines += [f"Source: {source}", ""]
     sections = topics or [{"title": "Keyframes", "start": 0.0, "end": math.inf, "summary": ""}]
+    lead, placed = _placed(frames, sections)
+    if lead:  # keyframes before the first topic (the title slide at 00:00) open the note
+        sections = [{"title": "Start", "start": 0.0, "end": sections[0]["start"],
+                     "summary": "", "lead": True}, *sections]  # fmt: skip
+        placed = [lead, *placed]
     documents = []
-    for index, topic in enumerate(sections):
-        last = index == len(sections) - 1
-        inside = [
-            f
-            for f in frames
-            if topic["start"] <= f["t"] < topic["end"] or (last and f["t"] >= topic["start"])
-        ]
+    for topic, inside in zip(sections, placed, strict=True):
         if not topics and not inside:
             continue
         end = "" if math.isinf(topic["end"]) else f" – {hms(topic['end'])}"
@@ -189,7 +190,7 @@ def video_note(
             lines += [f"![frame at {hms(frame['t'])}]({_md_link(relative)})", ""]
             caption = f"*{hms(frame['t'])}*"
             lines += [f"{caption} — {frame['text']}" if frame["text"] else caption, ""]
-        if topics:
+        if topics and not topic.get("lead"):
             spoken = " ".join(
                 s["text"]
                 for s in segments
@@ -216,6 +217,26 @@ def video_note(
         for document in documents:
             document["text"] = _cut(f"{heading}\n\n{document['text']}")
     return "\n".join(lines), documents
+
+
+def _placed(frames: list[dict], topics: list[dict]) -> tuple[list[dict], list[list[dict]]]:
+    """Every keyframe in the note: (those before the first topic, each topic's). A frame
+    goes under each topic whose range holds it; one in a gap between topics (or past the
+    last one's end) under the nearest topic, the earlier on a tie. One before the first
+    topic goes to a leading "Start" section rather than into the first topic: the title
+    frame at 00:00 under a heading reading "(00:01:30 – …)" would contradict it."""
+    lead: list[dict] = []
+    placed: list[list[dict]] = [[] for _ in topics]
+    for frame in frames:
+        t = frame["t"]
+        if t < topics[0]["start"]:
+            lead.append(frame)
+            continue
+        holding = [i for i, topic in enumerate(topics) if topic["start"] <= t < topic["end"]]
+        gaps = [max(topic["start"] - t, t - topic["end"], 0.0) for topic in topics]
+        for i in holding or [gaps.index(min(gaps))]:
+            placed[i].append(frame)
+    return lead, placed
 
 
 def spoken_title(title: str) -> str:

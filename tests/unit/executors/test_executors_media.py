@@ -433,3 +433,31 @@ def test_loads_lenient_keeps_text_and_unwraps_fences():
 def test_media_tools_are_on_this_machine():
     """CI installs them (.ci/run); a missing one is a failure with the fix, not a skip."""
     need("ffmpeg", "ffprobe", "pdftoppm", "pdftotext", "pdfinfo", "tesseract")
+
+
+def test_a_video_note_shows_every_keyframe_even_outside_the_topics(ctx):
+    # the topics start at 00:01:30 and leave a gap 04:00-04:30; keyframes at 00:00 (the
+    # title slide), 00:10, in the gap at 04:05 (nearer the first topic) and 04:25 (nearer
+    # the second), and past the last topic's end
+    topics = {"topics": [
+        {"title": "Cache", "start": 90, "end": 240, "summary": "How it is kept."},
+        {"title": "Invalidation", "start": 270, "end": 400, "summary": "When it goes."},
+    ]}  # fmt: skip
+    times = [0, 10, 100, 245, 265, 300, 420]
+    frames = {"frames": [{"path": f"f/frame_{t:04d}.png", "t": t} for t in times]}
+    described = {"images": [{"path": "f/frame_0000.png", "text": "Title: caches"}]}
+    payload = {"path": "talk.md", "kind": "video", "title": "talk", "source": "in/talk.mp4",
+               "transcript": "words", "topics": json.dumps(topics),
+               "frames": json.dumps(frames), "descriptions": json.dumps(described)}  # fmt: skip
+    output = run_task("note", payload, ctx).output
+    text = read(ctx, "talk.md")
+    for t in times:
+        assert text.count(f"](f/frame_{t:04d}.png)") == 1, t
+    start = text.index("## Start (00:00:00 – 00:01:30)")
+    cache, invalidation = text.index("## Cache ("), text.index("## Invalidation (")
+    where = {t: text.index(f"](f/frame_{t:04d}.png)") for t in times}
+    assert start < where[0] < where[10] < cache < where[100] < where[245] < invalidation
+    assert invalidation < where[265] < where[300] < where[420] < text.index("## Transcript")
+    assert "*00:00:00* — Title: caches" in text
+    # the search index keeps one document per topic
+    assert [d["locator"] for d in output["documents"]] == ["00:01:30", "00:04:30"]
