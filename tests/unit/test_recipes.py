@@ -101,3 +101,15 @@ def test_submit_prints_how_many_files_the_recipe_leaves_out(tmp_path, monkeypatc
     assert result.exit_code == 0, result.output
     assert ("2 files in the folder match no glob of this plan and will not be read: "
             "a.txt, c.md") in " ".join(result.output.split())  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
+def test_a_recipe_declares_every_task_class_so_submit_prints_no_fix(tmp_path, recipe):
+    from airig.brain.plans.validate import infer_class
+
+    data = _folder(tmp_path, ["a.jpg", "a.mp4", "a.pdf"])
+    plan, _, _ = load_plan(_filled(recipe), "application/yaml", Limits(), data)
+    assert plan.fixes == []
+    for task in plan.tasks:
+        if task.type != "group":  # the class each type would be given: the same work
+            assert task.task_class == infer_class({"type": task.type})[0], task.id
