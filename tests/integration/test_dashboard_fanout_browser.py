@@ -52,5 +52,11 @@ def test_a_fan_out_is_one_row_with_its_items_progress(cluster):
         assert labels == ["#0 one.txt", "#1 bad.txt", "#2 three.txt"], labels
         failed = page.text('[data-fanout="files"] [data-item="1"]') or ""
         assert failed.lower().startswith("failed") and "exited with code 1" in failed, failed
+        # the group ended with a failed item: its row and its node in the graph are
+        # PARTIAL (amber), not SUCCEEDED (green)
+        assert page.text('[data-task-row="files"] .pill') == "PARTIAL"
+        node = '[data-task="files"]'
+        assert page.attrs(node, "class") == ["node st-PARTIAL"], page.attrs(node, "class")
+        assert page.attrs(node, "data-state") == ["PARTIAL"]
         page.screenshot("dashboard-fanout.png")
         assert page.console_errors() == []

@@ -554,6 +554,17 @@
     fan.items.length > MAX_TABLE_ROWS ? h('p', { class: 'muted small', text: `The first ${MAX_TABLE_ROWS} items are shown.` }) : null);
   }
 
+  // A group's state as shown: PARTIAL (amber) when it ended with failed items (the
+  // brain's group task succeeds, listing them), RUNNING once one of its items has left
+  // PENDING (the group task itself stays PENDING until they have all ended); as
+  // ``plan ID`` on the command line shows it (launcher/cli/tasks.py group_state).
+  function groupState(t, fan, all) {
+    if (t.state === 'SUCCEEDED' && fan.failed) return 'PARTIAL';
+    const started = fan.running || fan.done || fan.failed
+      || all.some((i) => i.group === t.id && i.state !== 'PENDING');
+    return ['PENDING', 'READY'].includes(t.state) && started ? 'RUNNING' : t.state;
+  }
+
   function taskRows(tasks, fanouts = new Map(), opened = new Set()) {
     return tasks.slice(0, MAX_TABLE_ROWS).map((t) => {
       const took = t.started_at && t.finished_at ? duration(t.finished_at - t.started_at)
@@ -593,13 +604,15 @@
             h('span', { class: `pill st-plan-${plan.status}`, 'data-plan-status': plan.status, text: plan.status }),
             mono(plan.id), h('span', { class: 'muted', text: `submitted ${ago(plan.created_at)}` }), counts));
         // a fan-out item's tasks are counted on their group's row, not listed one by one
-        const tasks = (plan.tasks || []).filter((t) => !t.group);
         const fanouts = new Map((plan.fanouts || []).map((f) => [f.id, f]));
+        const tasks = (plan.tasks || []).filter((t) => !t.group)
+          .map((t) => (fanouts.has(t.id) ? { ...t, state: groupState(t, fanouts.get(t.id), plan.tasks) } : t));
         fill(graph, h('h2', { text: 'Task graph' }),
           tasks.length > MAX_DAG_NODES
             ? empty(`${tasks.length} tasks: too many to draw; see the table below.`)
             : h('div', { class: 'dag-scroll' }, dag(tasks)),
-          h('div', { class: 'legend' }, ALL_STATES.map((st) => h('span', { class: `legend-item st-${st}`, text: label(st) }))));
+          h('div', { class: 'legend' }, [...ALL_STATES, ...(fanouts.size ? ['PARTIAL'] : [])]
+            .map((st) => h('span', { class: `legend-item st-${st}`, text: label(st) }))));
         fill(list, h('h2', { text: `Tasks (${tasks.length})` }),
           table(['Task', 'Type', 'Class', 'State', { num: 'Attempt' }, 'Worker', 'Model', 'Origin', { num: 'Took' }, 'Error / reason'], taskRows(tasks, fanouts, opened)),
           tasks.length > MAX_TABLE_ROWS ? h('p', { class: 'muted small', text: `The first ${MAX_TABLE_ROWS} are shown.` }) : null);
