@@ -12,7 +12,11 @@ which the standard library's sqlite3 cannot on a Python built without
 ``--enable-loadable-sqlite-extensions``. Each call opens its own connection (WAL, a
 busy timeout): index writes are rare and searches short.
 
-A task's rows are replaced, never added twice: rows are keyed by (index, plan, task).
+A task's rows are replaced, never added twice: rows are keyed by (index, plan, task), and
+by (index, source document): a task that indexes a source replaces what another plan put
+there for that source (a recipe run again on the same folder leaves each page once, not
+twice). Tasks of one plan never replace each other's rows of a source (a plan may embed one
+file in several tasks), and an untrusted writer replaces only untrusted rows.
 The first insert fixes an index's model and dimensions; vectors of another model are
 refused (``IndexRefused``), since distances between two models' vectors mean nothing.
 """
@@ -52,6 +56,7 @@ CREATE TABLE IF NOT EXISTS entries (
     created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_by_task ON entries(index_id, plan_id, task_key);
+CREATE INDEX IF NOT EXISTS entries_by_source ON entries(index_id, source);
 """
 
 _schema_lock = threading.Lock()
@@ -142,7 +147,9 @@ def replace_task(
     path: Path, name: str, model: str, plan_id: str, task_key: str, entries: list[Entry],
     untrusted: bool, now: float,
 ) -> int:  # fmt: skip
-    """Put one task's entries into index ``name``, in place of any it put there before.
+    """Put one task's entries into index ``name``, in place of any it put there before
+    and of those another plan put there for the same sources (untrusted: only the
+    untrusted ones).
 
     Returns how many entries were written. ``IndexRefused`` for another model or other
     dimensions than the index's; ``IndexUnavailable`` when the file cannot be written.
@@ -186,6 +193,15 @@ def replace_task(
                     (index_id, plan_id, task_key),
                 )
             ]
+            for source in sorted({e.source for e in entries if e.source is not None}):
+                old += [
+                    r[0]
+                    for r in conn.execute(
+                        """SELECT id FROM entries WHERE index_id = ? AND source = ?
+                           AND plan_id != ? AND (untrusted = 1 OR ? = 0)""",
+                        (index_id, source, plan_id, int(untrusted)),
+                    )
+                ]
             for entry_id in old:
                 conn.execute(f"DELETE FROM vec_{index_id} WHERE rowid = ?", (entry_id,))
                 conn.execute("DELETE FROM entries WHERE id = ?", (entry_id,))

@@ -44,13 +44,38 @@ def test_a_rerun_of_the_same_task_replaces_its_rows(tmp_path):
     path = tmp_path / "search.sqlite"
     old = [entry(unit(1, 0), "old a"), entry(unit(0, 1), "old b")]
     vectors.replace_task(path, "talks", EMBED, "p1", "embed", old, False, 1.0)
-    vectors.replace_task(path, "talks", EMBED, "p2", "embed", [entry(unit(1, 1), "other plan")],
-                         False, 1.0)  # fmt: skip
+    other = [entry(unit(1, 1), "other plan", source="b.txt")]
+    vectors.replace_task(path, "talks", EMBED, "p2", "embed", other, False, 1.0)
     vectors.replace_task(path, "talks", f"{EMBED}:latest", "p1", "embed",
                          [entry(unit(1, 0), "new")], False, 2.0)  # fmt: skip
     snippets = sorted(hit["snippet"] for hit in vectors.nearest(path, "talks", unit(1, 0), 10))
     assert snippets == ["new", "other plan"]
     assert vectors.indexes(path) == [vectors.IndexInfo("talks", EMBED, 2, 2)]
+
+
+def test_a_rerun_of_a_source_in_another_plan_replaces_its_rows(tmp_path):
+    # a recipe run again on the same folder: the same pages, a new plan
+    path = tmp_path / "search.sqlite"
+    pages = [entry(unit(1, 0), f"page {n}", "in/a.pdf", f"page {n}") for n in (1, 2)]
+    for plan in ("p1", "p2"):
+        vectors.replace_task(path, "pdf", EMBED, plan, "pdfs__0__index", pages, False, 1.0)
+        vectors.replace_task(path, "pdf", EMBED, plan, "pdfs__1__index",
+                             [entry(unit(0, 1), "b", "in/b.pdf")], False, 1.0)  # fmt: skip
+    hits = vectors.nearest(path, "pdf", unit(1, 0), 10)
+    assert sorted(h["snippet"] for h in hits) == ["b", "page 1", "page 2"]
+    assert {h["plan_id"] for h in hits} == {"p2"}
+    assert vectors.indexes(path)[0].entries == 3
+    # tasks of one plan that embed one file in parts keep each other's rows
+    vectors.replace_task(path, "pdf", EMBED, "p2", "more", [entry(unit(1, 1), "page 3",
+                         "in/a.pdf")], False, 1.0)  # fmt: skip
+    assert vectors.indexes(path)[0].entries == 4
+    # an untrusted writer replaces only untrusted rows of the source
+    vectors.replace_task(path, "pdf", EMBED, "p3", "x", [entry(unit(1, 0), "bad", "in/b.pdf")],
+                         True, 1.0)  # fmt: skip
+    vectors.replace_task(path, "pdf", EMBED, "p4", "x", [entry(unit(1, 0), "bad 2", "in/b.pdf")],
+                         True, 1.0)  # fmt: skip
+    snippets = sorted(h["snippet"] for h in vectors.nearest(path, "pdf", unit(1, 0), 10))
+    assert snippets == ["b", "bad 2", "page 1", "page 2", "page 3"]
 
 
 def test_another_model_or_other_dimensions_are_refused(tmp_path):
