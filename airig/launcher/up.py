@@ -12,16 +12,20 @@ this run started, so nothing is left half-started. Running `up` twice changes no
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
-from airig.common.errors import DockerError, PreflightError
+from airig.common.errors import AirigError, DockerError, PreflightError
 from airig.launcher.backup_archive import BackupError
 from airig.launcher.comfy_volumes import COMPUTE_STACK, LEGACY_VOLUME, MODELS_VOLUME, USER_VOLUMES
 from airig.launcher.comfy_volumes import prepare as prepare_comfyui
@@ -86,6 +90,15 @@ class UpResult:
     commands: list[str] = field(default_factory=list)
 
 
+class Interrupted(AirigError):
+    """Ctrl-C during `up`, after this run's stacks and network were undone: one line."""
+
+    exit_code = 130  # 128 + SIGINT, as a shell reports it
+
+    def __init__(self) -> None:
+        super().__init__("interrupted")
+
+
 class LoadProofFailed(Exception):
     """ollama-init's model load failed on the GPU (its load proof): the stack is rolled
     back and `up` tries the next image once (``Launcher._after_load_failure``)."""
@@ -99,6 +112,9 @@ class Launcher:
     def __init__(self, settings: Settings, docker: Docker, console: Console) -> None:
         self.settings, self.docker, self.console = settings, docker, console
         self._load_retried = False  # `up` runs again at most once after a failed load
+        self._network_created = False  # this `up` created the shared network
+        self._starting: str | None = None  # the stack being started that was not up before
+        self._sigint: _Flag = _Flag()
 
     # ------------------------------------------------------------------ up
     def up(self, dry_run: bool = False, reprove: bool = False) -> UpResult:
@@ -149,25 +165,55 @@ class Launcher:
         # before the network, the build and any container: a bad tag or a registry that is
         # down stops `up` with one line and nothing started
         pull_missing(self.docker, plan, images, self.settings.image_registry, self.console)
-        self.docker.ensure_network(plan.network)
-        self._build(plan)
-        for stack in plan.stacks:
-            if stack.name == COMPUTE_STACK:  # its volumes exist now (01-infra made them)
-                try:
-                    # a `restore` puts the archive's files back before a service reads them
-                    apply_restore(self.settings, self.docker, self.console.print)
-                    prepare_comfyui(self.settings, self.docker, stack, images, self.console)
-                except (DockerError, BackupError):
-                    self.rollback([s for s in plan.stacks if s.name in result.started])
-                    raise
-            self.console.print(f"[bold]Starting[/] {escape(stack.name)} …")
-            try:
-                self._up_stack(plan, stack, result)
-            except LoadProofFailed as failed:
-                return self._after_load_failure(failed, choice, images, dry_run, reprove)
+        try:
+            self.start(plan, images, result)
+        except LoadProofFailed as failed:
+            return self._after_load_failure(failed, choice, images, dry_run, reprove)
         self._retire_gateway(plan)
         lock.record(self.docker)  # the kit is up: these digests ran
         return result
+
+    def start(self, plan: ComposePlan, images: ImageSelection | None, result: UpResult) -> None:
+        """The network, the kit's image, then each stack in order.
+
+        Ctrl-C (SIGINT) on the way is no failing service: what this run started is rolled
+        back, the network too when this run created it, and the edge says "interrupted"
+        (Interrupted, exit 130). Compose gets the same SIGINT and may fail first: its
+        error then counts as the interrupt, not as services to fix .env for.
+        """
+        self._network_created |= self.docker.ensure_network(plan.network)
+        with _sigint_noted() as sigint:
+            self._sigint = sigint
+            try:
+                self._build(plan)
+                for stack in plan.stacks:
+                    self._start_stack(plan, stack, images, result)
+            except KeyboardInterrupt:
+                self._after_interrupt(plan, result)
+                raise Interrupted from None
+
+    def _start_stack(
+        self, plan: ComposePlan, stack: StackPlan, images: ImageSelection | None, result: UpResult
+    ) -> None:
+        if stack.name == COMPUTE_STACK:  # its volumes exist now (01-infra made them)
+            try:
+                # a `restore` puts the archive's files back before a service reads them
+                apply_restore(self.settings, self.docker, self.console.print)
+                prepare_comfyui(self.settings, self.docker, stack, images, self.console)
+            except (DockerError, BackupError):
+                self.rollback([s for s in plan.stacks if s.name in result.started])
+                raise
+        self.console.print(f"[bold]Starting[/] {escape(stack.name)} …")
+        self._up_stack(plan, stack, result)
+
+    def _after_interrupt(self, plan: ComposePlan, result: UpResult) -> None:
+        """Undo this run: the stacks it started (the one starting included), its network."""
+        started = [s for s in plan.stacks if s.name in result.started or s.name == self._starting]
+        self.rollback(started)
+        if self._network_created:
+            self.console.print(f"[yellow]Removing[/] the network {escape(plan.network)} …")
+            self.docker.remove_network(plan.network)
+            self._network_created = False
 
     def _after_load_failure(
         self,
@@ -341,12 +387,15 @@ class Launcher:
 
     def _up_stack(self, plan: ComposePlan, stack: StackPlan, result: UpResult) -> None:
         was_up = _all_healthy(self.docker.services(stack))
+        self._starting = None if was_up else stack.name
         try:
             if stack.name == "02-compute":
                 self._up_with_progress(stack)
             else:
                 self.docker.up(stack)
         except DockerError as exc:
+            if self._sigint.set:  # compose stopped on the user's Ctrl-C: not a failure
+                raise KeyboardInterrupt from None
             failing = self.diagnose(stack)
             load = self._load_failure(stack, failing)
             started = [s for s in plan.stacks if s.name in result.started or s is stack]
@@ -362,6 +411,7 @@ class Launcher:
             raise error from None
         if not was_up:
             result.started.append(stack.name)
+        self._starting = None
 
     def _up_with_progress(self, stack: StackPlan) -> None:
         """`compose up --wait` in a thread while the init containers' lines become bars.
@@ -386,7 +436,13 @@ class Launcher:
         worker = threading.Thread(target=run_up, name="compose-up", daemon=True)
         follower.start()
         worker.start()
-        render(follower.lines(), self.console)
+        try:
+            render(follower.lines(), self.console)
+        except KeyboardInterrupt:
+            # compose got the SIGINT too: let it stop before the rollback runs `down`
+            follower.close()
+            worker.join(timeout=60)
+            raise
         worker.join()
         if failure:
             raise failure[0]
@@ -502,6 +558,34 @@ def _vulkan_unbuilt(choice: Choice) -> bool:
     """Ollama is on Vulkan and its image is not built yet, so Vulkan was not probed."""
     probe = choice.vulkan
     return probe is not None and probe.status == "not run" and "not built yet" in probe.detail
+
+
+@dataclass
+class _Flag:
+    set: bool = False
+
+
+@contextmanager
+def _sigint_noted() -> Iterator[_Flag]:
+    """While inside: a SIGINT is noted on the flag, then raised as KeyboardInterrupt as
+    Python's own handler does. Off the main thread (signals cannot be set there) the flag
+    stays down."""
+    flag = _Flag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def noted(signum: int, frame: FrameType | None) -> None:
+        flag.set = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, noted)
+    try:
+        yield flag
+    finally:
+        signal.signal(
+            signal.SIGINT, previous if previous is not None else signal.default_int_handler
+        )
 
 
 def _require(checks: list[Check]) -> None:

@@ -17,6 +17,8 @@ from airig.common.errors import AirigError
 from airig.launcher.console import fail
 from airig.launcher.docker import ENGINE_HINT
 
+INTERRUPTED = 130  # Ctrl-C's exit code: 128 + SIGINT, as a shell reports it
+
 
 def run_at_edge(app: typer.Typer) -> None:
     """Run ``app``; every failure becomes one red line and a hint, with click's exit codes
@@ -24,6 +26,8 @@ def run_at_edge(app: typer.Typer) -> None:
     try:
         # without standalone mode click returns (not raises) a command's typer.Exit code
         code = app(standalone_mode=False)
+        if code == INTERRUPTED:  # typer >= 0.26 turns Ctrl-C into a silent Exit(130)
+            fail("interrupted")
         if isinstance(code, int) and code:
             sys.exit(code)
     except AirigError as exc:
@@ -31,8 +35,11 @@ def run_at_edge(app: typer.Typer) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         fail("interrupted")
-        sys.exit(130)
-    except typer.Abort:
+        sys.exit(INTERRUPTED)
+    except typer.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click's (typer < 0.26) Ctrl-C
+            fail("interrupted")
+            sys.exit(INTERRUPTED)
         fail("aborted")
         sys.exit(1)
     except typer.Exit as exc:  # returned above by every typer so far; raised, should one change

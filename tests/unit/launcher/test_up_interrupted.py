@@ -1,0 +1,139 @@
+"""`up` stopped by the user or by a service (issue 35 §5): Ctrl-C is "interrupted" (exit
+130) with what this run started rolled back and its network removed; a failed stack's
+error points at log lines only when some were printed, and a container gone between
+`compose up` and the inspection is said as such."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from support import error_lines
+
+import airig.launcher.up
+from airig.common.errors import DockerError
+from airig.launcher.cli.edge import run_at_edge
+from airig.launcher.docker import ServiceState
+from airig.launcher.plan import build_plan
+from airig.launcher.settings import load_settings
+from airig.launcher.up import Interrupted, Launcher, UpResult
+
+
+class Adapter:
+    """The compose side of the adapter: ``up`` of ``stop_at`` does what ``on_up`` says."""
+
+    def __init__(self, stop_at: str, on_up, network_exists: bool = False) -> None:
+        self.stop_at, self.on_up, self.network_exists = stop_at, on_up, network_exists
+        self.calls: list[tuple[str, str]] = []
+        self.failing: list[ServiceState] = []
+        self.logs_text = ""
+
+    def ensure_network(self, name: str) -> bool:
+        self.calls.append(("ensure_network", name))
+        return not self.network_exists
+
+    def remove_network(self, name: str) -> str:
+        self.calls.append(("remove_network", name))
+        return f"network {name} removed"
+
+    def services(self, stack) -> list[ServiceState]:
+        return self.failing if ("up", stack.name) in self.calls else []
+
+    def up(self, stack) -> None:
+        self.calls.append(("up", stack.name))
+        if stack.name == self.stop_at:
+            self.on_up()
+
+    def down(self, stack) -> None:
+        self.calls.append(("down", stack.name))
+
+    def logs(self, stack, service, tail=40, prefix=True) -> str:
+        if isinstance(self.logs_text, Exception):
+            raise self.logs_text
+        return self.logs_text
+
+
+def ctrl_c() -> None:
+    raise KeyboardInterrupt
+
+
+def compose_saw_the_sigint() -> None:
+    """Compose gets the terminal's SIGINT too and may fail before Python raises."""
+    with contextlib.suppress(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+    raise DockerError("starting 02-compute failed: exit code 130", "see the lines above")
+
+
+@pytest.fixture
+def launch(launcher_kit: Path, monkeypatch):
+    """(launcher, adapter, plan, console text) over the kit, build and restore skipped."""
+
+    def make(adapter: Adapter):
+        settings = load_settings(launcher_kit)
+        out = io.StringIO()
+        launcher = Launcher(settings, adapter, Console(file=out, width=200, color_system=None))  # type: ignore[arg-type]
+        monkeypatch.setattr(launcher, "_build", lambda plan: None)
+        monkeypatch.setattr(launcher, "_up_with_progress", adapter.up)
+        monkeypatch.setattr(airig.launcher.up, "apply_restore", lambda *a: None)
+        monkeypatch.setattr(airig.launcher.up, "prepare_comfyui", lambda *a: None)
+        plan = build_plan(settings, "cpu", [])
+        return launcher, plan, out
+
+    return make
+
+
+@pytest.mark.parametrize("interrupt", [ctrl_c, compose_saw_the_sigint])
+def test_ctrl_c_rolls_back_this_run_and_its_network(launch, interrupt) -> None:
+    adapter = Adapter("02-compute", interrupt)
+    launcher, plan, out = launch(adapter)
+    with pytest.raises(Interrupted):
+        launcher.start(plan, None, UpResult(plan=plan, choice=None))  # type: ignore[arg-type]
+    assert adapter.calls[-3:] == [
+        ("down", "02-compute"), ("down", "01-infra"), ("remove_network", plan.network),
+    ]  # fmt: skip
+    assert "failed to start" not in out.getvalue()
+    assert signal.getsignal(signal.SIGINT) is not None  # the handler is put back
+
+
+def test_ctrl_c_keeps_a_network_this_run_did_not_create(launch) -> None:
+    adapter = Adapter("01-infra", ctrl_c, network_exists=True)
+    launcher, plan, _ = launch(adapter)
+    with pytest.raises(Interrupted):
+        launcher.start(plan, None, UpResult(plan=plan, choice=None))  # type: ignore[arg-type]
+    assert ("down", "01-infra") in adapter.calls
+    assert ("remove_network", plan.network) not in adapter.calls
+
+
+@pytest.mark.parametrize("where", ["start", "before"])
+def test_ctrl_c_at_the_edge_is_one_line_and_exit_130(launch, monkeypatch, capsys, where) -> None:
+    """In the stacks (Interrupted) or before them (whatever the installed typer/click make
+    of a KeyboardInterrupt): one ✘ line, no advice about .env, exit 130."""
+    import typer
+
+    adapter = Adapter("01-infra", ctrl_c)
+    launcher, plan, _ = launch(adapter)
+    app = typer.Typer()
+
+    @app.command()
+    def up() -> None:
+        if where == "before":
+            raise KeyboardInterrupt
+        launcher.start(plan, None, UpResult(plan=plan, choice=None))  # type: ignore[arg-type]
+
+    @app.command()
+    def other() -> None:  # two commands: typer keeps the group, as the kit's app
+        pass
+
+    monkeypatch.setattr(sys, "argv", ["start_services.py", "up"])
+    with pytest.raises(SystemExit) as exit_:
+        run_at_edge(app)
+    assert exit_.value.code == 130
+    err = capsys.readouterr().err
+    assert error_lines(err) == ["✘ interrupted"], repr(err)
+    assert ".env" not in err
