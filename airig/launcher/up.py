@@ -396,16 +396,12 @@ class Launcher:
         except DockerError as exc:
             if self._sigint.set:  # compose stopped on the user's Ctrl-C: not a failure
                 raise KeyboardInterrupt from None
-            failing = self.diagnose(stack)
-            load = self._load_failure(stack, failing)
+            diagnosis = self.diagnose(stack)
+            load = self._load_failure(stack, diagnosis)
             started = [s for s in plan.stacks if s.name in result.started or s is stack]
             if not was_up or load is not None:
                 self.rollback(started)
-            names = ", ".join(f.service for f in failing) or stack.name
-            error = DockerError(
-                f"{stack.name}: {names} failed to start ({exc.message})",
-                "read the log lines above; fix .env or the host, then run up again",
-            )
+            error = diagnosis.error(stack.name, exc)
             if load is not None:
                 raise LoadProofFailed(error, str(load.get("said") or "")) from None
             raise error from None
@@ -447,23 +443,48 @@ class Launcher:
         if failure:
             raise failure[0]
 
-    def _load_failure(self, stack: StackPlan, failing: list[ServiceState]) -> dict[str, Any] | None:
+    def _load_failure(self, stack: StackPlan, diagnosis: Diagnosis) -> dict[str, Any] | None:
         """ollama-init's failed load proof (its JSON line), when that is why it failed."""
-        if stack.name != COMPUTE_STACK or not any(f.service == "ollama-init" for f in failing):
-            return None
-        return load_failure(self.docker.logs(stack, "ollama-init", tail=50))
+        from docker.errors import NotFound
 
-    def diagnose(self, stack: StackPlan) -> list[ServiceState]:
-        """Print the last log lines of every service that is not up and healthy."""
-        failing = [s for s in self.docker.services(stack) if not _is_ok(s)]
-        for svc in failing:
+        init = "ollama-init"
+        if stack.name != COMPUTE_STACK or init in diagnosis.gone:
+            return None
+        if not any(f.service == init for f in diagnosis.failing):
+            return None
+        try:
+            return load_failure(self.docker.logs(stack, init, tail=50))
+        except (DockerError, NotFound):
+            return None  # its container went away since: no verdict to read
+
+    def diagnose(self, stack: StackPlan) -> Diagnosis:
+        """Print the last log lines of every service that is not up and healthy.
+
+        A container removed between `compose up` and this look (another `down`, a
+        `docker rm`) is said as such, not a crash of the diagnosis; a service whose
+        logs cannot be read gets one line saying so."""
+        from docker.errors import NotFound
+
+        diagnosis = Diagnosis([s for s in self.docker.services(stack) if not _is_ok(s)])
+        for svc in diagnosis.failing:
             code = "" if svc.exit_code in (None, 0) else f", exit code {svc.exit_code}"
             self.console.print(
                 f"[red]✘ {escape(svc.service)}[/]: {escape(f'{svc.state} {svc.health}{code}')}"
             )
-            for line in self.docker.logs(stack, svc.service, tail=15).splitlines()[-15:]:
+            try:
+                text = self.docker.logs(stack, svc.service, tail=15)
+            except (DockerError, NotFound) as exc:
+                said = exc.message if isinstance(exc, DockerError) else str(exc)
+                if _container_gone(exc):
+                    diagnosis.gone.append(svc.service)
+                    said = "its container is gone: it was removed while `up` waited for it"
+                self.console.print(f"    ({escape(said)})")
+                continue
+            lines = [line for line in text.splitlines()[-15:] if line.strip()]
+            for line in lines:
                 self.console.print(f"    {line}", markup=False, highlight=False)
-        return failing
+            diagnosis.printed |= bool(lines)
+        return diagnosis
 
     def rollback(self, stacks: list[StackPlan]) -> None:
         for stack in reversed(stacks):
@@ -485,6 +506,44 @@ class Launcher:
         done.append(self.docker.remove_network(plan.network))
         remove_written(self.settings)
         return done
+
+
+@dataclass
+class Diagnosis:
+    """What `diagnose` found and printed about a stack that failed to start."""
+
+    failing: list[ServiceState]
+    printed: bool = False  # some log lines were shown above the error
+    gone: list[str] = field(default_factory=list)  # services whose container vanished
+
+    def error(self, stack: str, exc: DockerError) -> DockerError:
+        """The one error `up` stops with: the hint points at log lines only when some
+        were printed; a vanished container is said, not taken for a crash."""
+        vanished = bool(self.gone) or _container_gone(exc)
+        if self.gone and len(self.gone) == len(self.failing):
+            what = f"{', '.join(self.gone)}: container removed while `up` waited for it"
+        elif vanished and not self.failing:
+            what = "a container was removed while `up` waited for it"
+        else:
+            names = ", ".join(f.service for f in self.failing) or stack
+            what = f"{names} failed to start"
+        if vanished:
+            hint = "something else removed it (a `down`, a `docker rm`): run up again"
+        elif self.printed:
+            hint = "read the log lines above; fix .env or the host, then run up again"
+        else:
+            hint = "it printed no log lines; fix .env or the host, then run up again"
+        return DockerError(f"{stack}: {what} ({exc.message})", hint)
+
+
+def _container_gone(exc: BaseException) -> bool:
+    """Docker's "No such container" (the CLI's words, or the SDK's NotFound)."""
+    from docker.errors import NotFound
+
+    if isinstance(exc, NotFound):
+        return True
+    said = exc.message if isinstance(exc, DockerError) else str(exc)
+    return "no such container" in said.lower()
 
 
 def planner_warning(settings: Settings) -> str | None:

@@ -12,6 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
+import docker.errors
 import pytest
 from rich.console import Console
 from support import error_lines
@@ -137,3 +138,54 @@ def test_ctrl_c_at_the_edge_is_one_line_and_exit_130(launch, monkeypatch, capsys
     err = capsys.readouterr().err
     assert error_lines(err) == ["✘ interrupted"], repr(err)
     assert ".env" not in err
+
+
+# ------------------------------------------------------------------ a failed stack's error
+def compose_failed() -> None:
+    raise DockerError("starting 01-infra failed: dependency failed to start", "see above")
+
+
+def failed_start(launch, logs) -> tuple[DockerError, str]:
+    """01-infra fails with its brain exited (1); ``logs``: what reading its logs gives."""
+    adapter = Adapter("01-infra", compose_failed)
+    adapter.failing = [ServiceState("brain", "airig-brain-1", "exited", "", 1, [])]
+    adapter.logs_text = logs
+    launcher, plan, out = launch(adapter)
+    with pytest.raises(DockerError) as raised:
+        launcher.start(plan, None, UpResult(plan=plan, choice=None))  # type: ignore[arg-type]
+    assert ("down", "01-infra") in adapter.calls  # rolled back all the same
+    return raised.value, out.getvalue()
+
+
+def test_log_lines_printed_are_pointed_at(launch) -> None:
+    error, out = failed_start(launch, "boom: BRAIN_ADMIN_TOKEN is empty\n")
+    assert "    boom: BRAIN_ADMIN_TOKEN is empty" in out
+    assert error.message.startswith("01-infra: brain failed to start")
+    assert "read the log lines above" in error.hint
+
+
+@pytest.mark.parametrize("logs", ["", "\n\n"])
+def test_no_log_lines_printed_none_is_pointed_at(launch, logs) -> None:
+    error, _ = failed_start(launch, logs)
+    assert error.message.startswith("01-infra: brain failed to start")
+    assert "above" not in error.hint
+    assert "no log lines" in error.hint
+
+
+@pytest.mark.parametrize(
+    "gone",
+    [
+        DockerError(
+            "reading logs of 01-infra failed: Error response from daemon: No such container: "
+            "airig-brain-1",
+            "see the lines above, or run doctor",
+        ),
+        docker.errors.NotFound("No such container: airig-brain-1"),
+    ],
+    ids=["compose", "sdk"],
+)
+def test_a_container_gone_since_compose_up_is_said_not_a_crash(launch, gone) -> None:
+    error, out = failed_start(launch, gone)
+    assert "its container is gone" in out
+    assert error.message.startswith("01-infra: brain: container removed while `up` waited")
+    assert "above" not in error.hint and "run up again" in error.hint
