@@ -29,15 +29,18 @@ from airig.common.errors import ConfigError, DockerError
 from airig.launcher.docker import Docker, engine_errors
 from airig.launcher.images.choose import ImageChoice, ImageSelection
 from airig.launcher.images.lock import (
+    FailedUpdate,
     Held,
     Locked,
     Move,
     append_log,
     diff,
     digest_of,
+    failed_updates,
     hold,
     log_entry,
     read_lock,
+    read_log,
     repository,
     write_lock,
 )
@@ -204,13 +207,47 @@ def check(
     return diff(lock, wanted, lookup)
 
 
-def check_lines(moves: Sequence[Move]) -> list[str]:
+def failed_before(settings: Settings) -> dict[tuple[str, str], FailedUpdate]:
+    """The digests an earlier `update` rolled back, by (variable, digest)."""
+    return failed_updates(read_log(log_path(settings)))
+
+
+def is_failed(move: Move, failed: dict[tuple[str, str], FailedUpdate]) -> bool:
+    return move.kind != "current" and (move.variable, move.digest) in failed
+
+
+def to_update(
+    moves: Sequence[Move], failed: dict[tuple[str, str], FailedUpdate], named: bool
+) -> tuple[list[Move], list[Move]]:
+    """(what `update` moves, the digests it skips because they were rolled back before).
+    A SERVICE named on the command line is tried again all the same."""
+    skipped = [] if named else [m for m in moves if is_failed(m, failed)]
+    return [m for m in moves if m.kind != "current" and m not in skipped], skipped
+
+
+def failed_line(move: Move, failed: dict[tuple[str, str], FailedUpdate]) -> str:
+    """A digest that failed before, said instead of offered again."""
+    was = failed[(move.variable, move.digest)]
+    old = short(move.locked.digest) if move.locked else "-"
+    reason = f" ({escape(was.reason)})" if was.reason else ""
+    return (
+        f"  [red]✘[/] {escape(move.service)}: {escape(move.tag)} digest {short(move.digest)} "
+        f"failed on {escape(was.time[:10] or 'an earlier update')} and was rolled back{reason}; "
+        f"{old} runs. `update {escape(move.service)}` tries it again"
+    )
+
+
+def check_lines(
+    moves: Sequence[Move], failed: dict[tuple[str, str], FailedUpdate] | None = None
+) -> list[str]:
     lines = []
     for m in moves:
         locked = m.locked
         old = short(locked.digest) if locked else "-"
         created = f"built {m.created[:10]}" if m.created else "build date unknown"
-        if m.kind == "current":
+        if failed and is_failed(m, failed):
+            lines.append(failed_line(m, failed))
+        elif m.kind == "current":
             lines.append(f"  [green]✔[/] {escape(m.service)}: {escape(m.tag)} {old} is current")
         elif m.kind == "choice" and locked is not None:
             lines.append(

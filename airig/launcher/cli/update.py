@@ -22,11 +22,14 @@ from airig.launcher.update import (
     Updater,
     check,
     check_lines,
+    failed_before,
+    failed_line,
     lookup_cached,
     outcome_line,
     pick,
     running_lock,
     smoke,
+    to_update,
     wait_healthy,
 )
 
@@ -58,13 +61,19 @@ def update(
         raise ConfigError("no compute image is chosen for this profile", "run doctor")
     lock = pick(running_lock(settings, chosen), service)
     moves = check(lock, chosen, lookup_cached())  # every lookup before any change
+    # a digest an earlier update rolled back is said, not offered again; naming its
+    # SERVICE tries it again
+    failed = failed_before(settings)
     if check_only:
-        for line in check_lines(moves):
+        for line in check_lines(moves, failed):
             console.print(line, soft_wrap=True)
         return
-    todo = [m for m in moves if m.kind != "current"]
+    todo, skipped = to_update(moves, failed, named=service is not None)
+    for move in skipped:
+        console.print(failed_line(move, failed), soft_wrap=True)
     if not todo:
-        console.print("[green]✔[/] every locked image is current; nothing to update")
+        rest = "other " if skipped else ""
+        console.print(f"[green]✔[/] every {rest}locked image is current; nothing to update")
         return
     engine = Engine(docker)
     updater = Updater(

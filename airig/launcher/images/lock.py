@@ -228,6 +228,31 @@ def append_log(path: Path, entry: dict[str, Any]) -> None:
         out.write(json.dumps(entry, sort_keys=True) + "\n")
 
 
+@dataclass(frozen=True)
+class FailedUpdate:
+    """An update to a digest that failed its health or smoke check and was rolled back."""
+
+    time: str
+    reason: str
+
+
+def failed_updates(entries: list[dict[str, Any]]) -> dict[tuple[str, str], FailedUpdate]:
+    """(variable, digest) → its last failed update, from ``.airig/update.log``'s lines:
+    `update --check` does not offer that digest again. A later update of the same digest
+    that passed (`update SERVICE` tried it again) clears it."""
+    failed: dict[tuple[str, str], FailedUpdate] = {}
+    for entry in entries:
+        target = entry.get("to")
+        if entry.get("action") != "update" or not isinstance(target, dict):
+            continue
+        key = (str(entry.get("variable")), str(target.get("digest")))
+        if entry.get("ok"):
+            failed.pop(key, None)
+        else:
+            failed[key] = FailedUpdate(str(entry.get("time", "")), str(entry.get("reason", "")))
+    return failed
+
+
 def read_log(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []

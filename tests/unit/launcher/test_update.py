@@ -12,15 +12,26 @@ import pytest
 
 from airig.common.errors import ConfigError, DockerError
 from airig.launcher.images.choose import ImageChoice, ImageSelection
-from airig.launcher.images.lock import Locked, Move, read_lock, read_log, write_lock
+from airig.launcher.images.lock import (
+    Locked,
+    Move,
+    failed_updates,
+    read_lock,
+    read_log,
+    write_lock,
+)
 from airig.launcher.plan import StackPlan, plan_for_running
 from airig.launcher.settings import checkout_settings
 from airig.launcher.update import (
     ImageLock,
     Updater,
+    check_lines,
+    failed_before,
+    log_path,
     outcome_line,
     pick,
     running_lock,
+    to_update,
     verdict,
     wait_healthy,
 )
@@ -259,3 +270,35 @@ def test_update_refuses_a_stopped_kit_an_unlocked_one_and_a_bad_name(
     one_error(code, err, "unknown service 'nope': update knows comfyui, ollama, whisper")
     assert json.loads((state / "images.lock").read_text()) == before
     assert not (state / "update.log").exists()
+
+
+# ------------------------------------------------------------------ a digest rolled back before
+def test_a_rolled_back_digest_is_said_not_offered_again(running: Path) -> None:
+    """`update --check` after a rolled-back update (issue 35 §5): the digest that failed
+    is said ("failed on DATE and was rolled back"), not offered again; `update` skips it
+    unless its SERVICE is named."""
+    engine = FakeEngine(running / ".airig", {D2})
+    assert not updater(engine).apply(move()).ok
+    when = read_log(running / ".airig" / "update.log")[0]["time"][:10]
+    failed = failed_before(checkout_settings())
+    [line] = check_lines([move()], failed)
+    assert f"digest {'2' * 12} failed on {when} and was rolled back" in line
+    assert "whisper-cpu exited (code 3)" in line and "↑" not in line
+    assert to_update([move()], failed, named=False) == ([], [move()])
+    assert to_update([move()], failed, named=True) == ([move()], [])  # `update whisper`
+
+
+def test_a_digest_never_tried_is_offered(running: Path) -> None:
+    failed = failed_before(checkout_settings())
+    assert failed == {}
+    [line] = check_lines([move()], failed)
+    assert "↑" in line and "moved upstream" in line
+    assert to_update([move()], failed, named=False) == ([move()], [])
+
+
+def test_a_later_update_of_a_failed_digest_that_passed_clears_it(running: Path) -> None:
+    engine = FakeEngine(running / ".airig", {D2})
+    updater(engine).apply(move())
+    engine.broken = set()
+    assert updater(engine).apply(move()).ok
+    assert failed_updates(read_log(log_path(checkout_settings()))) == {}
