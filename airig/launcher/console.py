@@ -8,6 +8,8 @@ URLs mid-word. An explicit `COLUMNS` still wins.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
@@ -18,10 +20,17 @@ UNWRAPPED = 1 << 16
 class PlainWhenPiped(Console):
     """A rich Console that does not wrap when its file is not a terminal."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if kwargs.get("width") is None:
+            # rich read COLUMNS once, when this module was imported; `size` reads it live
+            self._width = None
+
     @property
     def size(self) -> ConsoleDimensions:
         measured = super().size
-        if self._width is not None or self.is_terminal or "COLUMNS" in self._environ:
+        columns = self._environ.get("COLUMNS", "")
+        if self._width is not None or self.is_terminal or columns.isdigit():
             return measured
         return ConsoleDimensions(UNWRAPPED, measured.height)
 

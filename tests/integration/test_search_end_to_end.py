@@ -66,9 +66,10 @@ def test_a_query_finds_what_an_embed_task_indexed(tmp_path, ollama_url):
             assert best["snippet"] == document["text"], (query, answer.json())
             assert best["source"] == document["source"]
             assert best["locator"] == document["locator"]
-        # a second plan's tasks are other tasks: their entries are added, not replaced
+        # a second plan over the same sources (a recipe run again) replaces their entries
+        # instead of adding a copy of each (issue 35 §3)
         again = cluster.submit(plan)
         cluster.wait_plan(again["id"], 60)
-        assert cluster.get("/v1/search/indexes")["indexes"][0]["entries"] == 6
+        assert cluster.get("/v1/search/indexes")["indexes"][0]["entries"] == 3
     finally:
         cluster.stop()

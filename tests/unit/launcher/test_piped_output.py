@@ -22,6 +22,7 @@ LONG_JSON = json.dumps({"level": "info", "message": "x" * 200, "path": "/a/" + "
 def piped(monkeypatch):
     """pytest's captured stdout is no terminal; nobody asked for a width."""
     monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(console, "_width", None)  # no width another test left chosen
     assert not console.is_terminal
 
 
