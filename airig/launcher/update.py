@@ -10,6 +10,10 @@ pulls the new digest (a pull that fails changes nothing), writes it to ``.airig/
 service, and keeps the new digest in the lock; on any failure it writes the locked digest
 back, recreates the services again and says why in one line. Every update, rollback and
 lock `up` writes is one JSON line in ``.airig/update.log``.
+
+A pull or a health wait can take minutes: ``Updater`` says each step as it starts (and a
+wait every ``PROGRESS_S`` with its elapsed time) through ``say``, one plain line each, so
+the user sees what it is doing and a piped log reads the same.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from airig.launcher.tune import services_using
 LOG_FILE = "update.log"
 WAIT_TIMEOUT_S = 180.0
 POLL_S = 1.0
+PROGRESS_S = 15.0  # a health wait says how long it has waited this often
 # The request that shows a service answers its API, not only its healthcheck: the routes
 # the brain's probes and the executors call (airig/common/gpu_use.py, executors/resource.py).
 SMOKE = {"ollama": "/api/tags", "comfyui": "/system_stats", "whisper": "/v1/models"}
@@ -328,14 +333,23 @@ def wait_healthy(
     timeout: float = WAIT_TIMEOUT_S,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    say: Callable[[str], None] = lambda _line: None,
 ) -> str:
-    deadline = clock() + timeout
+    """The service's verdict (``verdict``) once it has one, else after ``timeout``; every
+    PROGRESS_S it says how long it has waited and what the containers report."""
+    start = clock()
+    deadline, next_note = start + timeout, start + PROGRESS_S
     while True:
-        found = verdict(engine.state(stack, service))
+        states = engine.state(stack, service)
+        found = verdict(states)
         if found is not None:
             return found
         if clock() >= deadline:
             return f"not healthy after {timeout:g} s"
+        if clock() >= next_note:
+            shown = ", ".join(sorted({s["health"] or s["status"] for s in states})) or "starting"
+            say(f"  still waiting for {service} ({shown}, {clock() - start:.0f} s of {timeout:g})")
+            next_note = clock() + PROGRESS_S
         sleep(POLL_S)
 
 
@@ -371,9 +385,16 @@ class Updater:
         engine: Engine,
         smoke_check: Callable[[str], str | None],
         wait: Callable[[StackPlan, str], str],
+        say: Callable[[str], None] = lambda _line: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings, self.plan, self.engine = settings, plan, engine
         self.smoke_check, self.wait = smoke_check, wait
+        # each step, as it starts (and what it took): a pull or a wait can last minutes
+        self.say, self.clock = say, clock
+
+    def _took(self, since: float) -> str:
+        return f"{self.clock() - since:.0f} s"
 
     def targets(self, move: Move) -> list[tuple[StackPlan, str]]:
         """The running services whose compose definition interpolates the variable (one
@@ -391,6 +412,8 @@ class Updater:
                 f"{move.service} is not running, so there is nothing to update",
                 "start the kit: python start_services.py",
             )
+        self.say(f"  pulling {move.reference} …")
+        started = self.clock()
         try:
             self.engine.pull(move.reference)  # before anything changes
         except DockerError as exc:
@@ -398,6 +421,7 @@ class Updater:
 
             raise pull_error(move.reference, move.service, exc.message, move.variable,
                              self.settings.image_registry) from None  # fmt: skip
+        self.say(f"  pulled {move.reference} ({self._took(started)})")
         # the rollback writes back what ran: the same image: string, so the next `up`
         # leaves the rolled-back containers alone
         before = host_env_value(self.settings, move.variable) or locked.reference
@@ -405,11 +429,13 @@ class Updater:
         log = log_path(self.settings)
         append_log(log, log_entry("update", move, reason == "", reason, now()))
         if not reason:
+            self.say(f"  writing {move.variable} at {short(move.digest)} to .airig/images.lock")
             lock = read_lock(self.settings.state_dir)
             lock[move.variable] = Locked(move.service, move.variable, move.tag, move.digest,
                                          move.why, move.created, now())  # fmt: skip
             write_lock(self.settings.state_dir, lock)
             return Outcome(move, True, "")
+        self.say(f"  {reason}: rolling {move.service} back to {before} …")
         back = self._switch(move.variable, before, targets, smoke=move.service)
         undo = replace(move, locked=replace(locked, tag=move.tag, digest=move.digest),
                        tag=locked.tag, digest=locked.digest)  # fmt: skip
@@ -421,16 +447,24 @@ class Updater:
     ) -> str:
         """Run ``ref`` for ``variable``: host.env, then each service recreated and waited
         for in turn; "" when all are healthy and the smoke request answers, else why."""
+        self.say(f"  writing {variable}={ref} to .airig/{HOST_ENV}")
         write_host_env(self.settings, self.plan, variable, ref)
         for stack, name in targets:
+            self.say(f"  recreating {name} ({stack.name}) …")
             try:
                 self.engine.recreate(stack, name, ref)
             except DockerError as exc:
                 return f"{name}: {exc.message}"
+            self.say(f"  waiting for {name} to be healthy …")
+            started = self.clock()
             found = self.wait(stack, name)
+            self.say(f"  {name} {found} after {self._took(started)}")
             if found != "healthy":
                 return f"{name} {found}"
-        return self.smoke_check(smoke) or ""
+        self.say(f"  smoke request: GET {SMOKE.get(smoke, '/')} through {smoke}'s port …")
+        failed = self.smoke_check(smoke)
+        self.say(f"  {failed}" if failed else "  smoke request answered")
+        return failed or ""
 
 
 def host_env_value(settings: Settings, variable: str) -> str:

@@ -60,6 +60,9 @@ def update(
     if chosen is None:
         raise ConfigError("no compute image is chosen for this profile", "run doctor")
     lock = pick(running_lock(settings, chosen), service)
+    # a registry can take a while to answer: say what is being waited for
+    count = f"{len(lock)} locked image{'s' if len(lock) != 1 else ''}"
+    say(f"Checking the registry for what the tags of {count} name now …")
     moves = check(lock, chosen, lookup_cached())  # every lookup before any change
     # a digest an earlier update rolled back is said, not offered again; naming its
     # SERVICE tries it again
@@ -81,7 +84,8 @@ def update(
         plan,
         engine,
         lambda name: smoke(settings, name),
-        lambda stack, name: wait_healthy(engine, stack, name),
+        lambda stack, name: wait_healthy(engine, stack, name, say=say),
+        say=say,
     )
     for move in todo:
         console.print(f"[bold]Updating[/] {escape(move.service)} to {escape(move.reference)} …")
@@ -93,6 +97,11 @@ def update(
                 "record, `python start_services.py logs SERVICE` the new image's output",
             )
         console.print(outcome_line(outcome), soft_wrap=True)
+
+
+def say(line: str) -> None:
+    """One step of `update`, as it starts: a plain line, whole when piped."""
+    console.print(escape(line), soft_wrap=True, highlight=False)
 
 
 def images_table(rows: list[dict[str, Any]]) -> Table:

@@ -302,3 +302,126 @@ def test_a_later_update_of_a_failed_digest_that_passed_clears_it(running: Path) 
     engine.broken = set()
     assert updater(engine).apply(move()).ok
     assert failed_updates(read_log(log_path(checkout_settings()))) == {}
+
+
+# ------------------------------------------------------------------ each step as it goes
+class HealthEngine(FakeEngine):
+    """FakeEngine whose containers report their state, for the real health wait (its
+    folder moves from ``state``, the name of Engine's method, to ``folder``)."""
+
+    def __init__(self, state: Path, broken: set[str]) -> None:
+        super().__init__(state, broken)
+        self.folder = state
+        del self.state
+
+    def current(self) -> str:
+        text = (self.folder / "host.env").read_text()
+        return next(ln for ln in text.splitlines() if ln.startswith("WHISPER_IMAGE_CPU="))[18:]
+
+    def state(self, _stack: StackPlan, _service: str) -> list[dict[str, Any]]:  # type: ignore[override]
+        broken = self.current().split("@")[1] in self.broken
+        status = "exited" if broken else "running"
+        return [{"status": status, "health": "" if broken else "healthy",
+                 "restarts": 0, "exit": 3 if broken else 0}]  # fmt: skip
+
+
+def run_update(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    running: Path,
+    broken: set[str],
+) -> tuple[int, str, str, HealthEngine]:
+    """`update whisper` through the CLI, the engine, registry and smoke request faked."""
+    import airig.launcher.cli.update as cli_update
+    import airig.launcher.hardware.choice as choice
+
+    whisper = ImageChoice("whisper", "WHISPER_IMAGE_CPU", TAG, False, "cpu profile")
+    chosen = ImageSelection("cpu", (whisper,), {})
+    engine = HealthEngine(running / ".airig", broken)
+    monkeypatch.setattr(
+        choice, "choose_profile", lambda *_a, **_k: type("P", (), {"images": chosen})
+    )
+    monkeypatch.setattr(cli_update, "Docker", lambda: None)
+    monkeypatch.setattr(cli_update, "Engine", lambda _docker: engine)
+    monkeypatch.setattr(cli_update, "lookup_cached", lambda: lambda _ref: (D2, "2026-11-20"))
+    monkeypatch.setattr(cli_update, "smoke", lambda _settings, _name: None)
+    code, out, err = run_cli(monkeypatch, capsys, None, "update", "whisper")
+    return code, out, err, engine
+
+
+def in_order(lines: list[str], *wanted: str) -> list[int]:
+    """The index of the first line holding each of ``wanted``, each after the one before."""
+    found, start = [], 0
+    for word in wanted:
+        index = next((i for i in range(start, len(lines)) if word in lines[i]), None)
+        assert index is not None, f"{word!r} not after line {start}:\n" + "\n".join(lines)
+        found.append(index)
+        start = index + 1
+    return found
+
+
+def test_update_says_each_step_as_it_goes(
+    running: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`update` printed nothing for minutes (issue 35 §5): each step is a line as it
+    starts, plain (no wrapping, no escape codes), the outcome last."""
+    code, out, err, engine = run_update(monkeypatch, capsys, running, set())
+    assert code == 0, out + err
+    assert engine.calls == [f"pull {V2}", f"recreate whisper-cpu {V2}"]
+    lines = out.splitlines()
+    steps = in_order(
+        lines,
+        "Checking the registry",
+        f"pulling {V2} …",
+        f"pulled {V2} (",
+        f"writing WHISPER_IMAGE_CPU={V2} to .airig/host.env",
+        "recreating whisper-cpu (02-compute) …",
+        "waiting for whisper-cpu to be healthy …",
+        "whisper-cpu healthy after ",
+        "smoke request: GET /v1/models through whisper's port …",
+        "smoke request answered",
+        f"writing WHISPER_IMAGE_CPU at {'2' * 12} to .airig/images.lock",
+        "✔ whisper: now",
+    )
+    assert steps[-1] == len(lines) - 1  # the outcome is the last line
+    assert "\x1b[" not in out and all(len(line) < 400 for line in lines)
+
+
+def test_a_rolled_back_update_says_its_steps_and_the_rollback(
+    running: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err, engine = run_update(monkeypatch, capsys, running, {D2})
+    one_error(code, err, "whisper", "rolled back to")
+    assert engine.calls == [
+        f"pull {V2}",
+        f"recreate whisper-cpu {V2}",
+        f"recreate whisper-cpu {V1}",
+    ]
+    in_order(
+        out.splitlines(),
+        f"pulling {V2} …",
+        "recreating whisper-cpu (02-compute) …",
+        "whisper-cpu exited (code 3) after ",
+        f"whisper-cpu exited (code 3): rolling whisper back to {V1} …",
+        f"writing WHISPER_IMAGE_CPU={V1} to .airig/host.env",
+        "recreating whisper-cpu (02-compute) …",
+        "whisper-cpu healthy after ",
+        "smoke request answered",
+    )
+    assert "images.lock" not in out  # the lock keeps the old digest, and says nothing
+
+
+def test_a_long_health_wait_says_how_long_it_has_waited() -> None:
+    class Starting:
+        def state(self, _stack: Any, _service: str) -> list[dict[str, Any]]:
+            return [{"status": "running", "health": "starting", "restarts": 0, "exit": 0}]
+
+    said: list[str] = []
+    ticks = iter(range(0, 1000, 5))
+    found = wait_healthy(Starting(), None, "whisper-cpu", 60, lambda _s: None,  # type: ignore[arg-type]
+                         lambda: next(ticks), said.append)  # fmt: skip
+    assert found == "not healthy after 60 s"
+    assert said and all(
+        line.startswith("  still waiting for whisper-cpu (starting, ") for line in said
+    )
+    assert len(said) < 60 // 5  # every PROGRESS_S, not every poll
