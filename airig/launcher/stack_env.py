@@ -47,9 +47,13 @@ def stack_env_text(stack: StackPlan) -> str:
 def remove_written(settings: Settings) -> None:
     """After `down` nothing `up` generated remains: the generated files, each stack
     folder's .env link to them (left alone, it dangles, and docker compose by hand would
-    read nothing), and .airig/env/ and .airig/ once empty. What the user made stays:
-    .env, and .airig/tuning.log, the history of changes to that .env, which `tune
-    --rollback` undoes across a down and up."""
+    read nothing), and .airig/env/ and .airig/ once empty. Only generated files go, so
+    what the user made or the rig learned stays: .env; .airig/tuning.log, the history of
+    changes to that .env, which `tune --rollback` undoes across a down and up;
+    images.lock, the digests the next `up` starts again, and update.log, their history
+    (`update --check` reads the digests rolled back from it); proofs.json, the GPU
+    proofs' verdicts (the next `up` proves nothing again); restore.json while a restore
+    is unfinished (the next `up` finishes it)."""
     for path in written_paths(settings):
         if path.exists():
             os.remove(path)

@@ -85,6 +85,29 @@ def test_down_removes_the_stack_links_and_empty_folders_and_keeps_the_tuning_log
     assert not (kit / ".airig").exists()
 
 
+def test_down_keeps_the_launchers_history_and_readme_says_which(kit):
+    """README said `.airig/` keeps only `tuning.log` (issue 35 §5): `down` keeps the
+    image lock, the update log and the proofs' verdicts too, and README names each."""
+    from airig.launcher.images.lock import LOCK_FILE
+    from airig.launcher.proofs.cache import PROOFS_FILE
+    from airig.launcher.update import LOG_FILE
+
+    kept = sorted(["tuning.log", LOCK_FILE, LOG_FILE, PROOFS_FILE])
+    write_env(kit)
+    settings = load_settings(kit)
+    Launcher(settings, Engine(), None).write_generated(build_plan(settings, "cpu", []))
+    for name in kept:
+        (kit / ".airig" / name).write_text("{}\n")
+    Launcher(settings, Engine(), None).down(plan_for_running(settings), False, False)
+    assert sorted(p.name for p in (kit / ".airig").iterdir()) == kept
+    readme = (ROOT / "README.md").read_text()
+    [row] = [
+        line for line in readme.splitlines() if line.startswith("| `python start_services.py down")
+    ]
+    said = row.split("keeps only", 1)[1].split(")", 1)[0]
+    assert sorted(re.findall(r"`([^`]+)`", said.split(":", 1)[0])) == kept, row
+
+
 def test_down_leaves_a_stack_env_the_user_made(kit):
     write_env(kit)
     settings = load_settings(kit)
