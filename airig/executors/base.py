@@ -37,7 +37,7 @@ from airig.executors.image import execute_image
 from airig.executors.llm import execute_llm
 from airig.executors.noop import execute_noop
 from airig.executors.note import execute_note
-from airig.executors.ocr import execute_ocr
+from airig.executors.ocr import execute_ocr, may_use_model
 from airig.executors.pages import execute_pages
 from airig.executors.plan import execute_plan
 from airig.executors.resource import execute_resource
@@ -52,6 +52,7 @@ __all__ = [
     "ExecResult",
     "TaskError",
     "run_task",
+    "uses_model",
     "validate_payload",
 ]
 
@@ -114,6 +115,25 @@ def validate_payload(task_type: str, payload: dict) -> Payload:
             retryable=False,
             details={"errors": errors},
         ) from None
+
+
+# The types whose executor may run without the payload's model, and whether it will.
+_MODEL_OPTIONAL: dict[str, Callable[[Payload, int | None], bool]] = {
+    "ocr": lambda payload, gpu: may_use_model(cast(OcrPayload, payload), gpu),
+}
+
+
+def uses_model(task_type: str, payload: dict, gpu_index: int | None) -> bool:
+    """Whether this task, run on a worker with ``gpu_index``, may call its model: the
+    worker loads a model ahead of a task (``worker/swap.py``) only when it will. A payload
+    that does not validate fails in ``run_task`` before any model call: False."""
+    decide = _MODEL_OPTIONAL.get(task_type)
+    if decide is None:
+        return True
+    try:
+        return decide(validate_payload(task_type, payload), gpu_index)
+    except TaskError:
+        return False
 
 
 def run_task(task_type: str, payload: dict, ctx: ExecContext) -> ExecResult:

@@ -65,6 +65,15 @@ def execute_ocr(payload: OcrPayload, ctx: ExecContext) -> ExecResult:
     return ExecResult(output=output, metrics=metrics)
 
 
+def may_use_model(payload: OcrPayload, gpu_index: int | None) -> bool:
+    """Whether ``execute_ocr`` on a worker with ``gpu_index`` can run the model at all:
+    the worker's swap loads it only then. Tesseract's paths never do: a CPU worker loading
+    a 7B vision model it will not call costs about 6 GB of RAM and a minute (issue 35)."""
+    if payload.engine == "vision":
+        return True
+    return payload.engine == "auto" and bool(payload.model) and gpu_index is not None
+
+
 def _choose(payload: OcrPayload, ctx: ExecContext) -> tuple[str, str]:
     if payload.engine == "tesseract":
         return "tesseract", ""

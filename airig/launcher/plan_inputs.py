@@ -11,29 +11,27 @@ with curl writes the paths in. The brain's own templates (``{{ tasks.… }}``,
 
 ``{{ models.<role> }}`` names the model .env chose for that role (``AIRIG_PLANNER_MODEL``,
 ``AIRIG_VISION_MODEL``, ``AIRIG_EMBED_MODEL``, the first of ``AIRIG_WHISPER_MODELS``), so
-a recipe runs on what this rig pulls; a model the rig does not pull is refused here in
-one line, before any task runs and fails at its model call an hour into the plan.
+a recipe runs on what this rig pulls (``.env``'s lists and the models of the recipes in
+``AIRIG_RECIPES``, ``recipes.py``); a model the rig does not pull is refused here in one
+line, before any task runs and fails at its model call an hour into the plan, except
+``{{ models.<role> | optional }}``, which becomes "" (the task's path without a model).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
+import unicodedata
 from pathlib import Path, PurePosixPath
 
 from airig.common.errors import AirigError, ConfigError
-from airig.common.ollama_names import OllamaName
+from airig.launcher.recipes import MODEL, ROLES, chosen_models, pulled, same_model
 from airig.launcher.settings import Settings
 
 PLACEHOLDER = re.compile(r"\{\{\s*(inputs_dir|outputs_dir)\s*\}\}")
-MODEL = re.compile(r"\{\{\s*models\.([A-Za-z_]+)\s*\}\}")
-ROLES = {
-    "llm": ("AIRIG_PLANNER_MODEL", "AIRIG_OLLAMA_MODELS"),
-    "vision": ("AIRIG_VISION_MODEL", "AIRIG_OLLAMA_MODELS"),
-    "embed": ("AIRIG_EMBED_MODEL", "AIRIG_OLLAMA_MODELS"),
-    "whisper": ("AIRIG_WHISPER_MODELS", "AIRIG_WHISPER_MODELS"),
-}
-SAFE_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+# A folder name as the upload names it (inputs_sync.FOLDER_UNSAFE): Unicode letters and
+# digits (``inputs/写真``), ``_``, ``.`` and ``-``; nothing a glob, YAML or a shell reads.
+SAFE_PART = re.compile(r"[\w.-]+")
 # What follows ``{{ inputs_dir }}/`` in a plan: a glob (``*.{jpg,png}``) or a file name.
 INPUT_PATTERN = re.compile(r"\{\{\s*inputs_dir\s*\}\}/((?:\{[^{}\s]*\}|[^\s\"'{},\]])+)")
 BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
@@ -59,14 +57,15 @@ def writes_outputs(body: bytes, outputs: str) -> bool:
 
 
 def data_relative(value: str) -> str:
-    """A data-volume folder as given (``inputs/talks``), checked: relative, no ``..``."""
-    path = PurePosixPath(value.strip().rstrip("/"))
+    """A data-volume folder as given (``inputs/talks``, ``inputs/写真``), checked:
+    relative, no ``..``; in NFC, the form the upload wrote its name in."""
+    path = PurePosixPath(unicodedata.normalize("NFC", value.strip().rstrip("/")))
     parts = path.parts
     if (
         not parts
         or path.is_absolute()
         or any(p in ("..", ".") for p in parts)
-        or not all(SAFE_PART.match(p) for p in parts)
+        or not all(SAFE_PART.fullmatch(p) for p in parts)
     ):
         raise AirigError(
             f"--inputs-dir {value!r} is not a folder of the data volume",
@@ -77,7 +76,8 @@ def data_relative(value: str) -> str:
 
 
 def outputs_dir(plan_file: Path, data_dir: str) -> str:
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", plan_file.stem).strip("-.") or "plan"
+    name = unicodedata.normalize("NFC", plan_file.stem)
+    stem = re.sub(r"[^\w.-]+", "-", name).strip("-.") or "plan"
     return f"outputs/{stem}/{PurePosixPath(data_dir).name}"
 
 
@@ -89,17 +89,13 @@ def fill(body: bytes, data_dir: str, outputs: str) -> bytes:
 
 def fill_models(body: bytes, settings: Settings, where: str) -> bytes:
     """``body`` with each ``{{ models.<role> }}`` replaced; AirigError for a role this rig
-    has no model for, or a model it does not pull."""
+    has no model for, or a model it does not pull. ``{{ models.<role> | optional }}``
+    becomes "" then: the task runs its path without a model (``pdf-text``: tesseract)."""
     text = body.decode("utf-8", "replace")
-    chosen = {
-        "llm": settings.planner_model,
-        "vision": settings.vision_model,
-        "embed": settings.embed_model,
-        "whisper": settings.whisper_models[0] if settings.whisper_models else "",
-    }
-    pulled = {"AIRIG_OLLAMA_MODELS": settings.ollama_models,
-              "AIRIG_WHISPER_MODELS": settings.whisper_models}  # fmt: skip
-    for role in sorted({m.group(1) for m in MODEL.finditer(text)}):
+    chosen = chosen_models(settings)
+    have = pulled(settings)
+    usable: dict[str, str] = {}
+    for role, optional in sorted({(m.group(1), bool(m.group(2))) for m in MODEL.finditer(text)}):
         if role not in ROLES:
             raise AirigError(
                 f"{where} names {{{{ models.{role} }}}}, which is no model role",
@@ -107,27 +103,22 @@ def fill_models(body: bytes, settings: Settings, where: str) -> bytes:
             )
         knob, listed = ROLES[role]
         model = chosen[role]
-        if not model:
+        if model and any(same_model(model, name, listed) for name in have[listed]):
+            usable[role] = model
+        elif optional:
+            continue
+        elif not model:
             raise AirigError(
                 f"{where} needs a {role} model and {knob} is empty",
                 f"set {knob} in .env and run `python start_services.py up`",
             )
-        if not any(_same(model, name, listed) for name in pulled[listed]):
+        else:
             raise AirigError(
                 f"{where} runs {model} ({role}), which this rig does not pull",
-                f"add {model} to {listed} in .env and run `python start_services.py up`",
+                f"add {model} to {listed} in .env (or the recipe to AIRIG_RECIPES: "
+                "`python start_services.py up --recipe NAME`) and run `up`",
             )
-    return MODEL.sub(lambda m: chosen[m.group(1)], text).encode()
-
-
-def _same(model: str, name: str, listed: str) -> bool:
-    """Ollama spells one model several ways (``library/x:latest`` is ``x``)."""
-    if listed != "AIRIG_OLLAMA_MODELS":
-        return model == name
-    try:
-        return OllamaName.parse(model).display == OllamaName.parse(name).display
-    except ConfigError:
-        return False
+    return MODEL.sub(lambda m: usable.get(m.group(1), ""), text).encode()
 
 
 def _alternatives(pattern: str) -> list[str]:

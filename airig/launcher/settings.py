@@ -237,6 +237,12 @@ class Settings(BaseSettings):
     whisper_models: Annotated[tuple[str, ...], NoDecode] = shared_knob(
         shared.WHISPER_MODELS, "02-compute"
     )
+    recipes: Annotated[tuple[str, ...], NoDecode] = knob(
+        (), "AIRIG_RECIPES", "02-compute",
+        "Recipes (recipes/NAME.yaml) whose models `up` pulls besides the two lists above, "
+        "e.g. video-notes,photos-captions; `up --recipe NAME` adds one.",
+        problem="is not a list of recipe names", fix="write it like pdf-text,video-notes",
+    )  # fmt: skip
 
     # ------------------------------------------------------------ 03-agents
     image: str = knob(
@@ -385,7 +391,7 @@ class Settings(BaseSettings):
     def _empty_profile_detects(cls, value: Any) -> Any:
         return None if value == "" else value
 
-    @field_validator("ollama_models", "whisper_models", "brain_gpus", mode="before")
+    @field_validator("ollama_models", "whisper_models", "recipes", "brain_gpus", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):

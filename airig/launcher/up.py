@@ -57,6 +57,7 @@ from airig.launcher.proofs.host import (
     record_load_failure,
 )
 from airig.launcher.pull import pull_missing
+from airig.launcher.recipes import pull_env as recipe_pull_env
 from airig.launcher.restore import apply_pending as apply_restore
 from airig.launcher.settings import Settings
 from airig.launcher.stack_env import remove_written, stack_env_path, stack_env_text
@@ -153,8 +154,12 @@ class Launcher:
             clash = comfyui_flag_clash(images, self.settings.comfyui_cli_args)
             if clash is not None:
                 raise clash
-        # ollama-init loads the smallest model on the GPU once pulled (proofs/host.py)
-        host_env = {**choice.host_env, **load_proof_env(self.settings, images)}
+        # ollama-init loads the smallest model on the GPU once pulled (proofs/host.py);
+        # the init containers pull AIRIG_RECIPES' models too (recipes.py)
+        host_env = {
+            **choice.host_env, **load_proof_env(self.settings, images),
+            **recipe_pull_env(self.settings),
+        }  # fmt: skip
         plan = build_plan(self.settings, choice.profile, choice.gpus, host_env, images)
         result = UpResult(plan=plan, choice=choice)
         if dry_run:

@@ -17,7 +17,9 @@ drain -> unload -> check free VRAM -> load -> report.
 
 Only GPU workers swap (a GPU index, or the ``llm`` class whose Ollama holds models), and
 only models of servers the worker owns: its Ollama, and its own Whisper on a worker that
-has one (``WORKER_OWN_WHISPER``; see ``Swapper.needed``). Each evicted model is unloaded
+has one (``WORKER_OWN_WHISPER``; see ``Swapper.needed``), and only for a task that may call
+its model here (``executors.base.uses_model``: OCR by tesseract on a CPU worker does not,
+so it loads nothing). Each evicted model is unloaded
 on the server that holds it. A failed step fails the attempt as
 retryable, naming the step; the executor does not run. The resident set is updated from
 what the swap did, so the next claim reports it.
@@ -39,7 +41,7 @@ from typing import Protocol
 import ollama
 
 from airig.common.protocol import Assignment
-from airig.executors.base import run_task
+from airig.executors.base import run_task, uses_model
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
 from airig.executors.ollama_common import CLIENT_ERRORS
 from airig.worker.gpus import probe_gpus
@@ -176,6 +178,9 @@ class Swapper:
         transcription there would free nothing it needs)."""
         owned = {None, SWAPPED_SERVICE, *([WHISPER] if self.settings.own_whisper else [])}
         if not self.enabled or task.load_service not in owned:
+            return False
+        if task.load and not uses_model(task.type, task.payload, self.settings.gpu_index):
+            # e.g. OCR by tesseract on a CPU worker: neither load the model nor evict for it
             return False
         return bool(task.evict or task.load)
 

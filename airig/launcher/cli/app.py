@@ -80,6 +80,14 @@ def up(
             "--reprove", help="Prove every GPU image on the GPU again, kept verdicts aside."
         ),
     ] = False,
+    recipe: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--recipe",
+            help="Pull the models this recipe (recipes/NAME.yaml) runs: added to "
+            "AIRIG_RECIPES in .env, so later `up`s and `submit` count them (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Detect the hardware, check the host and start all three stacks."""
     from airig.launcher.up import Launcher  # hardware detection: not loaded for `status`
@@ -88,6 +96,8 @@ def up(
     if not dry_run:
         _ensure_env(root)
     settings = _settings(profile)
+    if recipe:
+        settings = _with_recipes(settings, recipe, profile, write=not dry_run)
     launcher = Launcher(settings, Docker(), console)
     result = launcher.up(dry_run=dry_run, reprove=reprove)
     if dry_run:
@@ -97,6 +107,25 @@ def up(
     console.print(services_table(rows, f"airig is up ({result.plan.profile})"))
     if settings.joined:
         _say_joined(settings)
+
+
+def _with_recipes(
+    settings: Settings, names: list[str], profile: str | None, write: bool
+) -> Settings:
+    """``up --recipe NAME``: the names checked, then added to AIRIG_RECIPES in .env (kept:
+    `submit` checks a recipe's models against what the rig pulls, and the next `up` pulls
+    them again); with --dry-run, for this run only."""
+    from airig.launcher.envfile import set_values
+    from airig.launcher.recipes import RECIPES_KEY, recipe_models
+
+    for name in names:
+        recipe_models(settings, name)  # an unknown name: one line naming the recipes
+    merged = list(dict.fromkeys([*settings.recipes, *names]))
+    value = ",".join(merged)
+    if write and merged != list(settings.recipes):
+        set_values(settings.env_file, {RECIPES_KEY: value})
+        console.print(f"{RECIPES_KEY}={escape(value)} written to .env: `up` pulls their models")
+    return checkout_settings({"AIRIG_PROFILE": profile, RECIPES_KEY: value})
 
 
 @app.command()
