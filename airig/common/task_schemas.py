@@ -431,6 +431,12 @@ NoteInput = (
 )
 
 
+# A csv column: a field path (``caption``, ``item.path``), its own header; or a mapping of
+# one header to its path (``{file: item.name}``): the header a person reads in the sheet.
+CsvText = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+CsvColumn = CsvText | Annotated[dict[CsvText, CsvText], Field(min_length=1, max_length=1)]
+
+
 class NotePayload(Payload):
     """A document a person reads, written onto the data volume from upstream outputs."""
 
@@ -447,13 +453,7 @@ class NotePayload(Payload):
     pages: NoteInput | None = None
     # csv
     rows: NoteInput | None = None
-    columns: (
-        Annotated[
-            list[Annotated[str, StringConstraints(min_length=1, max_length=200)]],
-            Field(min_length=1, max_length=200),
-        ]
-        | None
-    ) = None
+    columns: Annotated[list[CsvColumn], Field(min_length=1, max_length=200)] | None = None
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> NotePayload:

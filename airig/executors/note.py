@@ -12,7 +12,9 @@ itself. Kinds:
   topic for the search index.
 - ``pages``: plain text, ``--- page N ---`` before each page; ``documents`` one per page.
 - ``csv``: one row per item of a fan-out group's output (or of a list of mappings), the
-  ``columns`` given as field paths; failed items carry their error in an ``error`` column.
+  ``columns`` given as field paths, each its own header, or as ``{header: path}`` (the
+  photos recipe's ``{file: item.name}``); failed items carry their error in an ``error``
+  column.
 """
 
 from __future__ import annotations
@@ -306,18 +308,28 @@ def csv_note(payload: NotePayload) -> str:
     items = _list_of(payload.rows, "items", "rows")
     if not items:
         raise bad_input("rows holds no items", hint="pass a fan-out group's output or a list")
-    columns = list(payload.columns or [])
+    columns = [_column(column) for column in payload.columns or []]
+    headers = [header for header, _ in columns]
     failed = [_item_error(item) for item in items]
-    with_error = any(failed) and "error" not in columns
+    with_error = any(failed) and "error" not in headers
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow([*columns, *(["error"] if with_error else [])])
+    # headers are the plan's text: kept from running as a formula as the cells are
+    writer.writerow([_cell(h) for h in [*headers, *(["error"] if with_error else [])]])
     for item, error in zip(items, failed, strict=True):
-        row = [_cell(_field(item, column)) for column in columns]
+        row = [_cell(_field(item, path)) for _, path in columns]
         if with_error:
             row.append(_cell(error))
         writer.writerow(row)
     return buffer.getvalue()
+
+
+def _column(column: str | dict[str, str]) -> tuple[str, str]:
+    """(header, field path): a path is its own header; ``{header: path}`` names it."""
+    if isinstance(column, str):
+        return column, column
+    [(header, path)] = column.items()  # the schema allows one pair
+    return header, path
 
 
 def _item_error(item: Any) -> str:

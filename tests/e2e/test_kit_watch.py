@@ -361,7 +361,8 @@ def test_the_recipes_run_on_folders_of_generated_media(watched_kit, tmp_path):
     sheet = fetch(watched_kit, "outputs/photos-captions/photos/captions.csv").content
     assert sheet.startswith(b"\xef\xbb\xbf"), sheet[:40]
     rows = list(csv.DictReader(io.StringIO(sheet.decode("utf-8-sig"))))
-    by_name = {row["item.name"]: row for row in rows}
+    assert list(rows[0]) == ["file", "caption", "tags", "error"], rows  # README's header
+    by_name = {row["file"]: row for row in rows}
     assert set(by_name) == {"bars.jpg", "pattern.jpg", "broken.jpg"}, rows
     assert by_name["bars.jpg"]["caption"] and not by_name["bars.jpg"]["error"], rows
     assert by_name["broken.jpg"]["error"], rows
