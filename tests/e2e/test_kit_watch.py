@@ -353,6 +353,14 @@ def test_the_recipes_run_on_folders_of_generated_media(watched_kit, tmp_path):
     hits = search(watched_kit, "lighthouse keepers", "pdf-text")
     assert hits[0]["source"].endswith("harbour-report.pdf"), hits
     assert hits[0]["locator"] == "page 2", hits
+    # the CPU workers read the pages with tesseract and loaded no vision model for it
+    # (issue 35: `model.load pdfs__1__ocr qwen2.5vl:7b cpu-2` before tesseract ran)
+    loads = requests.get(
+        f"{BRAIN}/v1/events", params={"type": "model.load", "limit": 500},
+        headers=auth(watched_kit), timeout=10,
+    ).json()["events"]  # fmt: skip
+    ocr_loads = [e for e in loads if e.get("plan") == plan["id"] and "ocr" in e["task_id"]]
+    assert ocr_loads == [], ocr_loads
 
     # photos-captions: one CSV row per photo, the broken one with its error
     plan, said = run_recipe(watched_kit, "photos-captions", photos)
