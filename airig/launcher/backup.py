@@ -166,7 +166,7 @@ def take(
     finally:
         brain.exec_run(["rm", "-f", SNAPSHOT, INDEX_SNAPSHOT])
     checked = verify(path)  # what a restore will read, read back once
-    digest = _sha256(path)
+    digest = archive_sha256(path)
     result = BackupResult(path, path.stat().st_size, digest, checked)
     try:
         record({"archive": path.name, "bytes": result.size, "sha256": digest,
@@ -284,7 +284,8 @@ def _models(settings: Settings) -> dict[str, list[str]]:
     return {"ollama": list(settings.ollama_models), "whisper": list(settings.whisper_models)}
 
 
-def _sha256(path: Path) -> str:
+def archive_sha256(path: Path) -> str:
+    """The archive's sha256, as the brain records it (and a restore records it again)."""
     import hashlib
 
     digest = hashlib.sha256()

@@ -16,7 +16,10 @@ In two halves, so nothing is half-started:
    spooled (under ``.airig/``, not a tmpfs ``/tmp``: inputs can be large) into one tar
    per volume; only once it has verified whole are they streamed into the volumes through
    a container of the kit's image that never starts; then ``restore.json`` goes. If `up`
-   stops before that (a full disk included), the next `up` finishes it.
+   stops before that (a full disk included), the next `up` finishes it. The store's
+   snapshot was taken before `backup` recorded the archive with the brain, so the
+   archive restored from is recorded in the restored store here (``record_restored``):
+   `status` and the dashboard then show it as the last backup, not "No backup yet".
 
 Models the archive does not hold are pulled and verified by `up`'s init containers, as on
 a first `up`.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import tarfile
 import tempfile
 import time
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from airig.launcher.backup import DATA_VOLUMES, MODEL_VOLUMES
+from airig.launcher.backup import DATA_VOLUMES, MODEL_VOLUMES, STORE_MEMBER, archive_sha256
 from airig.launcher.backup_archive import DATA_VOLUME, BackupError, Manifest, verify
 from airig.launcher.docker import Docker, engine_errors
 from airig.launcher.settings import Settings, load_settings
@@ -240,10 +244,16 @@ def _spool_and_put(settings: Settings, docker: Docker, archive: Path,
         # one tar per volume, closed below once the archive has been read
         tars = {v: tarfile.open(Path(tmp) / f"{v}.tar", "w") for v in volumes}  # noqa: SIM115
         made: set[tuple[str, str]] = set()
+        store = Path(tmp) / "brain.db"  # the store, recorded in before it goes in its tar
 
         def spill(name: str, reader: IO[bytes]) -> None:
             parts = PurePosixPath(name).parts
             if parts[0] != "volumes" or parts[1] not in tars:
+                return
+            if name == STORE_MEMBER:
+                with store.open("wb") as out:
+                    for chunk in iter(lambda: reader.read(1 << 20), b""):
+                        out.write(chunk)
                 return
             owner = OWNERS.get(parts[1], 0)
             for depth in range(3, len(parts)):  # its folders first, owned as the file
@@ -267,12 +277,43 @@ def _spool_and_put(settings: Settings, docker: Docker, archive: Path,
                 tars[parts[1]].addfile(info, spooled)
 
         try:
-            verify(archive, spill)
+            manifest = verify(archive, spill)
+            if store.is_file():
+                record_restored(store, archive, manifest)
+                info = tarfile.TarInfo(PurePosixPath(STORE_MEMBER).name)
+                owner = OWNERS[STATE_VOLUME]
+                info.size, info.mode, info.uid, info.gid = store.stat().st_size, 0o644, owner, owner
+                with store.open("rb") as data:
+                    tars[STATE_VOLUME].addfile(info, data)
         finally:
             for handle in tars.values():
                 with contextlib.suppress(OSError):
                     handle.close()
         _put(settings, docker, {v: Path(tmp) / f"{v}.tar" for v in volumes})
+
+
+def record_restored(store: Path, archive: Path, manifest: Manifest) -> bool:
+    """The archive in the restored store's ``backups`` table (airig/brain/store/backups.py),
+    as `backup` recorded it with the brain after the snapshot was taken: its name, size,
+    sha256, when its snapshot was taken, whether it holds the models. A store this cannot
+    write (an older kit's, without the table; a damaged file) is left as it is; False
+    then, and the restore goes on: the record is for people, the store is the data."""
+    row = (manifest.created_at, archive.name, archive.stat().st_size, archive_sha256(archive),
+           int(manifest.models_included))  # fmt: skip
+    try:
+        conn = sqlite3.connect(store)
+        try:
+            with conn:
+                conn.execute(
+                    "INSERT INTO backups (created_at, archive, bytes, sha256, models) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    row,
+                )
+        finally:
+            conn.close()  # the last connection: the WAL, if any, goes into the file
+    except sqlite3.Error:
+        return False
+    return True
 
 
 # Who writes each volume (airig/services/infra.py LAYOUT: the kit's brain and workers run
