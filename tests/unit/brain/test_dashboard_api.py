@@ -326,3 +326,37 @@ def test_inventory_view_skips_malformed_entries():
         ("sd.safetensors", None, None, None)
     ]
     assert {s.service: s.error for s in view.sources} == {"comfyui": None, "x": "not an object"}
+
+
+# ------------------------------------------------------------------ workers alive / expected
+def test_a_worker_scaled_away_leaves_the_expected_count(client):
+    """The dashboard stayed amber "2 / 3" after `cpu` workers were scaled 3 → 2 (issue 35
+    §5): the worker that stopped cleanly (deregistered) is no longer expected; one gone
+    silent still is; one registered again is expected again."""
+    tokens = {}
+    for name in ("cpu-1", "cpu-2", "cpu-3"):
+        answer = client.post("/v1/workers/register", headers=BOOT, json={"name": name})
+        assert answer.status_code == 200, answer.text
+        tokens[name] = {"Authorization": f"Bearer {answer.json()['token']}"}
+
+    def counts():
+        return client.get("/v1/workers", headers=ADMIN).json()["counts"]
+
+    assert counts() == {"alive": 3, "expected": 3, "silent": 0, "stopped": 0}
+    assert client.post("/v1/workers/deregister", headers=tokens["cpu-3"]).status_code == 200
+    assert counts() == {"alive": 2, "expected": 2, "silent": 0, "stopped": 1}
+    with brain_of(client).db.tx() as conn:  # cpu-2 went quiet without a word
+        conn.execute(
+            "UPDATE workers SET last_heartbeat = ? WHERE id = 'cpu-2'", (time.time() - 3600,)
+        )
+    assert counts() == {"alive": 1, "expected": 2, "silent": 1, "stopped": 1}
+    # a deregistered worker's old token is refused: it cannot make itself expected again
+    assert client.post("/v1/workers/heartbeat", headers=tokens["cpu-3"], json={}).status_code == 401
+    assert counts()["expected"] == 2
+    # scaled back up: cpu-3 registers again and is expected again
+    client.post("/v1/workers/register", headers=BOOT, json={"name": "cpu-3"})
+    assert counts() == {"alive": 2, "expected": 3, "silent": 1, "stopped": 0}
+    # the dashboard shows the brain's count, not the length of the list
+    script = (REPO / "airig" / "brain" / "dashboard" / "static" / "app.js").read_text()
+    assert "`${counts.alive} / ${counts.expected}`" in script
+    assert "workers.length}`" not in script

@@ -182,34 +182,43 @@ def list_workers(brain: BrainDep, _: AdminDep) -> Response:
     # A worker may rightly wait this long for a task whose model another GPU holds
     # (residency policy) before it counts as idle while work waits (triage).
     idle_limit_s = settings.max_wait_s + settings.lease_s
-    return rendered({
-        "workers": [
-            {
-                "id": row["id"],
-                "name": row["id"],
-                # the rig the worker runs on ("" from a worker that predates rigs), and the
-                # join token it registered with (None: this machine's bootstrap token)
-                "host": row["host"],
-                "join_token": row["registered_by"],
-                "classes": json.loads(row["classes_json"]),
-                "gpu_index": row["gpu_index"],
-                "gpus": json.loads(row["gpus_json"]),
-                "resident_models": json.loads(row["models_json"]),
-                "registered_at": row["registered_at"],
-                "last_heartbeat": row["last_heartbeat"],
-                "alive": now - row["last_heartbeat"] <= settings.lease_s,
-                # deregistered on a clean stop: not alive, and not silent either
-                "stopped": row["last_heartbeat"] == workers.RETIRED,
-                "running": busy.get(row["id"], 0),
-                "last_claim_at": row["last_claim_at"],
-                # seconds since its last claim (or registration), by the brain's clock
-                "idle_s": round(now - (row["last_claim_at"] or row["registered_at"]), 1),
-                # READY tasks of the classes this worker serves
-                "ready_for_it": sum(waiting.get(c, 0) for c in json.loads(row["classes_json"])),
-                "idle_limit_s": idle_limit_s,
-                "thermal_blocked": brain.scheduling.thermal.blocked(row["id"]),
-                "warnings": brain.scheduling.warnings(row["id"]),
-            }
-            for row in rows
-        ]
-    })  # fmt: skip
+    listed = [
+        {
+            "id": row["id"],
+            "name": row["id"],
+            # the rig the worker runs on ("" from a worker that predates rigs), and the
+            # join token it registered with (None: this machine's bootstrap token)
+            "host": row["host"],
+            "join_token": row["registered_by"],
+            "classes": json.loads(row["classes_json"]),
+            "gpu_index": row["gpu_index"],
+            "gpus": json.loads(row["gpus_json"]),
+            "resident_models": json.loads(row["models_json"]),
+            "registered_at": row["registered_at"],
+            "last_heartbeat": row["last_heartbeat"],
+            "alive": now - row["last_heartbeat"] <= settings.lease_s,
+            # deregistered on a clean stop: not alive, and not silent either
+            "stopped": row["last_heartbeat"] == workers.RETIRED,
+            "running": busy.get(row["id"], 0),
+            "last_claim_at": row["last_claim_at"],
+            # seconds since its last claim (or registration), by the brain's clock
+            "idle_s": round(now - (row["last_claim_at"] or row["registered_at"]), 1),
+            # READY tasks of the classes this worker serves
+            "ready_for_it": sum(waiting.get(c, 0) for c in json.loads(row["classes_json"])),
+            "idle_limit_s": idle_limit_s,
+            "thermal_blocked": brain.scheduling.thermal.blocked(row["id"]),
+            "warnings": brain.scheduling.warnings(row["id"]),
+        }
+        for row in rows
+    ]  # fmt: skip
+    return rendered({"workers": listed, "counts": worker_counts(listed)})
+
+
+def worker_counts(listed: list[dict[str, Any]]) -> dict[str, int]:
+    """The dashboard's "alive / expected": a worker that stopped cleanly (deregistered: a
+    slot scaled away, a container stopped) is no longer expected; one gone silent still
+    is, since nobody said it left."""
+    stopped = sum(1 for w in listed if w["stopped"])
+    alive = sum(1 for w in listed if w["alive"])
+    expected = len(listed) - stopped
+    return {"alive": alive, "expected": expected, "silent": expected - alive, "stopped": stopped}

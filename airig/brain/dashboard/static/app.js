@@ -28,6 +28,7 @@
     timer: null,
     busy: false,
     workers: [],
+    workerCounts: { alive: 0, expected: 0, silent: 0, stopped: 0 },
     history: new Map(), // "worker#gpu" -> [{hb, temp, power}]
   };
 
@@ -156,8 +157,9 @@
     if (app.busy || !sessionStorage.getItem(TOKEN_KEY)) return;
     app.busy = true;
     try {
-      const { workers } = await api('/v1/workers');
+      const { workers, counts } = await api('/v1/workers');
       app.workers = workers;
+      app.workerCounts = counts;
       remember(workers);
       const warned = workers.filter((w) => w.thermal_blocked || (w.warnings || []).length).length;
       badge('#badge-cluster', warned, 'warn');
@@ -357,9 +359,13 @@
         const workers = app.workers;
         const gpus = workers.flatMap((w) => w.gpus || []);
         const hot = workers.filter((w) => w.thermal_blocked).length;
-        const alive = workers.filter((w) => w.alive).length;
+        // the brain's count: a worker that stopped cleanly (a slot scaled away) is no
+        // longer expected, so scaling down leaves the tile green (routes/workers.py)
+        const counts = app.workerCounts;
         fill(tiles,
-          tile('Workers alive', `${alive} / ${workers.length}`, { key: 'workers', cls: alive < workers.length ? 'tile-warn' : '' }),
+          tile('Workers alive', `${counts.alive} / ${counts.expected}`, { key: 'workers',
+            note: counts.stopped ? `${counts.stopped} stopped cleanly, not counted` : null,
+            cls: counts.alive < counts.expected ? 'tile-warn' : '' }),
           tile('GPUs', String(gpus.length), { note: hot ? `${hot} paused by thermal guard` : 'none paused', cls: hot ? 'tile-bad' : '' }),
           tile('Running', String(queue.totals.RUNNING + queue.totals.LEASED), { key: 'running' }),
           tile('Ready', String(queue.totals.READY), { note: `oldest ${duration(queue.oldest_ready_wait_s)}` }),
