@@ -1,6 +1,7 @@
 """Small media made at test time with the real tools: a video with scene changes and a
-tone (ffmpeg), a PDF with a text layer (written here: Helvetica text, no dependency), and
-a PNG of printed text (that PDF's page rendered by pdftoppm).
+tone (ffmpeg), a PDF with a text layer (written here: Helvetica text, no dependency), a
+PNG of printed text (that PDF's page rendered by pdftoppm), and one picture in any format
+ffmpeg writes (TIFF, GIF ...).
 
 The tools are Debian's ffmpeg, poppler-utils and tesseract-ocr; CI installs them
 (.ci/run). A missing one fails the test with how to install it: never a skip.
@@ -119,3 +120,14 @@ def make_text_png(path: Path, lines: list[str]) -> Path:
     pdf = make_pdf(path.with_suffix(".pdf"), [lines])
     run(["pdftoppm", "-png", "-r", "150", "-singlefile", str(pdf), str(path.with_suffix(""))])
     return path.with_suffix(".png")
+
+
+def make_image(path: Path, source: str = "testsrc", size: str = "320x240", *args: str) -> Path:
+    """One frame of an ffmpeg lavfi ``source`` (testsrc, color=c=red ...) written in the
+    format ``path``'s suffix names (ffmpeg's image2 muxer: .tiff, .gif, .png ...)."""
+    need("ffmpeg")
+    joiner = ":" if "=" in source else "="
+    spec = f"{source}{joiner}size={size}:rate=1"
+    run(["ffmpeg", "-v", "error", "-nostdin", "-y", "-f", "lavfi", "-i", spec,
+         "-frames:v", "1", *args, str(path)])  # fmt: skip
+    return path

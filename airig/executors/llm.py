@@ -12,7 +12,7 @@ import ollama
 from airig.common.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
 from airig.common.task_schemas import LlmPayload
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
-from airig.executors.media import ImageFile, image_paths, read_image
+from airig.executors.media import ImageFile, image_paths, model_image, read_image
 from airig.executors.ollama_common import call_ollama, duration_metrics, pinned_options
 
 T = TypeVar("T")
@@ -101,8 +101,10 @@ def execute_llm(payload: LlmPayload, ctx: ExecContext) -> ExecResult:
     options, overridden = pinned_options(ctx, payload.model, payload.options)
     images: list[ImageFile] = []
     if payload.images is not None:
-        # Every image is read and checked before the model is asked for or loaded.
+        # Every image is read and checked before the model is asked for or loaded; a TIFF
+        # or GIF then becomes the PNG every Ollama of the kit decodes (media.model_image).
         images = [read_image(ctx, path) for path in image_paths(payload.images)]
+        images = [model_image(ctx, image) for image in images]
         require_vision(ctx, payload.model)
     start = time.monotonic()
     if payload.per_image:
@@ -124,6 +126,9 @@ def execute_llm(payload: LlmPayload, ctx: ExecContext) -> ExecResult:
     if images:
         metrics["images"] = len(images)
         metrics["image_bytes"] = sum(len(image.data) for image in images)
+        converted = sum(1 for image in images if image.converted_from)
+        if converted:
+            metrics["images_converted"] = converted
     if overridden:
         metrics["options_overridden"] = overridden
     if final.done_reason:

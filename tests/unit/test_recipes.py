@@ -13,7 +13,8 @@ from airig.brain.plans.validate import Limits
 from airig.launcher import plan_inputs
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-PHOTOS = ["IMG_0001.JPG", "b.jpeg", "c.png", "d.webp", "e.gif", "f.bmp", "i.Jpg"]
+PHOTOS = ["IMG_0001.JPG", "b.jpeg", "c.png", "d.webp", "e.gif", "f.bmp", "g.tif", "h.TIFF",
+          "i.Jpg"]  # fmt: skip
 
 
 def _filled(name: str, data_dir: str = "inputs/folder") -> bytes:
@@ -31,7 +32,7 @@ def _folder(tmp_path: Path, names: list[str]) -> Path:
 
 
 def test_photos_captions_takes_every_common_image_type_whatever_its_case(tmp_path):
-    data = _folder(tmp_path, [*PHOTOS, "notes.txt", "g.tif", "h.TIFF"])  # TIFF: not read
+    data = _folder(tmp_path, [*PHOTOS, "notes.txt"])
     plan, _, _ = load_plan(_filled("photos-captions.yaml"), "application/yaml", Limits(),
                            data)  # fmt: skip
     items = next(t for t in plan.tasks if t.id == "photos").payload["items"]
