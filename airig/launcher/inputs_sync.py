@@ -10,6 +10,10 @@ one, so a cut connection never leaves half a video under the real name.
 Only the folder's own files go (not sub-folders, not hidden files, not links that lead
 out of it): a recipe's glob names what it reads, and a user who points at ``~`` must not
 upload their home.
+
+A file over the service's upload limit (``FILES_MAX_UPLOAD_BYTES``, which its ``/health``
+answers) is refused before anything is sent, in one line that says the file, its size,
+the limit and the knob; a 413 all the same (the limit changed meanwhile) says the same.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ NAME_BYTES = 200
 # ``. _ -``; quotes, glob characters, spaces and the rest become ``-``.
 FOLDER_UNSAFE = re.compile(r"[^\w.-]+")
 UPLOAD_TIMEOUT_S = 600.0
+GIB = 1024**3
+LIMIT_KNOB = "FILES_MAX_UPLOAD_BYTES"
 
 
 @dataclass
@@ -136,9 +142,13 @@ class FileService:
                 detail = response.json().get("detail")
             except ValueError:
                 detail = response.text[:200]
+            # the service writes a line for each upload it refuses (upload.refused), none
+            # for a listing: a log is named only where it holds the refusal
+            logged = "`python start_services.py logs files` has the refusal; "
             return AirigError(
                 f"the file service refused {what}: HTTP {response.status_code}: {detail}",
-                "see `docker compose -f 01-infra/compose.yaml logs files`",
+                f"{logged if what.startswith('uploading') else ''}`python start_services.py "
+                "status` shows whether the file service is healthy",
             )
         return AirigError(
             f"cannot reach the file service at {self.base_url} ({type(exc).__name__})",
@@ -160,6 +170,16 @@ class FileService:
         entries = response.json().get("entries", [])
         return {e[0]: (e[2] if len(e) > 2 else None) for e in entries if not e[0].endswith("/")}
 
+    def limit(self) -> int | None:
+        """The service's upload limit in bytes; None when it does not say (an older kit's
+        service, or no answer: the upload then finds out)."""
+        url = self.base_url.rsplit("/files", 1)[0] + "/health"
+        try:
+            found = requests.get(url, timeout=10).json().get("max_upload_bytes")
+        except (requests.RequestException, ValueError, AttributeError):
+            return None
+        return found if isinstance(found, int) and not isinstance(found, bool) else None
+
     def put(self, path: Path, rel: str, sha256: str) -> None:
         headers = {**self.headers, "X-Content-SHA256": sha256}
         try:
@@ -170,8 +190,35 @@ class FileService:
             raise self._fail(f"uploading {path.name}", exc) from None
         except OSError as exc:
             raise AirigError(f"cannot read {path}: {exc.strerror}", "check the file") from None
+        if response.status_code == 413:
+            said = response.headers.get("X-Upload-Limit", "")
+            raise over_limit([path], int(said) if said.isdigit() else None)
         if response.status_code != 201:
             raise self._fail(f"uploading {path.name}", None, response)
+
+
+def _size(size: int) -> str:
+    """``9.1 GiB, 9771234567 bytes``: readable, and exact where the limit is in bytes."""
+    for unit, scale in (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}, {size} bytes"
+    return f"{size} bytes"
+
+
+def over_limit(paths: list[Path], limit: int | None, sent_nothing: bool = False) -> AirigError:
+    """Files over the file service's upload limit, in one line that needs no log: each
+    file and its size, the limit, and the knob with a value that takes them."""
+    sizes = {path: path.stat().st_size for path in paths}
+    shown = ", ".join(f"{p.name} ({_size(n)})" for p, n in sizes.items())
+    verb = "is" if len(paths) == 1 else "are"
+    cap = f" of {_size(limit)}" if limit is not None else ""
+    enough = -(-max(sizes.values()) // GIB) * GIB  # the largest, up to a whole GiB
+    return AirigError(
+        f"{shown} {verb} over the file service's upload limit{cap}"
+        f"{'; nothing was uploaded' if sent_nothing else ''}",
+        f"raise it: {LIMIT_KNOB}={enough} in .env, then `python start_services.py up`; "
+        "or split the file",
+    )
 
 
 def sync(folder: Path, settings: Settings, service: FileService | None = None) -> Synced:
@@ -191,13 +238,18 @@ def sync(folder: Path, settings: Settings, service: FileService | None = None) -
         )
     synced = Synced(data_folder_for(folder))
     there = service.hashes(synced.data_dir)
+    digests = {path: sha256_of(path) for path in files}
+    sending = [path for path in files if there.get(names[path]) != digests[path]]
+    limit = service.limit() if sending else None
+    too_big = [p for p in sending if limit is not None and p.stat().st_size > limit]
+    if too_big:  # before any upload: not half a folder, then a refusal
+        raise over_limit(too_big, limit, sent_nothing=True)
     for path in files:
-        digest = sha256_of(path)
         name = names[path]
-        if there.get(name) == digest:
+        if path not in sending:
             synced.skipped.append(name)
             continue
-        service.put(path, f"{synced.data_dir}/{name}", digest)
+        service.put(path, f"{synced.data_dir}/{name}", digests[path])
         synced.uploaded.append(name)
         synced.sent_bytes += path.stat().st_size
     return synced

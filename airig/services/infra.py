@@ -97,7 +97,8 @@ def create_app():
 
     @app.get("/health")
     def health() -> dict:
-        return {"status": "ok", "root": str(root)}
+        # the limit too: `submit --inputs-dir` refuses a file over it before it uploads any
+        return {"status": "ok", "root": str(root), "max_upload_bytes": limit}
 
     @app.get("/files/{rel:path}", dependencies=[Depends(authorised)])
     def get(rel: str, sha256: bool = False):
@@ -120,6 +121,16 @@ def create_app():
 
     @app.put("/files/{rel:path}", dependencies=[Depends(authorised)], status_code=201)
     async def put(rel: str, request: Request) -> dict:
+        try:
+            return await write(rel, request)
+        except HTTPException as refused:
+            # one line per refused upload in `logs files`, which the client's hint names
+            # (not an interrupted one: no client is left to point there)
+            if refused.detail != INTERRUPTED:
+                log_refusal(rel, refused.status_code, str(refused.detail))
+            raise
+
+    async def write(rel: str, request: Request) -> dict:
         vet(rel)
         parent_rel, _, name = rel.rpartition("/")
         if name in ("", "."):
@@ -131,7 +142,7 @@ def create_app():
         parent = resolve(parent_rel)
         declared = request.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > limit:
-            raise HTTPException(413, _too_large(limit))
+            raise too_large(name, limit, int(declared))
         expected = request.headers.get("x-content-sha256", "").strip().lower()
         if expected and not SHA256_HEX.match(expected):
             raise HTTPException(400, "X-Content-SHA256 must be 64 hex digits")
@@ -142,12 +153,12 @@ def create_app():
             finally:
                 os.close(dir_fd)
         except UploadTooLarge:
-            raise HTTPException(413, _too_large(limit)) from None
+            raise too_large(name, limit, None) from None
         except UploadCorrupt as exc:
             raise HTTPException(422, str(exc)) from None
         except ClientDisconnect:
             # Nobody is left to read this; answering keeps the disconnect out of the logs.
-            raise HTTPException(400, "upload interrupted by the client") from None
+            raise HTTPException(400, INTERRUPTED) from None
         except OSError as exc:
             raise HTTPException(*_os_failure(exc, rel)) from None
         return {"path": rel, "size": size}
@@ -246,11 +257,34 @@ def _in_flight(name: str) -> bool:
     return name.startswith(UPLOAD_PREFIX)
 
 
-def _too_large(limit: int) -> str:
-    return (
-        f"upload is larger than the {limit}-byte limit; split the file or raise "
-        "FILES_MAX_UPLOAD_BYTES in .env"
+INTERRUPTED = "upload interrupted by the client"
+LIMIT_HEADER = "X-Upload-Limit"  # a 413's limit in bytes, for a client's own message
+
+
+def too_large(name: str, limit: int, size: int | None):
+    """The 413 of an upload over FILES_MAX_UPLOAD_BYTES: the file, its size (when the
+    client declared it; else what streamed past the limit), the limit and the knob."""
+    from fastapi import HTTPException
+
+    what = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+    return HTTPException(
+        413,
+        f"{name} is {what}, over the file service's upload limit of {limit} bytes "
+        f"({_gib(limit)}); raise FILES_MAX_UPLOAD_BYTES in .env and run `python "
+        "start_services.py up`, or split the file",
+        headers={LIMIT_HEADER: str(limit)},
     )
+
+
+def _gib(size: int) -> str:
+    return f"{size / 1024**3:.1f} GiB"
+
+
+def log_refusal(rel: str, status: int, detail: str) -> None:
+    """A refused upload as one JSON line on stdout (`docker compose logs files`): uvicorn
+    runs at level warning, so without this the log held nothing about it."""
+    line = {"event": "upload.refused", "path": rel, "status": status, "detail": detail}
+    print(json.dumps(line, ensure_ascii=False), flush=True)
 
 
 def _os_failure(exc: OSError, rel: str) -> tuple[int, str]:

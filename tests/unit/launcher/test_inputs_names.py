@@ -25,6 +25,9 @@ class FakeService:
     def hashes(self, data_dir: str) -> dict[str, str | None]:
         return {}
 
+    def limit(self) -> int | None:
+        return None  # as an older kit's service: no limit said
+
     def put(self, path: Path, rel: str, sha256: str) -> None:
         target = self.root / rel
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ the plan's {{ inputs_dir }} / {{ outputs_dir }} are filled (issue 25 §3)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -143,3 +144,106 @@ def test_names_that_would_clash_on_the_volume_are_refused(tmp_path, service):
     assert "same name on the data volume" in refused.value.message
     assert "a\\tb.mp4" in refused.value.message and "\t" not in refused.value.message
     assert list(root.iterdir()) == []
+
+
+# ------------------------------------------------------------------ the upload limit
+@pytest.fixture
+def limited(monkeypatch, request):
+    """The file service with FILES_MAX_UPLOAD_BYTES=100."""
+    monkeypatch.setenv("FILES_MAX_UPLOAD_BYTES", "100")
+    return request.getfixturevalue("service")
+
+
+def _over(tmp_path: Path) -> Path:
+    folder = tmp_path / "talks"
+    folder.mkdir()
+    (folder / "a small one.txt").write_bytes(b"fits")
+    (folder / "Café talk.mp4").write_bytes(b"v" * 250)
+    return folder
+
+
+def test_a_file_over_the_upload_limit_is_refused_first_in_a_line_that_needs_no_log(
+    tmp_path, limited
+):
+    """The upload-limit error named a log with nothing in it (issue 35 §5): it says the
+    file, its size, the limit and the knob, and nothing of the folder is sent."""
+    files, root = limited
+    assert files.limit() == 100
+    with pytest.raises(AirigError) as refused:
+        inputs_sync.sync(_over(tmp_path), settings=None, service=files)  # type: ignore[arg-type]
+    error = refused.value
+    assert error.message == (
+        "Café talk.mp4 (250 bytes) is over the file service's upload limit of 100 bytes; "
+        "nothing was uploaded"
+    )
+    assert error.hint == (
+        "raise it: FILES_MAX_UPLOAD_BYTES=1073741824 in .env, then `python start_services.py "
+        "up`; or split the file"
+    )
+    assert "log" not in error.message + error.hint
+    assert not (root / "inputs").exists() or list((root / "inputs").rglob("*")) == []
+
+
+def test_a_413_all_the_same_says_the_limit_and_the_service_logs_it(
+    tmp_path, limited, monkeypatch, capsys
+):
+    """A limit lowered after the check (or a service that does not say it): the 413
+    makes the same line, the limit from its header; the service's log has the refusal."""
+    files, root = limited
+    monkeypatch.setattr(files, "limit", lambda: None)
+    with pytest.raises(AirigError) as refused:
+        inputs_sync.sync(_over(tmp_path), settings=None, service=files)  # type: ignore[arg-type]
+    error = refused.value
+    assert error.message == (
+        "Café talk.mp4 (250 bytes) is over the file service's upload limit of 100 bytes"
+    )
+    assert "FILES_MAX_UPLOAD_BYTES=1073741824" in error.hint and "log" not in error.hint
+    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+              if line.startswith("{")]  # fmt: skip
+    [line] = [entry for entry in logged if entry.get("event") == "upload.refused"]
+    assert (line["path"], line["status"]) == ("inputs/talks/Café talk.mp4", 413)
+    assert "250 bytes" in line["detail"] and "FILES_MAX_UPLOAD_BYTES" in line["detail"]
+
+
+def test_another_refusal_names_the_log_that_has_it(tmp_path, service, capsys):
+    files, _root = service
+    source = tmp_path / "x.bin"
+    source.write_bytes(b"new")
+    with pytest.raises(AirigError) as refused:
+        files.put(source, "inputs/x.bin", "0" * 64)  # not its sha256: 422
+    assert "logs files` has the refusal" in refused.value.hint
+    out = capsys.readouterr().out
+    logged = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(e["event"], e["path"], e["status"]) for e in logged] == [
+        ("upload.refused", "inputs/x.bin", 422)
+    ]
+
+
+def test_a_listing_refusal_names_no_log(tmp_path, service):
+    files, _root = service
+    files.headers = {"Authorization": "Bearer not-the-token"}
+    with pytest.raises(AirigError) as refused:
+        files.hashes("inputs/talks")
+    assert "HTTP 401" in refused.value.message and "logs" not in refused.value.hint
+
+
+def test_sizes_read_as_people_read_them():
+    assert inputs_sync._size(9 * 1024**3 + 1) == "9.0 GiB, 9663676417 bytes"
+    assert inputs_sync._size(8 * 1024**3) == "8.0 GiB, 8589934592 bytes"
+    assert inputs_sync._size(1536) == "1.5 KiB, 1536 bytes"
+    assert inputs_sync._size(1023) == "1023 bytes"
+
+
+@pytest.mark.parametrize("answer", ['{"max_upload_bytes": "100"}', '{"max_upload_bytes": true}',
+                                    "[1]", "not json", '{"status": "ok"}'])  # fmt: skip
+def test_a_health_answer_without_a_number_is_no_limit(monkeypatch, answer):
+    import requests
+
+    class Answer:
+        def json(self):
+            import json as j
+
+            return j.loads(answer)
+
+    monkeypatch.setattr(requests, "get", lambda *_a, **_k: Answer())
+    assert inputs_sync.FileService("http://127.0.0.1:9/files", TOKEN).limit() is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 
 import pytest
@@ -187,6 +188,47 @@ def test_a_declared_length_over_the_limit_is_refused_before_anything_is_made(sma
     r = client.put("/files/new/a.bin", content=b"x" * 11, headers=AUTH)
     assert r.status_code == 413
     assert not (root / "new").exists()
+
+
+def test_the_413_says_the_file_its_size_the_limit_and_the_knob_and_is_logged(small, capsys):
+    """The upload-limit error named a log with nothing in it (issue 35 §5): the answer is
+    whole by itself, the limit in a header for the client's own line, and `logs files`
+    has one line for it."""
+    client, _root = small
+    assert client.get("/health").json()["max_upload_bytes"] == 10
+    r = client.put("/files/inputs/東京 talk.mp4", content=b"x" * 11, headers=AUTH)
+    assert r.status_code == 413 and r.headers["X-Upload-Limit"] == "10"
+    detail = r.json()["detail"]
+    assert detail.startswith(
+        "東京 talk.mp4 is 11 bytes, over the file service's upload limit of 10"
+    )
+    assert "FILES_MAX_UPLOAD_BYTES" in detail and "log" not in detail
+
+    def body():  # chunked: the size is not known, only that it passed the limit
+        yield b"y" * 6
+        yield b"y" * 6
+
+    r = client.put("/files/inputs/b.bin", content=body(), headers=AUTH)
+    assert r.json()["detail"].startswith("b.bin is more than 10 bytes, over")
+    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(e["event"], e["path"], e["status"]) for e in logged] == [
+        ("upload.refused", "inputs/東京 talk.mp4", 413),
+        ("upload.refused", "inputs/b.bin", 413),
+    ]
+    assert logged[0]["detail"] == detail
+
+
+def test_an_interrupted_upload_is_not_logged_as_a_refusal(files, capsys):
+    client, root = files
+    (root / "inputs").mkdir()
+    sent = _asgi(
+        client.app,
+        "PUT",
+        "/files/inputs/talk.wav",
+        [{"type": "http.request", "body": b"RIFF", "more_body": True}, {"type": "http.disconnect"}],
+    )
+    assert sent[0]["status"] == 400
+    assert "upload.refused" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "8GB", "１０"])
