@@ -25,7 +25,7 @@ from airig.brain.settings import BrainSettings
 from airig.brain.store import retention
 from airig.brain.store.db import Database
 from airig.brain.store.events import EventLog, Outbox
-from airig.brain.store.groupcommit import GroupCommit
+from airig.brain.store.groupcommit import GroupCommit, after_commit, close_failed
 from airig.brain.store.retry import RetryPolicy
 from airig.common.errors import ConfigError
 
@@ -100,9 +100,13 @@ class Brain:
         if durable:
             return self._group.run(change)
         outbox = Outbox()
-        with self.db.tx(durable) as conn:
-            result = change(conn, outbox, time.time())
-        self._committed(outbox)
+        try:
+            with self.db.tx(durable) as conn:
+                result = change(conn, outbox, time.time())
+        except BaseException:
+            close_failed(self.db)
+            raise
+        after_commit(self._committed, outbox)  # committed: the answer is a success
         return result
 
     def _committed(self, outbox: Outbox) -> None:

@@ -11,10 +11,18 @@ that raises is rolled back alone (to its savepoint) and its exception goes to it
 caller, exactly as its own transaction would have; the others commit. Each caller gets
 its answer only after the commit that holds its write is durable. Writes that arrive
 while a commit is under way queue for the next batch, whose first writer then leads.
+
+A write that committed is answered as committed, whatever happens after the COMMIT: its
+events log line (``events.EventLog``, which catches the file up from the events table)
+is owed, not the write. Answering it as failed made a client that retries store it again.
+When SQLite itself rolls the transaction back (SQLITE_FULL, an I/O error), nothing of the
+batch holds and every writer in it gets that error.
 """
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +34,7 @@ from airig.brain.store.db import Database
 from airig.brain.store.events import Outbox
 
 Change = Callable[[Any, Outbox, float], Any]
+log = logging.getLogger("airig.brain.store.groupcommit")
 
 
 @dataclass
@@ -84,7 +93,17 @@ class GroupCommit:
         return item
 
     def _commit(self, batch: list[Pending]) -> None:
+        try:
+            self._transaction(batch)
+        finally:
+            for item in batch:
+                if item.error is None:
+                    after_commit(self.publish, item.outbox)
+                item.done = True
+
+    def _transaction(self, batch: list[Pending]) -> None:
         self._inside.active = True
+        undone: BaseException | None = None  # the error SQLite rolled the batch back for
         try:
             with self.db.tx(timed=False) as conn:
                 for item in batch:
@@ -93,8 +112,15 @@ class GroupCommit:
                     try:
                         item.result = item.change(conn, item.outbox, time.time())
                     except BaseException as exc:  # noqa: BLE001 - handed to its own caller
-                        conn.execute("ROLLBACK TO brain_write")
                         item.error = exc
+                        if not conn.in_transaction:
+                            undone = exc
+                            raise
+                        conn.execute("ROLLBACK TO brain_write")
+                    if not conn.in_transaction:
+                        # A change that swallowed such an error: what follows would run
+                        # outside any transaction, so the batch ends here, failed.
+                        raise sqlite3.OperationalError("the batch's transaction was rolled back")
                     conn.execute("RELEASE brain_write")
                     item.statements_s = time.perf_counter() - began
                 committing = time.perf_counter()
@@ -102,11 +128,32 @@ class GroupCommit:
             for item in batch:
                 item.commit_s = committed
         except BaseException as exc:  # noqa: BLE001 - the commit failed: nothing of it holds
+            # Each write the batch held gets the cause (SQLITE_FULL...), not the complaint
+            # of a ROLLBACK that found the transaction already gone.
             for item in batch:
-                item.error = item.error or exc
+                item.error = item.error or undone or exc
+            close_failed(self.db)
         finally:
             self._inside.active = False
-        for item in batch:
-            if item.error is None:
-                self.publish(item.outbox)
-            item.done = True
+
+
+def close_failed(db: Database) -> None:
+    """Roll back what a failed commit left open on ``db``'s write connection: a COMMIT
+    that failed may leave its transaction open, and every later BEGIN would fail."""
+    with db.writer() as conn:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                log.warning("could not roll back a failed commit", exc_info=True)
+
+
+def after_commit(publish: Callable[[Outbox], None], outbox: Outbox) -> None:
+    """``publish(outbox)`` for a write that committed: never its caller's failure."""
+    try:
+        publish(outbox)
+    except Exception:
+        # The write holds; what it owes the logs, the events file catches up from the
+        # events table (events.EventLog), and one metric or wake-up less is no reason
+        # to answer a committed write as failed.
+        log.exception("publishing a committed write failed")

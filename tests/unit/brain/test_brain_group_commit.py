@@ -99,3 +99,73 @@ def test_a_non_durable_write_commits_and_leaves_the_store_durable(tmp_path):
     assert _rows(brain) == {"beat": 1}
     with brain.db.read() as conn:
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+
+
+def _fill(brain) -> None:
+    """SQLITE_FULL for any write that needs a new page, as on a full disk: SQLite rolls
+    the whole transaction back itself."""
+    with brain.db.writer() as conn:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def test_a_write_that_committed_is_answered_even_if_publishing_it_fails(tmp_path):
+    brain = make_brain(tmp_path)
+    _kv(brain)
+
+    def broken(outbox):
+        raise OSError(28, "No space left on device")
+
+    group = GroupCommit(brain.db, broken)
+
+    def put(key: str):
+        return Pending(lambda conn, outbox, now: conn.execute(
+            "INSERT INTO kv VALUES (?, 1)", (key,)).rowcount)  # fmt: skip
+
+    batch = [put("a"), put("b")]
+    group._commit(batch)
+    # Both committed, so both are answered as committed: a 500 here made clients retry.
+    assert [(p.result, p.error, p.done) for p in batch] == [(1, None, True), (1, None, True)]
+    assert _rows(brain) == {"a": 1, "b": 1}
+
+
+def test_a_full_store_fails_the_whole_batch_with_sqlite_full_and_recovers(tmp_path):
+    brain = make_brain(tmp_path)
+    _kv(brain)
+    _fill(brain)
+    group = GroupCommit(brain.db, lambda outbox: None)
+    big = "x" * 50_000
+
+    def put(key: str, value: str):
+        return Pending(lambda conn, outbox, now: conn.execute(
+            "INSERT INTO kv VALUES (?, ?)", (key, value or 1)).rowcount)  # fmt: skip
+
+    batch = [put("small", ""), put("big", big), put("after", "")]
+    group._commit(batch)
+    # The small write ran first, but SQLite rolled it back with the batch: every writer
+    # hears why (not "cannot rollback"), and nothing was stored.
+    assert [getattr(p.error, "sqlite_errorname", p.error) for p in batch] == ["SQLITE_FULL"] * 3
+    assert all(p.done for p in batch)
+    assert _rows(brain) == {}
+    with brain.db.writer() as conn:
+        assert not conn.in_transaction
+        conn.execute("PRAGMA max_page_count = 1073741823")
+    assert brain.write(lambda conn, o, t: conn.execute("INSERT INTO kv VALUES ('z', 1)").rowcount)
+    assert _rows(brain) == {"z": 1}
+
+
+def test_a_non_durable_write_on_a_full_store_leaves_no_transaction_open(tmp_path):
+    brain = make_brain(tmp_path)
+    _kv(brain)
+    _fill(brain)
+    with pytest.raises(Exception) as failed:
+        brain.write(
+            lambda c, o, t: c.execute("INSERT INTO kv VALUES ('x', ?)", ("x" * 50_000,)), False
+        )
+    causes = (failed.value, failed.value.__context__)
+    assert "SQLITE_FULL" in {getattr(e, "sqlite_errorname", "") for e in causes}
+    with brain.db.writer() as conn:
+        assert not conn.in_transaction
+        conn.execute("PRAGMA max_page_count = 1073741823")
+    brain.write(lambda conn, o, t: conn.execute("INSERT INTO kv VALUES ('beat', 1)"), False)
+    assert _rows(brain) == {"beat": 1}
