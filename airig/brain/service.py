@@ -44,6 +44,7 @@ class Brain:
             known_secrets=(settings.admin_token, settings.bootstrap_token),
             max_bytes=int(settings.log_max_mb * 1024 * 1024),
             keep=settings.log_keep,
+            read=self.db.read,  # the events file follows the events table
         )
         self.metrics = BrainMetrics(self.db)
         # Finished plans older than AIRIG_RETENTION_DAYS go, in small batches (retention.py).

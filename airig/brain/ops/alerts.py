@@ -31,7 +31,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from airig.brain.store import backups
-from airig.brain.store.events import Outbox
+from airig.brain.store.events import Outbox, store_line
 from airig.brain.store.workers import RETIRED
 from airig.common.jsonlog import utc_iso
 
@@ -184,12 +184,7 @@ def _record(conn: sqlite3.Connection, outbox: Outbox, notice: Notice, now: float
         "error": None,
         "reason": f"{notice.kind} {notice.subject}: {notice.message}",  # the feed's detail
     }
-    line = json.dumps(body)
-    conn.execute(
-        "INSERT INTO events (ts, event_type, plan_id, task_id, body_json) VALUES (?,?,?,?,?)",
-        (now, event_type, None, None, line),
-    )
-    outbox.events.append(line)
+    store_line(conn, outbox, now, event_type, None, None, json.dumps(body))
     if notice.fired:
         outbox.metric("alerts_fired", alert=notice.kind)
 
