@@ -121,7 +121,8 @@ def _release(sdk: Any, volume: str, projects: set[str]) -> None:
     """Remove this rig's containers that mount ``volume`` (Compose makes them again with
     the new mounts); another container still running on it stops the move."""
     with engine_errors(f"listing the containers of volume {volume}"):
-        users = sdk.containers.list(all=True, filters={"volume": volume})
+        # a container gone between the list and its inspect needs no removing
+        users = sdk.containers.list(all=True, filters={"volume": volume}, ignore_removed=True)
     for container in users:
         if container.labels.get(PROJECT_LABEL) in projects:
             with engine_errors(f"removing {container.name}"):
@@ -157,15 +158,22 @@ def remove_servers(docker: Docker, project: str) -> list[str]:
 
 def _servers(sdk: Any, project: str) -> list[Any]:
     with engine_errors("listing ComfyUI's containers"):
-        found = sdk.containers.list(all=True, filters={"label": f"{PROJECT_LABEL}={project}"})
+        found = sdk.containers.list(
+            all=True, filters={"label": f"{PROJECT_LABEL}={project}"}, ignore_removed=True
+        )
     return [c for c in found if c.labels.get(SERVICE_LABEL) in SERVER_SERVICES]
 
 
 def _remove(containers: Iterable[Any]) -> list[str]:
+    import docker.errors as errors
+
     removed = []
     for container in containers:
         with engine_errors(f"removing {container.name}"):
-            container.remove(force=True, v=True)
+            try:
+                container.remove(force=True, v=True)
+            except errors.NotFound:
+                continue  # removed since it was listed: nothing to do
         removed.append(container.name)
     return removed
 

@@ -253,8 +253,13 @@ class Docker:
         return removed
 
     def containers(self, **filters: str) -> list[Any]:
+        """Running containers matching ``filters``, each inspected. The SDK lists, then
+        inspects one by one: a container removed between the two (another rig's `down`,
+        a `compose up` recreating it) is left out (``ignore_removed``), not a failure of
+        the whole command; what is gone needs no stopping."""
         with engine_errors("listing containers"):
-            return cast(list[Any], self.sdk().containers.list(filters=filters))
+            found = self.sdk().containers.list(filters=filters, ignore_removed=True)
+        return cast(list[Any], found)
 
     def project_services(self, projects: Iterable[str]) -> dict[str, list[ServiceState]]:
         """Each project's Compose containers, as `compose ps --all` lists them, from one

@@ -79,8 +79,12 @@ class InitLogs:
 
     def _scan(self) -> None:
         try:
+            # one removed between the list and its inspect (compose recreating it) is left
+            # out, and the others are still followed; its successor is found next scan
             containers = self._sdk.containers.list(
-                all=True, filters={"label": f"com.docker.compose.project={self._project}"}
+                all=True,
+                filters={"label": f"com.docker.compose.project={self._project}"},
+                ignore_removed=True,
             )
         except Exception:  # noqa: BLE001 - progress is a view: never fail `up` over it
             return

@@ -59,6 +59,7 @@ from airig.launcher.proofs.host import (
 from airig.launcher.pull import pull_missing
 from airig.launcher.recipes import pull_env as recipe_pull_env
 from airig.launcher.restore import apply_pending as apply_restore
+from airig.launcher.rig_lock import rig_lock
 from airig.launcher.settings import Settings
 from airig.launcher.stack_env import remove_written, stack_env_path, stack_env_text
 from airig.launcher.update import hold_images
@@ -119,6 +120,14 @@ class Launcher:
 
     # ------------------------------------------------------------------ up
     def up(self, dry_run: bool = False, reprove: bool = False) -> UpResult:
+        # one `up` or `down` of this rig at a time on this engine: a second one's compose
+        # would recreate the containers this one's waits on (rig_lock.py)
+        with rig_lock(
+            self.settings, "up", getattr(self.console, "print", None), enabled=not dry_run
+        ):
+            return self._up(dry_run, reprove)
+
+    def _up(self, dry_run: bool, reprove: bool) -> UpResult:
         if not dry_run:
             _require(docker_checks(self.docker))
         choice = choose_profile(self.settings, self.docker, strict=not dry_run)
@@ -267,11 +276,16 @@ class Launcher:
         agents = plan.stack("03-agents")
         if ESCALATION_PROFILE in agents.profiles:
             return
+        from docker.errors import NotFound
+
         for container in self.docker.containers(label=f"{SERVICE_LABEL}={GATEWAY_SERVICE}"):
             if container.labels.get(PROJECT_LABEL) != agents.project:
                 continue
             with engine_errors("removing the escalation gateway"):
-                container.remove(force=True)
+                try:
+                    container.remove(force=True)
+                except NotFound:
+                    continue  # removed since it was listed: nothing left to stop
             self.console.print("Stopped the escalation gateway (AIRIG_ESCALATION is off).")
 
     def _build(self, plan: ComposePlan) -> None:
@@ -499,7 +513,12 @@ class Launcher:
     # ------------------------------------------------------------------ down
     def down(self, plan: ComposePlan, volumes: bool, keep_models: bool) -> list[str]:
         """Remove the stacks of ``plan`` (plan_for_running: whatever `up` started), the
-        network, and every file any `up` wrote, whichever profile it ran."""
+        network, and every file any `up` wrote, whichever profile it ran; after any `up`
+        of this rig that is running (rig_lock.py)."""
+        with rig_lock(self.settings, "down", getattr(self.console, "print", None)):
+            return self._down(plan, volumes, keep_models)
+
+    def _down(self, plan: ComposePlan, volumes: bool, keep_models: bool) -> list[str]:
         done = []
         for stack in reversed(plan.stacks):
             self.docker.down(stack)
@@ -533,7 +552,14 @@ class Diagnosis:
             names = ", ".join(f.service for f in self.failing) or stack
             what = f"{names} failed to start"
         if vanished:
-            hint = "something else removed it (a `down`, a `docker rm`): run up again"
+            # the kit's own runs wait for each other (rig_lock.py): the remover ran outside
+            # them (compose or docker by hand, an older kit, the same engine reached under
+            # another DOCKER_HOST)
+            hint = (
+                "something outside this `up` removed or recreated it (`docker compose` or "
+                "`docker rm` on these projects, an older kit with the same "
+                "AIRIG_PROJECT_PREFIX): run up again once that is done"
+            )
         elif self.printed:
             hint = "read the log lines above; fix .env or the host, then run up again"
         else:

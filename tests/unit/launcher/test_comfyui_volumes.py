@@ -191,6 +191,7 @@ class Engine:
         self.runs: list[dict[str, Any]] = []
         self.image_ids = images or {}
         self.volumes, self.containers, self.images = self, self, self
+        self.gone: list[Container] = []
 
     def sdk(self) -> Engine:
         return self
@@ -204,7 +205,13 @@ class Engine:
             raise docker.errors.NotFound("no such volume")
         raise docker.errors.ImageNotFound("no such image")
 
-    def list(self, all: bool = False, filters: dict[str, str] | None = None) -> list[Container]:
+    def list(
+        self, all: bool = False, filters: dict[str, str] | None = None, ignore_removed: bool = False
+    ) -> list[Container]:
+        """The SDK's list: one inspect per container, and one in ``gone`` removed before
+        its inspect (NotFound, unless ``ignore_removed``)."""
+        if self.gone and not ignore_removed:
+            raise docker.errors.NotFound(f"No such container: {self.gone[0].name}")
         return self.listed
 
     def run(self, image: str, command: list[str], **kwargs: Any) -> bytes:
@@ -265,6 +272,22 @@ def test_a_comfyui_container_of_another_image_goes_with_its_anonymous_root(
     assert current.removed is None and init.removed is None
     # an image not pulled yet: whatever runs now is another image
     assert comfy_volumes.retire_stale_servers(engine, "airig-compute", "comfy:v3") == ["c1", "c2"]  # type: ignore[arg-type]
+
+
+def test_a_comfyui_container_gone_since_it_was_listed_fails_no_up(kit_settings: Any) -> None:
+    """Listed, then removed before its inspect or before its removal (issue 35 §5): what
+    is gone needs no retiring, and `up` goes on."""
+    stale = Container("c1", "airig-compute", "comfyui-cpu", image="sha256:v1")
+    vanishing = Container("c2", "airig-compute", "comfyui-cpu", image="sha256:v1")
+
+    def already_gone(force: bool = False, v: bool = False) -> None:
+        raise docker.errors.NotFound("No such container: c2")
+
+    vanishing.remove = already_gone  # type: ignore[method-assign]
+    engine = Engine([stale, vanishing], images={"comfy:v2": "sha256:v2"})
+    engine.gone = [Container("c0", "airig-compute", "comfyui-cpu")]
+    removed = comfy_volumes.retire_stale_servers(engine, "airig-compute", "comfy:v2")  # type: ignore[arg-type]
+    assert removed == ["c1"] and stale.removed == (True, True)
 
 
 def test_prepare_prints_the_one_line(kit_settings: Any) -> None:

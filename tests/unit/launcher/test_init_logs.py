@@ -7,6 +7,8 @@ import threading
 import time
 from datetime import UTC, datetime
 
+import docker.errors
+
 from airig.launcher.init_logs import InitLogs, started_at
 
 
@@ -38,16 +40,30 @@ class FakeContainer:
 
 
 class FakeSdk:
+    """The docker SDK's containers.list: the engine's list, then one inspect per
+    container; one in ``gone`` is listed but removed before its inspect (NotFound, unless
+    ``ignore_removed``, as the SDK does)."""
+
     def __init__(self, containers: list[FakeContainer]) -> None:
         self.containers = self
         self._all = containers
         self.fail = False
+        self.gone: list[FakeContainer] = []
 
-    def list(self, all: bool, filters: dict) -> list[FakeContainer]:
+    def list(self, all: bool, filters: dict, ignore_removed: bool = False) -> list[FakeContainer]:
         if self.fail:
             raise ConnectionError("engine gone")
         wanted = filters["label"].split("=", 1)[1]
-        return [c for c in self._all if c.labels["com.docker.compose.project"] == wanted]
+        found = []
+        for c in [*self.gone, *self._all]:
+            if c.labels["com.docker.compose.project"] != wanted:
+                continue
+            if c in self.gone:
+                if not ignore_removed:
+                    raise docker.errors.NotFound(f"No such container: {c.id}")
+                continue
+            found.append(c)
+        return found
 
 
 def drain(follower: InitLogs) -> list[str]:
@@ -107,3 +123,17 @@ def test_an_engine_error_ends_the_view_not_the_up() -> None:
     time.sleep(0.05)
     follower.close()
     assert drain(follower) == []
+
+
+def test_a_container_recreated_between_list_and_inspect_stops_no_other_one() -> None:
+    """Compose recreating an init (its old id listed, gone on inspect) on every scan: the
+    other init's lines still arrive (issue 35 §5)."""
+    since = time.time()
+    replaced = FakeContainer("comfyui-init", [b"old\n"], since)
+    live = FakeContainer("ollama-init", [b'{"event": "pulled"}\n'], since)
+    sdk = FakeSdk([live])
+    sdk.gone.append(replaced)
+    follower = InitLogs(sdk, "airig-compute", ("ollama-init", "comfyui-init"), since, poll_s=0.02)
+    follower.start()
+    follower.close()
+    assert drain(follower) == ['{"event": "pulled"}']
