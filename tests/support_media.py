@@ -63,9 +63,16 @@ def make_video(path: Path, size: str = "320x240") -> Path:
     return path
 
 
-def make_pdf(path: Path, pages: list[list[str]], font_size: int = 28) -> Path:
+def make_pdf(
+    path: Path,
+    pages: list[list[str]],
+    font_size: int = 28,
+    boxes: dict[int, str] | None = None,
+) -> Path:
     """A valid PDF, one page per entry (A5 landscape), each line in Helvetica: a text
-    layer pdftotext reads and large print tesseract reads once rendered."""
+    layer pdftotext reads and large print tesseract reads once rendered. ``boxes``: page
+    number (from 1) -> what stands in that page's dictionary instead of its A5 MediaBox
+    (``"/MediaBox [0 0 14400 14400]"``, a CropBox beside it ...)."""
     objects: list[bytes] = []
 
     def add(body: bytes) -> int:
@@ -76,7 +83,7 @@ def make_pdf(path: Path, pages: list[list[str]], font_size: int = 28) -> Path:
     tree = add(b"")
     font = add(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
     kids = []
-    for lines in pages:
+    for number, lines in enumerate(pages, start=1):
         text = [
             b"BT",
             f"/F1 {font_size} Tf".encode(),
@@ -89,9 +96,11 @@ def make_pdf(path: Path, pages: list[list[str]], font_size: int = 28) -> Path:
         text.append(b"ET")
         stream = b"\n".join(text)
         content = add(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
+        box = (boxes or {}).get(number, "/MediaBox [0 0 595 420]").encode()
         page = add(
-            b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 595 420] "
-            b"/Resources << /Font << /F1 %d 0 R >> >> /Contents %d 0 R >>" % (tree, font, content)
+            b"<< /Type /Page /Parent %d 0 R %s "
+            b"/Resources << /Font << /F1 %d 0 R >> >> /Contents %d 0 R >>"
+            % (tree, box, font, content)
         )
         kids.append(page)
     objects[catalog - 1] = b"<< /Type /Catalog /Pages %d 0 R >>" % tree

@@ -18,6 +18,10 @@ from airig.common.errors import AirigError
 
 T = TypeVar("T")
 
+# The most pixels an image may declare before anything decodes it (AIRIG_MAX_IMAGE_PIXELS;
+# media.py says why 64 megapixels); a PDF page at the asked dpi is held to it too.
+DEFAULT_MAX_IMAGE_PIXELS = 64_000_000
+
 
 @dataclass
 class ExecContext:
@@ -37,6 +41,8 @@ class ExecContext:
     model_options: dict[str, dict] = field(default_factory=dict)
     # The largest image an llm / ocr task reads (AIRIG_MAX_IMAGE_BYTES; media.py says why).
     max_image_bytes: int = 20 * 1024 * 1024
+    # The most pixels an image read by an llm / ocr task or a rendered PDF page may have.
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     started: float = field(default_factory=time.monotonic)
 
     def remaining(self) -> float:

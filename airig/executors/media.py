@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import struct
 import subprocess
 import unicodedata
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -25,6 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from airig.common.task_schemas import MAX_IMAGES, DataPath
 from airig.executors.context import ExecContext, TaskError, resolve_data_path, run_abortable
+from airig.executors.image_header import IMAGE_TYPES, bytes_reader, image_size
 
 # Which Debian package brings each tool (the hint when one is missing).
 PACKAGES = {
@@ -52,21 +51,22 @@ PACKAGES = {
 # so those go as a PNG that ffmpeg makes (``model_image``), with the demuxer that reads them.
 DIRECT_FORMATS = ("png", "jpeg", "webp", "bmp")
 CONVERTED_FORMATS = {"tiff": "tiff_pipe", "gif": "gif"}
-# A converted image is decoded whole by ffmpeg, so its header's size is checked first: a
-# TIFF or GIF that declares more pixels is refused before anything decodes it (a
-# decompression bomb: a few bytes that declare 100000 x 100000). 64 megapixels takes a
-# 61-megapixel camera's frame or an A4 page scanned at 800 dpi; decoded at up to 8 bytes a
-# pixel (16-bit RGBA), that is 512 MB, within the worker's 2 GiB (AIRIG_WORKER_MEM_LIMIT).
-MAX_DECODE_PIXELS = 64_000_000
-# ffmpeg reads such a file whole into memory before it decodes it: no file larger than one
-# uncompressed 16-bit RGBA frame of that size is read.
-MAX_DECODE_BYTES = MAX_DECODE_PIXELS * 8
+# Every image is checked against the pixel budget (ExecContext.max_image_pixels, from
+# AIRIG_MAX_IMAGE_PIXELS) by its header before anything decodes it: a decompression bomb
+# (a 540 KB PNG declaring 60000 x 60000) made tesseract take 1.5 GB and went to Ollama as
+# it was. The default, 64 megapixels, takes a 61-megapixel camera's frame, a 48-megapixel
+# phone's or an A4 page scanned at 800 dpi, and is five times what the largest vision model
+# reads (Qwen2.5-VL's preprocessor scales an image to at most max_pixels = 12845056; its
+# Ollama port to 2 << 20): decoded at up to 8 bytes a pixel (16-bit RGBA) it is 512 MB,
+# within the worker's 2 GiB (AIRIG_WORKER_MEM_LIMIT).
+# ffmpeg reads a TIFF or GIF whole into memory before it decodes it: no file larger than
+# one uncompressed 16-bit RGBA frame of the budget's size is read (max_decode_bytes).
+DECODE_BYTES_PER_PIXEL = 8
 # The PNG a model gets fits in MAX_SIDE x MAX_SIDE (never enlarged), 8 bits a channel: at
 # most 16 MiB, under AIRIG_MAX_IMAGE_BYTES' default, and still above what the vision model
 # uses (Ollama's qwen25vl/process_image.go scales an image to vision.max_pixels, 2<<20).
 MAX_SIDE = 2048
 PNG_FORMATS = "rgb24|rgba|gray|ya8"
-IMAGE_TYPES = "a PNG, JPEG, WebP, BMP, GIF or TIFF file"
 
 
 @dataclass
@@ -218,52 +218,76 @@ class ImageFile:
 
 
 def read_image(ctx: ExecContext, relative: str) -> ImageFile:
-    """An image off the data volume, refused when it is too large or not an image. A TIFF
-    or GIF is only checked here (its header's size); ``model_image`` converts it."""
+    """An image off the data volume, refused when it is not an image, declares more pixels
+    than the budget (its header alone is read for that, before anything decodes it: a
+    vision model, tesseract, ffmpeg) or is too large. A TIFF or GIF is only checked here;
+    ``model_image`` converts it."""
     path = input_file(ctx, relative, "image")
     size = path.stat().st_size
     with path.open("rb") as handle:
-        if _converted_format(handle.read(8)) is not None:
-            return _checked_for_conversion(relative, handle, size)
-    limit = ctx.max_image_bytes
-    if size > limit:
-        raise bad_input(
-            f"image {relative!r} is {size} bytes; the limit is {limit} (AIRIG_MAX_IMAGE_BYTES)",
-            hint="scale it down (e.g. ffmpeg -i in.png -vf scale=1600:-1 out.jpg)",
-        )
-    data = path.read_bytes()
-    try:
-        fmt, width, height = sniff_image(data)
-    except ValueError as exc:
-        raise bad_input(
-            f"image {relative!r} does not decode: {exc}", hint=f"give {IMAGE_TYPES}"
-        ) from None
+        try:
+            fmt, width, height = image_size(lambda at, count: _read_at(handle, at, count))
+        except ValueError as exc:
+            raise bad_input(
+                f"image {relative!r} does not decode: {exc}", hint=f"give {IMAGE_TYPES}"
+            ) from None
+        check_pixels(ctx, f"image {relative!r} declares {width} x {height} pixels", width * height)
+        if fmt in CONVERTED_FORMATS:
+            return _checked_for_conversion(ctx, relative, fmt, size, width, height)
+        limit = ctx.max_image_bytes
+        if size > limit:
+            raise bad_input(
+                f"image {relative!r} is {size} bytes; the limit is {limit} (AIRIG_MAX_IMAGE_BYTES)",
+                hint="scale it down (e.g. ffmpeg -i in.png -vf scale=1600:-1 out.jpg)",
+            )
+        handle.seek(0)
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew since: what is sent is never more than the limit
+        raise bad_input(f"image {relative!r} changed while it was read", hint="give it again")
     return ImageFile(relative, data, fmt, width, height)
 
 
-def _checked_for_conversion(relative: str, handle: IO[bytes], size: int) -> ImageFile:
-    """A TIFF or GIF whose header is read (seeking: a TIFF's directory is often at its
-    end) and whose declared size ffmpeg may decode; nothing decodes it here."""
-    try:
-        fmt, width, height = _converted_size(lambda at, count: _read_at(handle, at, count))
-    except ValueError as exc:
-        raise bad_input(
-            f"image {relative!r} does not decode: {exc}", hint=f"give {IMAGE_TYPES}"
-        ) from None
-    hint = "scale it down first (e.g. ffmpeg -i in.tif -vf scale=4000:-1 out.png)"
-    if width * height > MAX_DECODE_PIXELS:
-        raise bad_input(
-            f"image {relative!r} declares {width} x {height} pixels; a {fmt.upper()} is "
-            f"converted for the model up to {MAX_DECODE_PIXELS // 1_000_000} megapixels",
-            hint=hint,
-        )
-    if size > MAX_DECODE_BYTES:
+def check_pixels(ctx: ExecContext, what: str, pixels: int, hint: str = "") -> None:
+    """Refuse ``pixels`` over the budget (AIRIG_MAX_IMAGE_PIXELS): one line saying ``what``
+    declares them and the limit."""
+    budget = ctx.max_image_pixels
+    if pixels <= budget:
+        return
+    raise bad_input(
+        f"{what} ({megapixels(pixels)} megapixels); images are read up to "
+        f"{megapixels(budget)} megapixels (AIRIG_MAX_IMAGE_PIXELS)",
+        hint=hint
+        or "scale it down first (e.g. ffmpeg -i in.png -vf scale=4000:-1 out.png), or raise "
+        "AIRIG_MAX_IMAGE_PIXELS in .env",
+        pixels=pixels,
+        limit=budget,
+    )
+
+
+def megapixels(pixels: int) -> str:
+    """64000000 -> "64", 14400000000 -> "14,400", 76800 -> "0.077"."""
+    value = pixels / 1_000_000
+    return f"{value:.2g}" if value < 1 else f"{value:,.1f}".removesuffix(".0")
+
+
+def _checked_for_conversion(
+    ctx: ExecContext, relative: str, fmt: str, size: int, width: int, height: int
+) -> ImageFile:
+    """A TIFF or GIF within the pixel budget that ffmpeg may read: it reads the file whole
+    into memory before it decodes it, so no file larger than one uncompressed 16-bit RGBA
+    frame of the budget's size (``max_decode_bytes``)."""
+    limit = max_decode_bytes(ctx)
+    if size > limit:
         raise bad_input(
             f"image {relative!r} is {size} bytes; a {fmt.upper()} is converted for the model "
-            f"up to {MAX_DECODE_BYTES} bytes",
-            hint=hint,
+            f"up to {limit} bytes",
+            hint="scale it down first (e.g. ffmpeg -i in.tif -vf scale=4000:-1 out.png)",
         )
     return ImageFile(relative, b"", fmt, width, height)
+
+
+def max_decode_bytes(ctx: ExecContext) -> int:
+    return int(ctx.max_image_pixels * DECODE_BYTES_PER_PIXEL)
 
 
 def model_image(ctx: ExecContext, image: ImageFile) -> ImageFile:
@@ -278,7 +302,8 @@ def model_image(ctx: ExecContext, image: ImageFile) -> ImageFile:
     argv = [
         "ffmpeg", "-v", "error", "-nostdin",
         # ffmpeg's own bound too, should its reading of the header differ from ours
-        "-max_pixels", str(MAX_DECODE_PIXELS),
+        "-max_pixels", str(ctx.max_image_pixels),
+        "-protocol_whitelist", "file",
         "-f", CONVERTED_FORMATS[image.format], "-i", f"file:{path}",
         "-frames:v", "1", "-an", "-sn", "-vf", f"{fit},format={PNG_FORMATS}",
         "-f", "image2pipe", "-c:v", "png", "pipe:1",
@@ -324,9 +349,7 @@ def _sized_png(data: bytes) -> tuple[str, int, int]:
 
 def sniff_image(data: bytes) -> tuple[str, int, int]:
     """Format, width and height from an image's header; ValueError when it is none."""
-    if _converted_format(data) == "tiff":
-        return _sized("tiff", *_tiff_size(lambda offset, count: data[offset : offset + count]))
-    return _sniff_whole(data)
+    return image_size(bytes_reader(data))
 
 
 def _read_at(handle: IO[bytes], offset: int, count: int) -> bytes:
@@ -336,119 +359,3 @@ def _read_at(handle: IO[bytes], offset: int, count: int) -> bytes:
     except (OverflowError, OSError):
         return b""
     return handle.read(count)
-
-
-def _converted_format(head: bytes) -> str | None:
-    if head[:4] in TIFF_MAGIC:
-        return "tiff"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    return None
-
-
-def _converted_size(read: Callable[[int, int], bytes]) -> tuple[str, int, int]:
-    """A TIFF's or GIF's format and size over ``read(offset, count)``: a TIFF's may be
-    anywhere in the file, a GIF's is in its first 10 bytes."""
-    if _converted_format(read(0, 8)) == "tiff":
-        return _sized("tiff", *_tiff_size(read))
-    return _sniff_whole(read(0, 16))
-
-
-def _sniff_whole(data: bytes) -> tuple[str, int, int]:
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        if len(data) < 24 or data[12:16] != b"IHDR":
-            raise ValueError("truncated PNG header")
-        width, height = struct.unpack(">II", data[16:24])
-        return _sized("png", width, height)
-    if data.startswith(b"\xff\xd8"):
-        return _sized("jpeg", *_jpeg_size(data))
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return _sized("webp", *_webp_size(data))
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        if len(data) < 10:
-            raise ValueError("truncated GIF header")
-        width, height = struct.unpack("<HH", data[6:10])
-        return _sized("gif", width, height)
-    if data[:2] == b"BM" and len(data) >= 26:
-        width, height = struct.unpack("<ii", data[18:26])
-        return _sized("bmp", width, abs(height))
-    raise ValueError("not a PNG, JPEG, WebP, BMP, GIF or TIFF image")
-
-
-def _sized(fmt: str, width: int, height: int) -> tuple[str, int, int]:
-    if width <= 0 or height <= 0:
-        raise ValueError(f"{fmt} header gives no size")
-    return fmt, width, height
-
-
-# TIFF (Adobe's TIFF 6.0, section 2; BigTIFF: 8-byte offsets): the byte order, 42 (43 for
-# BigTIFF), the first directory's offset; each entry a tag, a type, a count and a value.
-TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
-TIFF_WIDTH, TIFF_HEIGHT = 256, 257
-TIFF_INTS = {3: "H", 4: "I", 16: "Q"}  # SHORT, LONG, LONG8 (BigTIFF)
-MAX_TIFF_ENTRIES = 4096  # the size tags come first (entries are sorted by tag)
-
-
-def _tiff_size(read: Callable[[int, int], bytes]) -> tuple[int, int]:
-    """Width and height from a TIFF's first directory, wherever in the file it is."""
-    head = read(0, 16)
-    order = "<" if head[:2] == b"II" else ">"
-    big = head[2:4] in (b"+\x00", b"\x00+")
-    if len(head) < (16 if big else 8):
-        raise ValueError("truncated TIFF header")
-    if big:
-        (offset,) = struct.unpack(order + "Q", head[8:16])
-        count_format, entry_size, value_at = "Q", 20, 12
-    else:
-        (offset,) = struct.unpack(order + "I", head[4:8])
-        count_format, entry_size, value_at = "H", 12, 8
-    count_size = struct.calcsize(count_format)
-    raw = read(offset, count_size)
-    if len(raw) < count_size:
-        raise ValueError("TIFF directory outside the file")
-    (count,) = struct.unpack(order + count_format, raw)
-    count = min(count, MAX_TIFF_ENTRIES)
-    table = read(offset + count_size, count * entry_size)
-    found: dict[int, int] = {}
-    for start in range(0, len(table) - entry_size + 1, entry_size):
-        tag, kind = struct.unpack(order + "HH", table[start : start + 4])
-        if tag not in (TIFF_WIDTH, TIFF_HEIGHT):
-            continue
-        code = TIFF_INTS.get(kind)
-        if code is None or value_at + struct.calcsize(code) > entry_size:
-            raise ValueError(f"TIFF size tag {tag} has type {kind}, not an integer")
-        value = table[start + value_at : start + value_at + struct.calcsize(code)]
-        (found[tag],) = struct.unpack(order + code, value)
-    return found.get(TIFF_WIDTH, 0), found.get(TIFF_HEIGHT, 0)
-
-
-def _jpeg_size(data: bytes) -> tuple[int, int]:
-    index = 2
-    while index + 9 < len(data):
-        if data[index] != 0xFF:
-            raise ValueError("corrupt JPEG marker")
-        marker = data[index + 1]
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-            index += 2
-            continue
-        (length,) = struct.unpack(">H", data[index + 2 : index + 4])
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            height, width = struct.unpack(">HH", data[index + 5 : index + 9])
-            return width, height
-        index += 2 + length
-    raise ValueError("JPEG without a frame header")
-
-
-def _webp_size(data: bytes) -> tuple[int, int]:
-    chunk = data[12:16]
-    if chunk == b"VP8X" and len(data) >= 30:
-        width = int.from_bytes(data[24:27], "little") + 1
-        height = int.from_bytes(data[27:30], "little") + 1
-        return width, height
-    if chunk == b"VP8 " and len(data) >= 30:
-        width, height = struct.unpack("<HH", data[26:30])
-        return width & 0x3FFF, height & 0x3FFF
-    if chunk == b"VP8L" and len(data) >= 25:
-        bits = int.from_bytes(data[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    raise ValueError("truncated WebP header")

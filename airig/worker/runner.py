@@ -194,6 +194,7 @@ class Worker:
             output_dir=output_dir, timeout_s=task.timeout_s, cancel=cancel,
             trusted=task.trusted, gpu_index=settings.gpu_index,
             max_image_bytes=settings.max_image_bytes,
+            max_image_pixels=settings.max_image_pixels,
         )  # fmt: skip
 
         def target() -> ExecResult | TaskError:

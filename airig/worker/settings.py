@@ -12,6 +12,7 @@ from airig.common import shared_settings as shared
 from airig.common.errors import ConfigError
 from airig.common.protocol import TASK_CLASSES, rig_name
 from airig.common.secrets import is_placeholder
+from airig.executors.context import DEFAULT_MAX_IMAGE_PIXELS
 
 
 class WorkerSettings(BaseSettings):
@@ -50,6 +51,9 @@ class WorkerSettings(BaseSettings):
     prefetch: int = Field(1, alias="AIRIG_WORKER_PREFETCH", ge=1, le=32)
     # The largest image an llm / ocr task sends on (airig/executors/media.py says why 20 MiB).
     max_image_bytes: int = Field(20 * 1024 * 1024, alias="AIRIG_MAX_IMAGE_BYTES", ge=1)
+    # The most pixels an image (or a PDF page at its dpi) may declare before anything
+    # decodes it: a decompression bomb is refused by its header (executors/media.py).
+    max_image_pixels: int = Field(DEFAULT_MAX_IMAGE_PIXELS, alias="AIRIG_MAX_IMAGE_PIXELS", ge=1)
 
     @model_validator(mode="after")
     def _rig(self) -> WorkerSettings:

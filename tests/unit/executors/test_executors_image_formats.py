@@ -14,8 +14,8 @@ from support_media import make_image, make_text_png, need
 
 from airig.executors import media, ollama_common
 from airig.executors.base import run_task
-from airig.executors.context import TaskError
-from airig.executors.media import MAX_DECODE_PIXELS, MAX_SIDE, read_image, sniff_image
+from airig.executors.context import DEFAULT_MAX_IMAGE_PIXELS, TaskError
+from airig.executors.media import MAX_SIDE, read_image, sniff_image
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -145,7 +145,7 @@ def test_tiff_bytes_named_png_are_converted_with_the_tiff_reader(ctx, model, mon
     caption(ctx, "liar.png")
     (argv,) = argvs
     assert argv[argv.index("-f") + 1] == "tiff_pipe"  # the content's demuxer, not the name's
-    assert argv[argv.index("-max_pixels") + 1] == str(MAX_DECODE_PIXELS)
+    assert argv[argv.index("-max_pixels") + 1] == str(DEFAULT_MAX_IMAGE_PIXELS)
     assert model.sent_images()[0].startswith(PNG_MAGIC)
 
 
@@ -188,13 +188,13 @@ def test_a_header_declaring_too_many_pixels_is_refused_before_decoding(
     monkeypatch.setattr(media, "run_tool", _no_tool)
     error = refused(ctx, name)
     assert error.message.startswith(f"image {name!r} declares ")
-    assert f"up to {MAX_DECODE_PIXELS // 1_000_000} megapixels" in error.message
+    assert "up to 64 megapixels (AIRIG_MAX_IMAGE_PIXELS)" in error.message
     assert model.calls == []
 
 
 def test_a_tiff_file_over_the_byte_limit_is_refused_before_decoding(ctx, model, monkeypatch):
     make_image(ctx.data_dir / "big.tiff")
-    monkeypatch.setattr(media, "MAX_DECODE_BYTES", 1000)
+    monkeypatch.setattr(media, "DECODE_BYTES_PER_PIXEL", 1000 / ctx.max_image_pixels)
     monkeypatch.setattr(media, "run_tool", _no_tool)
     error = refused(ctx, "big.tiff")
     assert "'big.tiff' is " in error.message and "up to 1000 bytes" in error.message
