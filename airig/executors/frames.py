@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from airig.common.task_schemas import MAX_FRAMES, FramesPayload
+from airig.executors.containers import ffmpeg_input, plain_container
 from airig.executors.context import ExecContext, ExecResult, elapsed_ms
 from airig.executors.media import (
     bad_input,
+    check_pixels,
     data_relative,
     input_file,
     last_line,
@@ -36,14 +38,16 @@ PREFIX = "frame_"
 def execute_frames(payload: FramesPayload, ctx: ExecContext) -> ExecResult:
     start = time.monotonic()
     video = input_file(ctx, payload.video, "video")
-    duration, start_time = probe(ctx, video, payload.video)
+    # a plain container, read with its own demuxer: never a playlist naming other files
+    source = ffmpeg_input(video, plain_container(video, payload.video, "video"))
+    duration, start_time = probe(ctx, source, payload.video)
     folder, folder_rel = output_folder(ctx, payload.out_dir, f"frames/{safe_stem(payload.video)}")
     for stale in folder.glob(f"{PREFIX}*.png"):
         stale.unlink()  # a retry or a second run: only this run's frames are listed
     scale = f"scale={payload.width}:-2"
     if payload.at is not None:
         times = parse_times(payload.at)[: payload.max_frames]
-        frames, skipped = _frames_at(ctx, video, folder, times, duration, scale)
+        frames, skipped = _frames_at(ctx, source, folder, times, duration, scale)
         mode = "at"
     else:
         if payload.every_s is not None:
@@ -53,7 +57,7 @@ def execute_frames(payload: FramesPayload, ctx: ExecContext) -> ExecResult:
             threshold = DEFAULT_SCENE if payload.scene is None else payload.scene
             select = f"eq(n\\,0)+gt(scene\\,{threshold:g})"
             mode = "scene"
-        frames = _frames_selected(ctx, video, folder, select, scale, payload.max_frames)
+        frames = _frames_selected(ctx, source, folder, select, scale, payload.max_frames)
         skipped = []
     if not frames:
         raise bad_input(
@@ -77,30 +81,36 @@ def execute_frames(payload: FramesPayload, ctx: ExecContext) -> ExecResult:
     return ExecResult(output=output, metrics={"wall_ms": elapsed_ms(start), "frames": len(listed)})
 
 
-def probe(ctx: ExecContext, video: Path, relative: str) -> tuple[float, float]:
-    """The video's duration and start time; refused when ffprobe finds no video in it."""
+def probe(ctx: ExecContext, source: list[str], relative: str) -> tuple[float, float]:
+    """The video's duration and start time; refused when ffprobe finds no video in it, or
+    a video picture larger than the pixel budget (ffmpeg would decode each frame whole).
+    ``source``: ffmpeg's input options (``containers.ffmpeg_input``)."""
     argv = [
         "ffprobe",
         "-v",
         "error",
         "-show_entries",
-        "format=duration,start_time:stream=codec_type",
+        "format=duration,start_time:stream=codec_type,width,height",
         "-of",
         "json",
-        str(video),
+        *source,
     ]
     result = run_tool(ctx, argv)
     try:
         info = json.loads(result.stdout or b"{}")
     except ValueError:
         info = {}
-    streams = [s.get("codec_type") for s in info.get("streams") or []]
-    if result.returncode != 0 or "video" not in streams:
+    streams = [s for s in info.get("streams") or [] if isinstance(s, dict)]
+    videos = [s for s in streams if s.get("codec_type") == "video"]
+    if result.returncode != 0 or not videos:
         why = last_line(result.stderr) if result.returncode else "it holds no video stream"
         raise bad_input(
             f"video {relative!r} does not decode: {why}",
             hint="give a complete video file (mp4, mkv, webm …)",
         )
+    for stream in videos:
+        width, height = int(_number(stream.get("width"))), int(_number(stream.get("height")))
+        check_pixels(ctx, f"video {relative!r} is {width} x {height} pixels", width * height)
     fmt = info.get("format") or {}
     duration = _number(fmt.get("duration"))
     start_time = _number(fmt.get("start_time"))
@@ -116,7 +126,7 @@ def _number(value: Any) -> float:
 
 
 def _frames_selected(
-    ctx: ExecContext, video: Path, folder: Path, select: str, scale: str, limit: int
+    ctx: ExecContext, source: list[str], folder: Path, select: str, scale: str, limit: int
 ) -> list[tuple[Path, float]]:
     pattern = folder / f"{PREFIX}%04d.png"
     argv = [
@@ -125,8 +135,7 @@ def _frames_selected(
         "-nostdin",
         "-v",
         "info",
-        "-i",
-        str(video),
+        *source,
         "-vf",
         f"select='{select}',{scale},showinfo",
         "-fps_mode",
@@ -146,7 +155,12 @@ def _frames_selected(
 
 
 def _frames_at(
-    ctx: ExecContext, video: Path, folder: Path, times: list[float], duration: float, scale: str
+    ctx: ExecContext,
+    source: list[str],
+    folder: Path,
+    times: list[float],
+    duration: float,
+    scale: str,
 ) -> tuple[list[tuple[Path, float]], list[float]]:
     frames, skipped = [], []
     for index, wanted in enumerate(times, start=1):
@@ -165,8 +179,7 @@ def _frames_at(
             "-ss",
             f"{wanted:.3f}",
             "-copyts",
-            "-i",
-            str(video),
+            *source,
             "-frames:v",
             "1",
             "-vf",

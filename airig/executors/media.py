@@ -254,8 +254,8 @@ def check_pixels(ctx: ExecContext, what: str, pixels: int, hint: str = "") -> No
     if pixels <= budget:
         return
     raise bad_input(
-        f"{what} ({megapixels(pixels)} megapixels); images are read up to "
-        f"{megapixels(budget)} megapixels (AIRIG_MAX_IMAGE_PIXELS)",
+        f"{what} ({megapixels(pixels)} megapixels); the limit is {megapixels(budget)} "
+        "megapixels (AIRIG_MAX_IMAGE_PIXELS)",
         hint=hint
         or "scale it down first (e.g. ffmpeg -i in.png -vf scale=4000:-1 out.png), or raise "
         "AIRIG_MAX_IMAGE_PIXELS in .env",

@@ -7,6 +7,7 @@ import time
 import requests
 
 from airig.common.task_schemas import TranscribePayload
+from airig.executors.containers import plain_container
 from airig.executors.context import (
     ExecContext,
     ExecResult,
@@ -29,6 +30,9 @@ def execute_transcribe(payload: TranscribePayload, ctx: ExecContext) -> ExecResu
             retryable=False,
             hint=f"put it under {ctx.data_dir}",
         )
+    # The Whisper server decodes the upload with ffmpeg's libraries, probing its content:
+    # a playlist there would read what it names (files of that container, URLs).
+    plain_container(audio, payload.audio, "audio file")
     start = time.monotonic()
     session = requests.Session()
     try:

@@ -188,7 +188,7 @@ def test_a_header_declaring_too_many_pixels_is_refused_before_decoding(
     monkeypatch.setattr(media, "run_tool", _no_tool)
     error = refused(ctx, name)
     assert error.message.startswith(f"image {name!r} declares ")
-    assert "up to 64 megapixels (AIRIG_MAX_IMAGE_PIXELS)" in error.message
+    assert "the limit is 64 megapixels (AIRIG_MAX_IMAGE_PIXELS)" in error.message
     assert model.calls == []
 
 

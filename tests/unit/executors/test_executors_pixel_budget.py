@@ -225,7 +225,7 @@ def test_an_image_declaring_more_than_the_budget_reaches_no_tool_and_no_model(
     task_type, payload = CONSUMERS[consumer](name)
     error = refused(task_type, payload, ctx)
     assert error.message.startswith(f"image {name!r} declares {width} x {height} pixels (")
-    assert "up to 64 megapixels (AIRIG_MAX_IMAGE_PIXELS)" in error.message
+    assert "the limit is 64 megapixels (AIRIG_MAX_IMAGE_PIXELS)" in error.message
     assert "AIRIG_MAX_IMAGE_PIXELS" in error.hint
     assert error.details == {"pixels": width * height, "limit": DEFAULT_MAX_IMAGE_PIXELS}
     assert model.calls == [] and tools == []
@@ -258,7 +258,7 @@ def test_the_budget_is_a_setting_and_its_edge_is_inside(make_ctx):
     smaller = make_ctx(max_image_pixels=320 * 240 - 1)
     error = refused("ocr", {"image": "edge.png", "engine": "tesseract"}, smaller)
     assert "declares 320 x 240 pixels (0.077 megapixels)" in error.message
-    assert "up to 0.077 megapixels" in error.message
+    assert "the limit is 0.077 megapixels" in error.message
 
 
 def test_the_worker_gives_executors_its_AIRIG_MAX_IMAGE_PIXELS(tmp_path, monkeypatch):
@@ -279,7 +279,7 @@ def test_the_worker_gives_executors_its_AIRIG_MAX_IMAGE_PIXELS(tmp_path, monkeyp
         task, threading.Event(), tmp_path
     )
     assert isinstance(outcome, TaskError) and not released
-    assert "up to 0.001 megapixels (AIRIG_MAX_IMAGE_PIXELS)" in outcome.message
+    assert "the limit is 0.001 megapixels (AIRIG_MAX_IMAGE_PIXELS)" in outcome.message
     monkeypatch.delenv("AIRIG_MAX_IMAGE_PIXELS")
     assert WorkerSettings().max_image_pixels == DEFAULT_MAX_IMAGE_PIXELS
 
@@ -320,7 +320,7 @@ def test_a_page_over_the_budget_at_the_asked_dpi_is_refused_with_the_dpi_that_fi
     error = refused("pages", {"pdf": "doc.pdf", "dpi": 300}, ctx)
     assert error.message == (
         "PDF 'doc.pdf' page 1 is 595 x 420 pt: 2480 x 1750 pixels at 300 dpi "
-        "(4.3 megapixels); images are read up to 1 megapixels (AIRIG_MAX_IMAGE_PIXELS)"
+        "(4.3 megapixels); the limit is 1 megapixels (AIRIG_MAX_IMAGE_PIXELS)"
     )
     assert pdftoppm_runs(ran) == []
     [fits] = re.findall(r"give dpi: (\d+) or less", error.hint)
