@@ -28,6 +28,14 @@ def check(settings: BrainSettings) -> int:
     try:
         with urllib.request.urlopen(url, timeout=3) as response:
             body = json.load(response)
+    except urllib.error.HTTPError as exc:  # 503 degraded: a store it cannot write
+        try:
+            detail = json.load(exc).get("detail")
+        except (OSError, ValueError, AttributeError):
+            detail = None
+        print(f"brain unhealthy: HTTP {exc.code}" + (f": {detail}" if detail else ""),
+              file=sys.stderr)  # fmt: skip
+        return 1
     except (OSError, ValueError, urllib.error.URLError) as exc:
         print(f"brain unhealthy: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -2,11 +2,14 @@
 
 ``write`` is the one way state changes: it runs a function inside a transaction, then
 publishes that transaction's events and metrics and wakes long-polling claims when new
-work became READY.
+work became READY. A write the store cannot take (a full or read-only disk) raises
+``StoreUnwritable`` (507 / 503) and holds the ``store_unwritable`` alert in memory
+(``store/unwritable.py``) until a write commits again, which records it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -27,7 +30,9 @@ from airig.brain.store.db import Database
 from airig.brain.store.events import EventLog, Outbox
 from airig.brain.store.groupcommit import GroupCommit, after_commit, close_failed
 from airig.brain.store.retry import RetryPolicy
+from airig.brain.store.unwritable import Episode, StoreHealth, StoreUnwritable
 from airig.common.errors import ConfigError
+from airig.common.jsonlog import utc_iso
 
 T = TypeVar("T")
 
@@ -37,6 +42,9 @@ class Brain:
         self.settings = settings
         settings.results_dir.mkdir(parents=True, exist_ok=True)
         self.db = Database(settings.db_path)
+        # Whether the store can be written (a full or read-only disk), from its writes.
+        self.store_health = StoreHealth(settings.db_path.parent)
+        self._recording = threading.Lock()  # one writer of ended outages' alerts at a time
         self._group = GroupCommit(self.db, self._committed)
         self.events = EventLog(
             settings.events_file,
@@ -46,7 +54,7 @@ class Brain:
             keep=settings.log_keep,
             read=self.db.read,  # the events file follows the events table
         )
-        self.metrics = BrainMetrics(self.db)
+        self.metrics = BrainMetrics(self.db, held=self.held_alerts)
         # Finished plans older than AIRIG_RETENTION_DAYS go, in small batches (retention.py).
         self.retention = retention.Retention(self.db, settings, self.events)
         self.metrics.watch_store(self.retention)
@@ -97,7 +105,21 @@ class Brain:
         self, change: Callable[[sqlite3.Connection, Outbox, float], T], durable: bool = True
     ) -> T:
         """``durable=False``: liveness only, may be lost to a power cut (``Database.tx``).
-        Durable writes that arrive together share one commit (``groupcommit.py``)."""
+        Durable writes that arrive together share one commit (``groupcommit.py``).
+        ``StoreUnwritable`` when the store could not take it: nothing of it was stored."""
+        try:
+            result = self._write(change, durable)
+        except BaseException as exc:
+            refusal = self.refuse(exc)
+            if refusal is None:
+                raise
+            raise refusal from exc
+        ended = self.store_health.wrote()
+        if ended is not None:
+            self._writable_again(ended)
+        return result
+
+    def _write(self, change: Callable[[sqlite3.Connection, Outbox, float], T], durable: bool) -> T:
         if durable:
             return self._group.run(change)
         outbox = Outbox()
@@ -109,6 +131,60 @@ class Brain:
             raise
         after_commit(self._committed, outbox)  # committed: the answer is a success
         return result
+
+    # ---- a store that cannot be written ---------------------------------------------------
+    def held_alerts(self) -> list[alerts.Held]:
+        """Alerts held in memory, not in the alerts table: the store cannot be written."""
+        episode = self.store_health.episode
+        return [] if episode is None else [alerts.store_alert(episode)]
+
+    def refuse(self, exc: BaseException, sqlite_readonly: bool = True) -> StoreUnwritable | None:
+        """The refusal for a write that failed with ``exc`` because the store could not
+        take it (the outage noted, its alert raised when it begins), else None."""
+        refusal = self.store_health.failed(exc, sqlite_readonly)
+        if refusal is not None and refusal.opened:
+            self.metrics.alerts_fired.labels(alert=alerts.STORE_UNWRITABLE).inc()
+            notice = alerts.Notice(alerts.STORE_UNWRITABLE, alerts.STORE_SUBJECT, True,
+                                   refusal.message, utc_iso(time.time()))  # fmt: skip
+            self.notifier.send([notice])
+        return refusal
+
+    def _writable_again(self, ended: Episode) -> None:
+        """The first commit after an outage: its alert cleared, then recorded."""
+        cleared = f"resolved (was: {ended.message})"
+        self.notifier.send([alerts.Notice(alerts.STORE_UNWRITABLE, alerts.STORE_SUBJECT, False,
+                                          cleared, utc_iso(ended.ended))])  # fmt: skip
+        self.record_outages()
+
+    def record_outages(self) -> None:
+        """Record the ended outages' alerts in the store, and extend the live leases:
+        their renewals could not be saved, which is no sign their workers died (as at a
+        restart). One that fails stays for the next commit after an outage, or the
+        reaper's next pass."""
+        # Not blocking: a commit inside this one's write may end another outage; the
+        # reaper's next pass records what this one left.
+        if not self._recording.acquire(blocking=False):
+            return
+        try:
+            self._record_outages()
+        finally:
+            self._recording.release()
+
+    def _record_outages(self) -> None:
+        episodes = self.store_health.unrecorded()
+        if not episodes:
+            return
+
+        def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
+            for episode in episodes:
+                alerts.record_outage(conn, outbox, episode)
+            reaper.extend_live_leases(conn, now, self.settings.lease_s)
+
+        try:
+            self.write(change)
+        except StoreUnwritable:
+            return  # the store failed again: kept for the next commit after it
+        self.store_health.recorded(episodes)
 
     def _committed(self, outbox: Outbox) -> None:
         """After a commit: its events and metrics out, long-polling claims woken."""
@@ -125,9 +201,11 @@ class Brain:
     def start(self) -> None:
         """Extend live leases once (a restart is no reason to expire them), then reap."""
         self.started_at = time.time()
-        with self.db.tx() as conn:
-            reaper.extend_live_leases(conn, self.started_at, self.settings.lease_s)
         self.notifier.start()
+        # Started on a full or read-only store: the reaper's pass extends them once it can.
+        with contextlib.suppress(StoreUnwritable):
+            self.write(lambda conn, outbox, now: reaper.extend_live_leases(
+                conn, self.started_at, self.settings.lease_s))  # fmt: skip
         self._reaper = reaper.Reaper(self.reap_once, self.settings.reaper_interval_s)
         self._reaper.start()
         # The external tier's calls (airig/brain/escalation/); with AIRIG_ESCALATION=off it
@@ -147,19 +225,30 @@ class Brain:
             self.write(self.scheduling.hold_waiting)
 
     def reap_once(self) -> None:
-        self.write(lambda conn, outbox, now: reaper.reap(conn, outbox, now, self.retry))
+        if self.store_health.episode is not None:
+            # Renewals cannot be saved: a lease that ran out meanwhile is no sign its
+            # worker died. Extended instead of expired, which also tries the store.
+            lease_s = self.settings.lease_s
+            self.write(lambda conn, outbox, now: reaper.extend_live_leases(conn, now, lease_s))
+        else:
+            self.write(lambda conn, outbox, now: reaper.reap(conn, outbox, now, self.retry))
+            self.record_outages()  # an outage whose record failed before
         self.check_alerts()
 
     def check_alerts(self, now: float | None = None) -> list[alerts.Notice]:
-        """Fire and clear alerts (``now`` for tests), then queue them for delivery."""
+        """Fire and clear alerts (``now`` for tests), then queue them for delivery.
+        Workers are silent from the brain's start or the store's last outage at the
+        earliest (heartbeats could not be saved before), and not judged during one."""
+        health = self.store_health
         notices = self.write(
             lambda conn, outbox, clock: alerts.check(
                 conn,
                 outbox,
                 clock if now is None else now,
                 self.alert_rules,
-                self.started_at,
+                max(self.started_at, health.recovered_at),
                 self.probes.holding(),
+                liveness=health.episode is None,
             )
         )
         self.notifier.send(notices)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +26,8 @@ from airig.brain.api.routes import search as routes_search
 from airig.brain.api.routes import tasks as routes_tasks
 from airig.brain.api.routes import tokens as routes_tokens
 from airig.brain.api.routes import workers as routes_workers
+from airig.brain.api.unwritable import DESCRIPTIONS as UNWRITABLE
+from airig.brain.api.unwritable import degraded, install_unwritable
 from airig.brain.service import Brain
 from airig.brain.settings import BrainSettings
 from airig.common.http_errors import error_body, headers_retry_after, validation_detail
@@ -36,6 +39,8 @@ COMMON_RESPONSES: dict = {
     401: {"model": ErrorBody, "description": "no bearer token, or an unknown one"},
     403: {"model": ErrorBody, "description": "the token's scope cannot do this"},
     413: {"model": ErrorBody, "description": "the request body is too large"},
+    503: {"model": ErrorBody, "description": UNWRITABLE[503]},
+    507: {"model": ErrorBody, "description": UNWRITABLE[507]},
 }
 
 
@@ -114,10 +119,11 @@ def create_app(settings: BrainSettings) -> FastAPI:
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.get("/health", tags=["ops"])
-    def health() -> dict:
+    def health() -> Any:
+        """``ok``; 503 ``degraded`` while the store cannot be written (``unwritable.py``)."""
         with brain.db.read() as conn:
             conn.execute("SELECT 1").fetchone()
-        return {"status": "ok", "version": __version__}
+        return degraded(brain) or {"status": "ok", "version": __version__}
 
     @app.get(
         "/metrics",
@@ -164,6 +170,8 @@ def create_app(settings: BrainSettings) -> FastAPI:
         return JSONResponse(
             status_code=422, content=error_body(422, validation_detail(exc.errors()))
         )
+
+    install_unwritable(app, brain)  # 507 / 503 for a store that cannot be written
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -29,6 +29,7 @@ from airig.brain.api.exchange import run_exchange
 from airig.brain.api.guard import EXCHANGE_BODY
 from airig.brain.inflight import Hold
 from airig.brain.service import Brain
+from airig.brain.store.unwritable import StoreUnwritable
 from airig.common.http_errors import error_bytes, headers_retry_after, validation_detail
 from airig.common.protocol import ExchangeRequest, ExchangeResponse
 
@@ -83,6 +84,8 @@ class ExchangeFastPath:
             )
         except HTTPException as exc:
             return _error(exc.status_code, str(exc.detail), headers_retry_after(exc.headers))
+        except StoreUnwritable as exc:  # 507 / 503 with the fix (api/unwritable.py)
+            return _error(exc.status, exc.detail, exc.retry_after_s, retryable=True)
         except Exception as exc:  # noqa: BLE001 - one JSON error shape, never a traceback
             return _error(500, f"internal error: {type(exc).__name__}")
         return 200, ANSWER.dump_json(answer)  # the rendered payloads go with ``answer``
@@ -104,5 +107,7 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _error(status: int, detail: str, retry_after_s: float | None = None) -> tuple[int, bytes]:
-    return status, error_bytes(status, detail, retry_after_s=retry_after_s)
+def _error(
+    status: int, detail: str, retry_after_s: float | None = None, retryable: bool | None = None
+) -> tuple[int, bytes]:
+    return status, error_bytes(status, detail, retryable=retryable, retry_after_s=retry_after_s)

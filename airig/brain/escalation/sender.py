@@ -29,6 +29,7 @@ from airig.brain.settings import BrainSettings
 from airig.brain.store import payloads, states
 from airig.brain.store.events import Outbox, record
 from airig.brain.store.retry import RetryPolicy
+from airig.brain.store.unwritable import StoreUnwritable
 from airig.common.protocol import TaskState as S
 
 log = logging.getLogger("airig.brain.escalation")
@@ -86,6 +87,8 @@ class Sender(threading.Thread):
         while not self._stop_event.wait(INTERVAL_S):
             try:
                 self.tick()
+            except StoreUnwritable:
+                pass  # said once when it began (store/unwritable.py); tried again next pass
             except Exception:
                 log.exception("escalation pass failed")
 

@@ -19,7 +19,13 @@ brain neither repeats a firing nor forgets a clear. Kinds (subject in brackets):
   services hold (``probes.py``): no answer several times in a row (down, or a crash
   loop), or a service `up` put on a GPU answering that it runs on the CPU;
 - ``backup_old`` (``backup``): the newest `backup` is older than ``AIRIG_BACKUP_MAX_AGE_H``
-  (none yet: counted from the brain's start); 0 turns it off.
+  (none yet: counted from the brain's start); 0 turns it off;
+- ``store_unwritable`` (``store``): a write found the store full or read-only
+  (``store/unwritable.py``). It cannot live in the alerts table of a store that cannot be
+  written: it is held in memory (``GET /v1/alerts``, ``/health``, ``/metrics``, the
+  notice at once) and recorded, fired and cleared, by the first commit after it. While it
+  holds no heartbeat can be saved, so ``worker_down`` and ``gpu_temperature`` are not
+  judged (those that hold stay), and a worker is silent only from its end.
 
 Delivery to people (``notify.py``) happens after the commit, from what ``check`` returns.
 """
@@ -32,6 +38,7 @@ from dataclasses import dataclass
 
 from airig.brain.store import backups
 from airig.brain.store.events import Outbox, store_line
+from airig.brain.store.unwritable import Episode
 from airig.brain.store.workers import RETIRED
 from airig.common.jsonlog import utc_iso
 
@@ -48,9 +55,11 @@ SCHEMA = (
 )
 FAILURE_EVENTS = ("task_failed", "task_retry_scheduled")
 WORKER_KINDS = ("worker_failures", "worker_down", "gpu_temperature")  # subject names a worker
+LIVENESS_KINDS = ("worker_down", "gpu_temperature")  # read from saved heartbeats
+STORE_UNWRITABLE, STORE_SUBJECT = "store_unwritable", "store"
 # every kind, each with a rule in 03-agents/prometheus/alerts.yml (a test checks)
 KINDS = ("queue_depth", "task_failures", *WORKER_KINDS, "service_down", "gpu_fallback",
-         "backup_old")  # fmt: skip
+         "backup_old", STORE_UNWRITABLE)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,20 @@ class Rules:
     gpu_temp_c: float
     worker_lapse_s: float
     backup_max_age_s: float = 0.0  # 0: no backup_old alert
+
+
+@dataclass(frozen=True)
+class Held:
+    """An alert that holds outside the alerts table (as its rows read)."""
+
+    kind: str
+    subject: str
+    fired_at: float
+    message: str
+
+
+def store_alert(episode: Episode) -> Held:
+    return Held(STORE_UNWRITABLE, STORE_SUBJECT, episode.since, episode.message)
 
 
 @dataclass(frozen=True)
@@ -143,14 +166,16 @@ def active(
     rules: Rules,
     since: float = 0.0,
     probed: dict[tuple[str, str], str] | None = None,
+    liveness: bool = True,
 ) -> dict[tuple[str, str], str]:
     """Every alert that holds now: (kind, subject) -> message. ``since``: when this brain
     started; a worker is silent only from then, as heartbeats could not reach a brain
-    that was down. ``probed``: what the service probes hold (``probes.py``)."""
+    that was down. ``probed``: what the service probes hold (``probes.py``).
+    ``liveness=False``: heartbeats could not be saved, the workers are not judged."""
     return {
         **_queue(conn, rules),
         **_failures(conn, now, rules),
-        **_workers(conn, now, rules, since),
+        **(_workers(conn, now, rules, since) if liveness else {}),
         **_backup(conn, now, rules, since),
         **(probed or {}),
     }
@@ -173,7 +198,9 @@ def _backup(
     return {("backup_old", "backup"): f"{what} (limit {limit}): run `backup`"}
 
 
-def _record(conn: sqlite3.Connection, outbox: Outbox, notice: Notice, now: float) -> None:
+def _record(
+    conn: sqlite3.Connection, outbox: Outbox, notice: Notice, now: float, count: bool = True
+) -> None:
     event_type = "alert_fired" if notice.fired else "alert_cleared"
     body = {
         "timestamp": notice.timestamp,
@@ -185,7 +212,7 @@ def _record(conn: sqlite3.Connection, outbox: Outbox, notice: Notice, now: float
         "reason": f"{notice.kind} {notice.subject}: {notice.message}",  # the feed's detail
     }
     store_line(conn, outbox, now, event_type, None, None, json.dumps(body))
-    if notice.fired:
+    if notice.fired and count:
         outbox.metric("alerts_fired", alert=notice.kind)
 
 
@@ -196,13 +223,18 @@ def check(
     rules: Rules,
     since: float = 0.0,
     probed: dict[tuple[str, str], str] | None = None,
+    liveness: bool = True,
 ) -> list[Notice]:
-    """Fire what newly holds, clear what no longer does; the notices to deliver."""
-    holding = active(conn, now, rules, since, probed)
+    """Fire what newly holds, clear what no longer does; the notices to deliver.
+    ``liveness=False`` (the store cannot save heartbeats): the liveness alerts that hold
+    stay as they are, none fires."""
+    holding = active(conn, now, rules, since, probed, liveness)
     known = {
         (row["kind"], row["subject"]): row["message"]
         for row in conn.execute("SELECT kind, subject, message FROM alerts")
     }
+    if not liveness:
+        holding.update({key: m for key, m in known.items() if key[0] in LIVENESS_KINDS})
     notices: list[Notice] = []
     stamp = utc_iso(now)
     for (kind, subject), message in sorted(holding.items()):
@@ -219,3 +251,14 @@ def check(
     for notice in notices:
         _record(conn, outbox, notice, now)
     return notices
+
+
+def record_outage(conn: sqlite3.Connection, outbox: Outbox, episode: Episode) -> None:
+    """An ended outage of the store (``store/unwritable.py``) in its events, once the
+    store can be written: its ``alert_fired`` at its start, its ``alert_cleared`` at its
+    end. Counted and delivered when it happened (``Brain``), not again here."""
+    fired = Notice(STORE_UNWRITABLE, STORE_SUBJECT, True, episode.message, utc_iso(episode.since))
+    cleared = Notice(STORE_UNWRITABLE, STORE_SUBJECT, False,
+                     f"resolved (was: {episode.message})", utc_iso(episode.ended))  # fmt: skip
+    _record(conn, outbox, fired, episode.since, count=False)
+    _record(conn, outbox, cleared, episode.ended)

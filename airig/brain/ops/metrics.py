@@ -6,8 +6,8 @@ drift from the truth; counters and the histogram are fed from each committed Out
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -37,10 +37,12 @@ class QueueDepth(Collector):
 
 
 class ActiveAlerts(Collector):
-    """1 per alert that holds now (airig/brain/ops/alerts.py), read from its table at scrape."""
+    """1 per alert that holds now (airig/brain/ops/alerts.py), read from its table at
+    scrape, with those held in memory (``held``: a store that cannot be written)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, held: Callable[[], list[Any]] | None = None) -> None:
         self._db = db
+        self._held = held or list
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -50,6 +52,8 @@ class ActiveAlerts(Collector):
             rows = conn.execute("SELECT kind, subject FROM alerts").fetchall()
         for row in rows:
             family.add_metric([row["kind"], row["subject"]], 1)
+        for alert in self._held():
+            family.add_metric([alert.kind, alert.subject], 1)
         yield family
 
 
@@ -76,10 +80,10 @@ class StoreSize(Collector):
 
 
 class BrainMetrics:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, held: Callable[[], list[Any]] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(QueueDepth(db))
-        self.registry.register(ActiveAlerts(db))
+        self.registry.register(ActiveAlerts(db, held))
         self.schedule_to_start = Histogram(
             "airig_schedule_to_start_seconds",
             "Time from READY to the attempt starting on a worker",

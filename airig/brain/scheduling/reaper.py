@@ -17,6 +17,7 @@ from collections.abc import Callable
 from airig.brain.store import states
 from airig.brain.store.events import Outbox
 from airig.brain.store.retry import INFRA, TASK, RetryPolicy
+from airig.brain.store.unwritable import StoreUnwritable
 
 log = logging.getLogger("airig.brain.scheduling.reaper")
 
@@ -69,6 +70,8 @@ class Reaper(threading.Thread):
         while not self._stop_event.wait(self._interval_s):
             try:
                 self._tick()
+            except StoreUnwritable:
+                pass  # said once when it began (store/unwritable.py); tried again next pass
             except Exception:
                 log.exception("reaper pass failed")
 

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from airig.brain.store.groupcommit import GroupCommit, Pending
+from airig.brain.store.unwritable import StoreUnwritable
 from tests.unit.brain_helpers import make_brain
 
 
@@ -158,12 +159,11 @@ def test_a_non_durable_write_on_a_full_store_leaves_no_transaction_open(tmp_path
     brain = make_brain(tmp_path)
     _kv(brain)
     _fill(brain)
-    with pytest.raises(Exception) as failed:
+    with pytest.raises(StoreUnwritable) as failed:  # 507, with the fix (store/unwritable.py)
         brain.write(
             lambda c, o, t: c.execute("INSERT INTO kv VALUES ('x', ?)", ("x" * 50_000,)), False
         )
-    causes = (failed.value, failed.value.__context__)
-    assert "SQLITE_FULL" in {getattr(e, "sqlite_errorname", "") for e in causes}
+    assert failed.value.kind == "full" and failed.value.status == 507
     with brain.db.writer() as conn:
         assert not conn.in_transaction
         conn.execute("PRAGMA max_page_count = 1073741823")
