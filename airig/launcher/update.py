@@ -46,6 +46,7 @@ from airig.launcher.images.lock import (
     read_lock,
     read_log,
     repository,
+    shown,
     write_lock,
 )
 from airig.launcher.images.remote import Registry
@@ -249,7 +250,8 @@ def check_lines(
     for m in moves:
         locked = m.locked
         old = short(locked.digest) if locked else "-"
-        created = f"built {m.created[:10]}" if m.created else "build date unknown"
+        # the registry's words: remote.py keeps only a timestamp, escaped all the same
+        created = f"built {escape(shown(m.created[:10]))}" if m.created else "build date unknown"
         if failed and is_failed(m, failed):
             lines.append(failed_line(m, failed))
         elif m.kind == "current":

@@ -21,6 +21,7 @@ Pure: no Docker here (``airig/launcher/update.py`` reads the engine and the regi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -32,6 +33,17 @@ from airig.launcher.images.registry import split_domain
 
 LOCK_FILE = "images.lock"
 VERSION = 1
+# What a registry digest is: the lock's digests become `repo@digest` image references in
+# .airig/host.env and Compose files, and are printed; anything else (a registry's markup,
+# a newline that would add a line to host.env) is refused where it is read.
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+DIGEST_WORDS = "sha256: and 64 lowercase hex digits"
+# A tag or variable also lands in host.env as `VARIABLE=ref`: one line, no spaces
+REFERENCE_TEXT = re.compile(r"[^\s\x00-\x1f\x7f]*")
+
+
+def is_digest(value: object) -> bool:
+    return isinstance(value, str) and DIGEST.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -86,12 +98,44 @@ def read_lock(state_dir: Path) -> dict[str, Locked]:
         return {}
     try:
         data = json.loads(path.read_text())
-        return {name: Locked(**entry) for name, entry in data["images"].items()}
+        entries = {name: Locked(**entry) for name, entry in data["images"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(
             f"cannot read {path}: {type(exc).__name__}: {exc}",
             f"move {path} away: the next up locks the images it starts again",
         ) from None
+    for name, entry in entries.items():
+        check_entry(path, name, entry)
+    return entries
+
+
+def check_entry(path: Path, name: str, entry: Locked) -> None:
+    """One entry as the lock's writers write it, else one line naming it: its digest ""
+    (an image built locally) or sha256 + 64 hex, every field a string, the variable and
+    tag one word each (they become a host.env line)."""
+    label = shown(name)
+    fix = (
+        f"delete the {label} entry from {path} (or the file): the next up locks the image "
+        "it starts again, and `update --check` then shows what its tag names"
+    )
+    where = f"{path}: the entry {label}"
+    fields = {k: getattr(entry, k) for k in Locked.__dataclass_fields__}
+    wrong = [k for k, v in fields.items() if not isinstance(v, str)]
+    if wrong:
+        raise ConfigError(f"{where} has a {wrong[0]} that is not a string", fix)
+    if entry.digest and not is_digest(entry.digest):
+        raise ConfigError(f"{where} has a digest that is not {DIGEST_WORDS}", fix)
+    for key in ("variable", "tag"):
+        if not fields[key] or not REFERENCE_TEXT.fullmatch(fields[key]):
+            raise ConfigError(f"{where} has a {key} that is not one word of printable text", fix)
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """Text from a file or a registry, fit for one line: control characters (ANSI
+    escapes, NUL, newlines) replaced by "?", clipped to ``limit``. Markup is the printer's
+    to escape (rich.markup.escape)."""
+    clean = re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text[: limit + 1])
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
 
 
 def write_lock(state_dir: Path, entries: dict[str, Locked]) -> None:

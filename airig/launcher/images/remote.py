@@ -21,6 +21,7 @@ from typing import Any
 import requests
 
 from airig.common.errors import DockerError
+from airig.launcher.images.lock import DIGEST_WORDS, is_digest
 from airig.launcher.images.registry import DOCKER_HUB, split_domain
 
 TIMEOUT_S = 10.0
@@ -36,6 +37,12 @@ ACCEPT = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
 ARCH = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), "amd64")
 
 Getter = Callable[..., requests.Response]
+# A build time as registries write it (2026-11-20T03:12:09.123456789Z); anything else is
+# not shown (it is printed and stored in the lock: a registry's text is not trusted)
+CREATED = re.compile(r"\d{4}-\d{2}-\d{2}T[0-9:.]{1,40}(Z|[+-]\d{2}:?\d{2})?")
+# A bearer token goes into a request header: visible ASCII only, of a sane length
+CHALLENGE_MAX = 4096  # a WWW-Authenticate header worth parsing
+TOKEN = re.compile(r"[\x21-\x7e]{1,16384}")
 
 
 def parse(ref: str) -> tuple[str, str, str]:
@@ -89,6 +96,14 @@ class Registry:
         digest = answer.headers.get("Docker-Content-Digest") or (
             "sha256:" + hashlib.sha256(answer.content).hexdigest()
         )
+        if not is_digest(digest):
+            # it would be printed, locked and written into host.env: refused, never quoted
+            raise DockerError(
+                f"cannot check {ref}: the registry {host} answered a Docker-Content-Digest "
+                f"header that is not {DIGEST_WORDS}",
+                "the registry (or a proxy in front of it) is broken or not a registry: "
+                "check AIRIG_IMAGE_REGISTRY in .env; nothing was changed",
+            )
         return digest, self._created(ref, host, base, answer)
 
     def _created(self, ref: str, host: str, base: str, answer: requests.Response) -> str:
@@ -98,10 +113,12 @@ class Registry:
             manifest = answer.json()
             if manifest.get("manifests"):
                 chosen = _platform_manifest(manifest["manifests"])
-                sub = self._fetch(ref, host, f"{base}/manifests/{chosen}", ACCEPT)
+                sub = self._fetch(ref, host, f"{base}/manifests/{_digest(chosen)}", ACCEPT)
                 manifest = sub.json()
-            blob = self._fetch(ref, host, f"{base}/blobs/{manifest['config']['digest']}", "*/*")
-            return str(blob.json().get("created", "")) if blob.status_code == 200 else ""
+            config = _digest(manifest["config"]["digest"])
+            blob = self._fetch(ref, host, f"{base}/blobs/{config}", "*/*")
+            created = blob.json().get("created", "") if blob.status_code == 200 else ""
+            return created if isinstance(created, str) and CREATED.fullmatch(created) else ""
         except (ValueError, KeyError, TypeError, AttributeError, IndexError):
             return ""
 
@@ -130,15 +147,23 @@ class Registry:
 
     def _token(self, challenge: str) -> str:
         """An anonymous bearer token from the realm a 401 names (Docker Hub, ghcr.io)."""
-        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        if len(challenge) > CHALLENGE_MAX:
+            return ""  # no registry sends that much; parsing it would take minutes
+        fields = dict(re.findall(r'(?<!\w)(\w+)="([^"]*)"', challenge))
         realm = fields.pop("realm", "")
         if not challenge.lower().startswith("bearer") or not realm:
             return ""
         answer = self._get(realm, params=fields, timeout=TIMEOUT_S)
         if answer.status_code != 200:
             return ""
-        body: dict[str, Any] = answer.json()
-        return str(body.get("token") or body.get("access_token") or "")
+        try:
+            body = answer.json()
+        except ValueError:
+            return ""  # not a token answer: the retried request says the registry's 401
+        if not isinstance(body, dict):
+            return ""
+        token = body.get("token") or body.get("access_token") or ""
+        return token if isinstance(token, str) and TOKEN.fullmatch(token) else ""
 
 
 def _platform_manifest(manifests: list[dict[str, Any]]) -> str:
@@ -147,6 +172,14 @@ def _platform_manifest(manifests: list[dict[str, Any]]) -> str:
         if plat.get("os") == "linux" and plat.get("architecture") == ARCH:
             return str(entry["digest"])
     return str(manifests[0]["digest"])
+
+
+def _digest(value: object) -> str:
+    """A digest a manifest names, before it goes into a URL; else ValueError (no build
+    date: the digest in the header alone decides whether a tag moved)."""
+    if not is_digest(value):
+        raise ValueError("not a digest")
+    return str(value)
 
 
 def _why(exc: Exception) -> str:

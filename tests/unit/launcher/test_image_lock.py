@@ -29,6 +29,7 @@ from airig.launcher.images.remote import ARCH, Registry, parse, scheme_of
 from airig.launcher.update import age, short
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+AMD, CFG = "sha256:" + "a" * 64, "sha256:" + "c" * 64
 MIRROR = "127.0.0.1:5000"
 
 
@@ -250,12 +251,12 @@ def test_a_token_registry_is_asked_with_an_anonymous_token_and_the_build_date_re
         if url.endswith("/manifests/0.20.6"):
             other = {"os": "linux", "architecture": "s390x"}
             this = {"os": "linux", "architecture": ARCH}  # this machine's
-            index = {"manifests": [{"digest": "sha256:other", "platform": other},
-                                   {"digest": "sha256:amd", "platform": this}]}  # fmt: skip
+            index = {"manifests": [{"digest": D2, "platform": other},
+                                   {"digest": AMD, "platform": this}]}  # fmt: skip
             return Answer(200, index, {"Docker-Content-Digest": D1})
-        if url.endswith("/manifests/sha256:amd"):
-            return Answer(200, {"config": {"digest": "sha256:cfg"}})
-        assert url.endswith("/blobs/sha256:cfg")
+        if url.endswith(f"/manifests/{AMD}"):
+            return Answer(200, {"config": {"digest": CFG}})
+        assert url.endswith(f"/blobs/{CFG}")
         return Answer(200, {"created": "2026-11-20T03:00:00Z"})
 
     assert Registry(get).lookup("ollama/ollama:0.20.6") == (D1, "2026-11-20T03:00:00Z")
