@@ -19,11 +19,14 @@ itself. Kinds:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
+import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -53,13 +56,35 @@ def execute_note(payload: NotePayload, ctx: ExecContext) -> ExecResult:
         # UTF-8 with a byte-order mark: what makes spreadsheet programs read it as UTF-8.
         data = csv_note(payload).encode("utf-8-sig")
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
-    partial.write_bytes(data)
-    os.replace(partial, target)
+    write_whole(target.parent, target.name, data)
     output: dict[str, Any] = {"path": data_relative(ctx, target), "bytes": len(data)}
     if documents is not None:
         output["documents"] = documents
     return ExecResult(output=output, metrics={"wall_ms": elapsed_ms(start)})
+
+
+def write_whole(folder: Path, name: str, data: bytes) -> None:
+    """``data`` as ``folder/name``, replaced whole: written to a new file of a random name
+    in the same folder, created there (O_EXCL: never one that already stands there, a
+    link included; O_NOFOLLOW), then renamed over ``name``, which replaces whatever stands
+    there, a link too, without following it. The folder is opened once without following
+    a link, and both steps are made in it (dir_fd)."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW
+    folder_fd = os.open(folder, flags)
+    try:
+        partial = f".{secrets.token_hex(8)}.partial"
+        create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(partial, create, 0o666, dir_fd=folder_fd)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(partial, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial, dir_fd=folder_fd)
+            raise
+    finally:
+        os.close(folder_fd)
 
 
 # ------------------------------------------------------------------ shared
@@ -395,9 +420,10 @@ def _cell(value: Any) -> str:
     return text
 
 
+# A plain decimal number, as a spreadsheet reads one: Python's float() also takes "-inf",
+# "-nan", "-1_000" and spaces, which a spreadsheet would run as a formula.
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
 def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    return _NUMBER.fullmatch(text) is not None
