@@ -33,7 +33,8 @@ FULL, READ_ONLY = "full", "read_only"
 STATUS = {FULL: 507, READ_ONLY: 503}
 RETRY_AFTER_S = 30  # how long a client waits before it sends the write again
 # A full store counts as writable again once this much is free: a commit that fits in a
-# recycled WAL is no sign that the next one will.
+# recycled WAL (or changes rows in place) is no sign that the next one will, and an
+# outage that ended at each such commit would fire its alert again at the next failure.
 RECOVERED_FREE_BYTES = 4 * 1024 * 1024
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -92,8 +93,9 @@ class StoreUnwritable(Exception):
         """The refusal's one line: what holds, that nothing was stored, the fix."""
         if self.kind == FULL:
             fix = (
-                "free space on that volume (`plans --prune`, a larger disk, "
-                "AIRIG_RETENTION_DAYS); the brain resumes by itself, then send this again"
+                "free space on that disk (`docker system df` shows what Docker holds there; "
+                "`plans --prune` once a little room is back) or give it a larger one; the "
+                "brain resumes by itself, then send this again"
             )
         else:
             fix = (

@@ -100,7 +100,7 @@ def test_a_full_store_answers_507_with_the_fix_and_reports_degraded(rig):
     assert body["retryable"] is True and body["retry_after_s"] == 30
     assert refused.headers["Retry-After"] == "30"
     assert "store is full: 0 B free on" in body["detail"]
-    assert "nothing was stored" in body["detail"] and "plans --prune" in body["detail"]
+    assert "nothing was stored" in body["detail"] and "docker system df" in body["detail"]
     assert plans(brain) == []
     health = client.get("/health")
     assert health.status_code == 503
@@ -315,3 +315,18 @@ def test_the_containers_healthcheck_says_why_the_brain_is_degraded(tmp_path, mon
     assert main.check(h.make_settings(tmp_path)) == 1
     err = capsys.readouterr().err
     assert err == "brain unhealthy: HTTP 503: the brain's store is full: 0 B free on /state\n"
+
+
+def test_a_commit_that_squeezes_onto_a_full_disk_does_not_end_the_outage(tmp_path, monkeypatch):
+    free = [0]
+    monkeypatch.setattr(unwritable, "free_bytes", lambda where: free[0])
+    health = unwritable.StoreHealth(tmp_path, clock=iter([10.0, 20.0, 30.0]).__next__)
+    first = health.failed(_sqlite_error("SQLITE_FULL"))
+    assert first is not None and first.opened and first.status == 507
+    assert health.wrote() is None  # 0 B free: a recycled WAL let it through
+    again = health.failed(_sqlite_error("SQLITE_FULL"))
+    assert again is not None and not again.opened  # the same outage: one alert
+    free[0] = 100 * 1024 * 1024
+    ended = health.wrote()
+    assert ended is not None and (ended.since, ended.ended) == (10.0, 30.0)
+    assert health.wrote() is None and health.unrecorded() == [ended]
