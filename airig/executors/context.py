@@ -121,6 +121,60 @@ def resolve_data_path(data_dir: Path, relative: str) -> Path:
     return resolved
 
 
+# Where tasks write on the data volume: outputs/ (what `backup` keeps, what the file service
+# serves). inputs/ holds the user's files, and index/ the brain's search index, which the
+# brain alone writes (a note naming index/search.sqlite broke every search).
+OUTPUTS = "outputs"
+BRAIN_ONLY = "index"
+
+
+def output_folder_path(data_dir: Path, relative: str, what: str) -> Path:
+    """The real path of a folder a task writes into: inside ``outputs/`` once every link
+    is resolved, never under ``index/``."""
+    return _inside_outputs(data_dir, relative, what, resolve_data_path(data_dir, relative))
+
+
+def output_file_path(data_dir: Path, relative: str, what: str) -> Path:
+    """A file a task writes: its folder's real path (inside ``outputs/``, as above) with
+    the file's own name kept, not followed: a link standing there is replaced, never
+    written through."""
+    candidate = Path(relative)
+    if not candidate.name or candidate.name in (".", ".."):
+        raise bad_path(relative)
+    folder = resolve_data_path(data_dir, candidate.parent.as_posix())
+    target = _inside_outputs(data_dir, relative, what, folder / candidate.name)
+    if target == data_dir.resolve() / OUTPUTS:
+        raise _not_in_outputs(relative, what)
+    return target
+
+
+def _inside_outputs(data_dir: Path, relative: str, what: str, path: Path) -> Path:
+    root = data_dir.resolve()
+    brain, outputs = root / BRAIN_ONLY, root / OUTPUTS
+    if path == brain or brain in path.parents:
+        raise TaskError(
+            f"{what} {relative!r} is in {BRAIN_ONLY}/, the brain's search index: no task "
+            "writes there",
+            error_type="bad_input",
+            retryable=False,
+            hint=f"write under {OUTPUTS}/ (a recipe's {{{{ outputs_dir }}}})",
+        )
+    if path != outputs and outputs not in path.parents:
+        raise _not_in_outputs(relative, what)
+    return path
+
+
+def _not_in_outputs(relative: str, what: str) -> TaskError:
+    return TaskError(
+        f"{what} {relative!r} is not inside {OUTPUTS}/: tasks write only under "
+        f"{OUTPUTS}/ of the data volume",
+        error_type="bad_input",
+        retryable=False,
+        hint=f"name a path under {OUTPUTS}/ (a recipe's {{{{ outputs_dir }}}}), "
+        f"e.g. {OUTPUTS}/notes/talk.md; a link there may not lead out of it",
+    )
+
+
 def bad_path(relative: str) -> TaskError:
     return TaskError(
         f"path {relative!r} leaves the data volume",

@@ -41,7 +41,9 @@ def execute_frames(payload: FramesPayload, ctx: ExecContext) -> ExecResult:
     # a plain container, read with its own demuxer: never a playlist naming other files
     source = ffmpeg_input(video, plain_container(video, payload.video, "video"))
     duration, start_time = probe(ctx, source, payload.video)
-    folder, folder_rel = output_folder(ctx, payload.out_dir, f"frames/{safe_stem(payload.video)}")
+    folder, folder_rel = output_folder(
+        ctx, payload.out_dir, f"outputs/frames/{safe_stem(payload.video)}"
+    )
     for stale in folder.glob(f"{PREFIX}*.png"):
         stale.unlink()  # a retry or a second run: only this run's frames are listed
     scale = f"scale={payload.width}:-2"

@@ -22,7 +22,13 @@ from typing import IO, Any
 from pydantic import TypeAdapter, ValidationError
 
 from airig.common.task_schemas import MAX_IMAGES, DataPath
-from airig.executors.context import ExecContext, TaskError, resolve_data_path, run_abortable
+from airig.executors.context import (
+    ExecContext,
+    TaskError,
+    output_folder_path,
+    resolve_data_path,
+    run_abortable,
+)
 from airig.executors.image_header import IMAGE_TYPES, bytes_reader, image_size
 
 # Which Debian package brings each tool (the hint when one is missing).
@@ -125,12 +131,16 @@ def input_file(ctx: ExecContext, relative: str, what: str) -> Path:
     return path
 
 
-def output_folder(ctx: ExecContext, given: str | None, default: str) -> tuple[Path, str]:
-    """The folder to write into (made), and its path relative to the data volume."""
+def output_folder(
+    ctx: ExecContext, given: str | None, default: str, what: str = "out_dir"
+) -> tuple[Path, str]:
+    """The folder to write into (made): inside outputs/ of the data volume once its links
+    are resolved, never index/ (context.output_folder_path); and its path relative to the
+    data volume."""
     relative = given or default
-    folder = resolve_data_path(ctx.data_dir, relative)
+    folder = output_folder_path(ctx.data_dir, relative, what)
     if folder.exists() and not folder.is_dir():
-        raise bad_input(f"out_dir {relative!r} is a file", hint="name a folder")
+        raise bad_input(f"{what} {relative!r} is a file", hint="name a folder")
     folder.mkdir(parents=True, exist_ok=True)
     return folder, data_relative(ctx, folder)
 

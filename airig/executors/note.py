@@ -32,17 +32,25 @@ from pathlib import Path
 from typing import Any
 
 from airig.common.task_schemas import NotePayload
-from airig.executors.context import ExecContext, ExecResult, elapsed_ms, resolve_data_path
+from airig.executors.context import (
+    ExecContext,
+    ExecResult,
+    elapsed_ms,
+    output_file_path,
+    resolve_data_path,
+)
 from airig.executors.frames import parse_seconds
-from airig.executors.media import bad_input, data_relative, loads_lenient
+from airig.executors.media import bad_input, loads_lenient
 
 DOCUMENT_CHARS = 2_000
 
 
 def execute_note(payload: NotePayload, ctx: ExecContext) -> ExecResult:
     start = time.monotonic()
-    target = resolve_data_path(ctx.data_dir, payload.path)
-    if target.is_dir():
+    # inside outputs/ (never index/); the file's own name is not followed: a link there
+    # is replaced by the note, never written through
+    target = output_file_path(ctx.data_dir, payload.path, "note path")
+    if target.is_dir() and not target.is_symlink():
         raise bad_input(f"path {payload.path!r} is a folder", hint="name the file to write")
     source = payload.source or ""
     documents: list[dict] | None = None
@@ -57,7 +65,10 @@ def execute_note(payload: NotePayload, ctx: ExecContext) -> ExecResult:
         data = csv_note(payload).encode("utf-8-sig")
     target.parent.mkdir(parents=True, exist_ok=True)
     write_whole(target.parent, target.name, data)
-    output: dict[str, Any] = {"path": data_relative(ctx, target), "bytes": len(data)}
+    output: dict[str, Any] = {
+        "path": target.relative_to(ctx.data_dir.resolve()).as_posix(),
+        "bytes": len(data),
+    }
     if documents is not None:
         output["documents"] = documents
     return ExecResult(output=output, metrics={"wall_ms": elapsed_ms(start)})

@@ -43,7 +43,9 @@ def execute_pages(payload: PagesPayload, ctx: ExecContext) -> ExecResult:
     last = min(total, payload.max_pages)
     for number in range(1, last + 1):
         check_page(ctx, payload.pdf, number, boxes.get(number), payload.dpi)
-    folder, folder_rel = output_folder(ctx, payload.out_dir, f"pages/{safe_stem(payload.pdf)}")
+    folder, folder_rel = output_folder(
+        ctx, payload.out_dir, f"outputs/pages/{safe_stem(payload.pdf)}"
+    )
     for stale in folder.glob(f"{PREFIX}-*.png"):
         stale.unlink()  # a retry or a second run: only this run's pages are listed
     argv = [

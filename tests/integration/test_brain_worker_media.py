@@ -36,7 +36,7 @@ PLAN = {
          "payload": {"prompt": "Describe this keyframe.", "per_image": True,
                      "images": "{{ tasks.frames.output.frames }}"}},
         {"id": "video_note", "type": "note", "depends_on": ["frames", "hear", "describe"],
-         "payload": {"path": "notes/clip.md", "kind": "video", "title": "Clip",
+         "payload": {"path": "outputs/notes/clip.md", "kind": "video", "title": "Clip",
                      "source": "in/clip.mp4", "transcript": "{{ tasks.hear.output }}",
                      "frames": "{{ tasks.frames.output }}",
                      "descriptions": "{{ tasks.describe.output.images }}"}},
@@ -44,10 +44,10 @@ PLAN = {
         {"id": "read", "type": "ocr", "depends_on": ["pages"],
          "payload": {"images": "{{ tasks.pages.output.pages }}", "engine": "tesseract"}},
         {"id": "doc_note", "type": "note", "depends_on": ["read"],
-         "payload": {"path": "notes/doc.txt", "kind": "pages", "source": "in/doc.pdf",
+         "payload": {"path": "outputs/notes/doc.txt", "kind": "pages", "source": "in/doc.pdf",
                      "pages": "{{ tasks.read.output.pages }}"}},
         {"id": "table", "type": "note", "depends_on": ["read"],
-         "payload": {"path": "notes/pages.csv", "kind": "csv",
+         "payload": {"path": "outputs/notes/pages.csv", "kind": "csv",
                      "rows": "{{ tasks.read.output.pages }}", "columns": ["path", "text"]}},
     ],
 }  # fmt: skip
@@ -77,15 +77,18 @@ def test_video_and_document_notes(tmp_path, services):
         described = output("describe")["images"]
         assert [item["path"] for item in described] == [frame["path"] for frame in frames]
         assert all("image1: 160x120 png" in item["text"] for item in described)
-        note = (data / "notes" / "clip.md").read_text()
+        note = (data / "outputs" / "notes" / "clip.md").read_text()
         assert note.startswith("# Clip\n") and "Stand-in transcript" in note
         for frame, item in zip(frames, described, strict=True):
-            assert f"](../{frame['path']})" in note and item["text"] in note
+            # the note in outputs/notes/, the keyframes in outputs/frames/clip/
+            link = frame["path"].removeprefix("outputs/")
+            assert f"](../{link})" in note and item["text"] in note
         assert output("video_note")["documents"][0]["source"] == "in/clip.mp4"
-        text = (data / "notes" / "doc.txt").read_text()
+        text = (data / "outputs" / "notes" / "doc.txt").read_text()
         assert text.index("--- page 1 ---") < text.index("CHAPTER ONE") < text.index("page 2")
         assert "CHAPTER TWO" in text
-        table = (data / "notes" / "pages.csv").read_text(encoding="utf-8-sig").splitlines()
-        assert table[0] == "path,text" and table[1].startswith("pages/doc/page-1.png,")
+        sheet = (data / "outputs" / "notes" / "pages.csv").read_text(encoding="utf-8-sig")
+        table = sheet.splitlines()
+        assert table[0] == "path,text" and table[1].startswith("outputs/pages/doc/page-1.png,")
     finally:
         cluster.stop()

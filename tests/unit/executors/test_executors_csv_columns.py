@@ -33,8 +33,9 @@ ITEMS = {
 
 
 def sheet(ctx, columns: list) -> list[list[str]]:
-    run_task("note", {"path": "c.csv", "kind": "csv", "rows": ITEMS, "columns": columns}, ctx)
-    text = (ctx.data_dir / "c.csv").read_text(encoding="utf-8-sig")
+    payload = {"path": "outputs/c.csv", "kind": "csv", "rows": ITEMS, "columns": columns}
+    run_task("note", payload, ctx)
+    text = (ctx.data_dir / "outputs" / "c.csv").read_text(encoding="utf-8-sig")
     return list(csv.reader(io.StringIO(text)))
 
 

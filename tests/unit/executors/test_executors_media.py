@@ -75,22 +75,22 @@ def test_scene_changes_give_the_first_frame_and_each_cut_at_its_real_time(ctx, v
     assert [frame["t"] for frame in output["frames"]] == pytest.approx([0, SCENE_S, 2 * SCENE_S])
     assert output["count"] == 3 and output["video"] == video
     for frame in output["frames"]:
-        assert frame["path"].startswith("frames/clip/")
+        assert frame["path"].startswith("outputs/frames/clip/")
         assert image_size(ctx.data_dir / frame["path"]) == (160, 120)
 
 
 def test_every_n_seconds_and_the_max_frames_cap(ctx, video):
-    payload = {"video": video, "every_s": 1.5, "max_frames": 3, "out_dir": "out/every"}
+    payload = {"video": video, "every_s": 1.5, "max_frames": 3, "out_dir": "outputs/every"}
     output = run_task("frames", payload, ctx).output
     assert [frame["t"] for frame in output["frames"]] == pytest.approx([0, 1.5, 3.0])
-    assert sorted(p.name for p in (ctx.data_dir / "out/every").iterdir()) == [
+    assert sorted(p.name for p in (ctx.data_dir / "outputs/every").iterdir()) == [
         "frame_0001.png",
         "frame_0002.png",
         "frame_0003.png",
     ]
     # A second run into the same folder lists (and leaves) only its own frames.
     again = run_task("frames", {**payload, "max_frames": 2}, ctx).output
-    assert again["count"] == 2 and len(list((ctx.data_dir / "out/every").iterdir())) == 2
+    assert again["count"] == 2 and len(list((ctx.data_dir / "outputs/every").iterdir())) == 2
 
 
 def test_at_takes_a_templates_json_text_of_topics(ctx, video):
@@ -288,13 +288,13 @@ def test_a_video_note_puts_keyframes_and_descriptions_under_their_topic(ctx):
     )
     frames = {
         "frames": [
-            {"path": "frames/clip/frame_0001.png", "t": 0.0},
-            {"path": "frames/clip/frame_0002.png", "t": 2.0},
+            {"path": "outputs/frames/clip/frame_0001.png", "t": 0.0},
+            {"path": "outputs/frames/clip/frame_0002.png", "t": 2.0},
         ]
     }
-    described = {"images": [{"path": "frames/clip/frame_0002.png", "text": "SMPTE bars"}]}
+    described = {"images": [{"path": "outputs/frames/clip/frame_0002.png", "text": "SMPTE bars"}]}
     payload = {
-        "path": "notes/clip.md",
+        "path": "outputs/notes/clip.md",
         "kind": "video",
         "title": "Clip",
         "source": "in/clip.mp4",
@@ -304,8 +304,8 @@ def test_a_video_note_puts_keyframes_and_descriptions_under_their_topic(ctx):
         "descriptions": json.dumps(described),
     }
     output = run_task("note", payload, ctx).output
-    text = read(ctx, "notes/clip.md")
-    assert output["path"] == "notes/clip.md" and output["bytes"] == len(text.encode())
+    text = read(ctx, "outputs/notes/clip.md")
+    assert output["path"] == "outputs/notes/clip.md" and output["bytes"] == len(text.encode())
     assert text.startswith("# Clip\n\nSource: in/clip.mp4\n")
     intro, bars = text.index("## Intro (00:00:00 – 00:00:02)"), text.index("## Bars (00:00:02")
     first = text.index("![frame at 00:00:00](../frames/clip/frame_0001.png)")
@@ -320,9 +320,14 @@ def test_a_video_note_puts_keyframes_and_descriptions_under_their_topic(ctx):
 
 
 def test_a_video_note_from_plain_text_alone(ctx):
-    payload = {"path": "n.md", "kind": "video", "transcript": "just words", "source": "x.mp4"}
+    payload = {
+        "path": "outputs/n.md",
+        "kind": "video",
+        "transcript": "just words",
+        "source": "x.mp4",
+    }
     output = run_task("note", payload, ctx).output
-    assert "just words" in read(ctx, "n.md")
+    assert "just words" in read(ctx, "outputs/n.md")
     assert output["documents"] == [
         {"text": "x\n\njust words", "source": "x.mp4", "locator": "00:00:00"}
     ]
@@ -333,10 +338,16 @@ def test_a_pages_note_separates_pages(ctx):
         "text": "a\n\nb",
         "pages": [{"path": "p1.png", "text": "alpha"}, {"path": "p2.png", "text": "beta"}],
     }
-    payload = {"path": "doc.txt", "kind": "pages", "source": "doc.pdf", "pages": json.dumps(ocr)}
+    payload = {
+        "path": "outputs/doc.txt",
+        "kind": "pages",
+        "source": "doc.pdf",
+        "pages": json.dumps(ocr),
+    }
     output = run_task("note", payload, ctx).output
     assert (
-        read(ctx, "doc.txt") == "Source: doc.pdf\n\n--- page 1 ---\nalpha\n\n--- page 2 ---\nbeta\n"
+        read(ctx, "outputs/doc.txt")
+        == "Source: doc.pdf\n\n--- page 1 ---\nalpha\n\n--- page 2 ---\nbeta\n"
     )
     assert [d["locator"] for d in output["documents"]] == ["page 1", "page 2"]
 
@@ -368,13 +379,13 @@ def test_a_csv_note_from_a_fan_out_group(ctx):
         ]
     }
     payload = {
-        "path": "out/table.csv",
+        "path": "outputs/table.csv",
         "kind": "csv",
         "rows": json.dumps(group),
         "columns": ["item.path", "output.caption", "output.tags"],
     }
     output = run_task("note", payload, ctx).output
-    raw = (ctx.data_dir / "out/table.csv").read_bytes()
+    raw = (ctx.data_dir / "outputs/table.csv").read_bytes()
     assert raw.startswith(b"\xef\xbb\xbf") and output["bytes"] == len(raw)
     rows = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"))))
     assert rows == [
@@ -397,24 +408,30 @@ def test_a_csv_note_from_a_fan_out_group(ctx):
         ]
     }
     payload = {
-        "path": "c.csv",
+        "path": "outputs/c.csv",
         "kind": "csv",
         "rows": items,
         "columns": ["item.name", "caption", "tags"],
     }
     run_task("note", payload, ctx)
-    assert read(ctx, "c.csv").lstrip("\ufeff").splitlines() == [
+    assert read(ctx, "outputs/c.csv").lstrip("\ufeff").splitlines() == [
         "item.name,caption,tags",
         "a.jpg,a cat,cat",
     ]
-    plain = {"path": "p.csv", "kind": "csv", "rows": [{"n": -3, "x": "y"}], "columns": ["n", "x"]}
+    plain = {
+        "path": "outputs/p.csv",
+        "kind": "csv",
+        "rows": [{"n": -3, "x": "y"}],
+        "columns": ["n", "x"],
+    }
     run_task("note", plain, ctx)
-    assert read(ctx, "p.csv").lstrip("\ufeff").splitlines() == ["n,x", "-3,y"]
+    assert read(ctx, "outputs/p.csv").lstrip("\ufeff").splitlines() == ["n,x", "-3,y"]
 
 
 def test_a_note_never_writes_outside_the_data_volume(ctx, tmp_path):
-    (ctx.data_dir / "escape").symlink_to(tmp_path)
-    payload = {"path": "escape/x.md", "kind": "video", "transcript": "t"}
+    (ctx.data_dir / "outputs").mkdir()
+    (ctx.data_dir / "outputs" / "escape").symlink_to(tmp_path)
+    payload = {"path": "outputs/escape/x.md", "kind": "video", "transcript": "t"}
     assert "leaves the data volume" in fails("note", payload, ctx).message
     assert not (tmp_path / "x.md").exists()
     with pytest.raises(TaskError, match="'\\.\\.'"):
@@ -444,13 +461,13 @@ def test_a_video_note_shows_every_keyframe_even_outside_the_topics(ctx):
         {"title": "Invalidation", "start": 270, "end": 400, "summary": "When it goes."},
     ]}  # fmt: skip
     times = [0, 10, 100, 245, 265, 300, 420]
-    frames = {"frames": [{"path": f"f/frame_{t:04d}.png", "t": t} for t in times]}
-    described = {"images": [{"path": "f/frame_0000.png", "text": "Title: caches"}]}
-    payload = {"path": "talk.md", "kind": "video", "title": "talk", "source": "in/talk.mp4",
+    frames = {"frames": [{"path": f"outputs/f/frame_{t:04d}.png", "t": t} for t in times]}
+    described = {"images": [{"path": "outputs/f/frame_0000.png", "text": "Title: caches"}]}
+    payload = {"path": "outputs/talk.md", "kind": "video", "title": "talk", "source": "in/talk.mp4",
                "transcript": "words", "topics": json.dumps(topics),
                "frames": json.dumps(frames), "descriptions": json.dumps(described)}  # fmt: skip
     output = run_task("note", payload, ctx).output
-    text = read(ctx, "talk.md")
+    text = read(ctx, "outputs/talk.md")
     for t in times:
         assert text.count(f"](f/frame_{t:04d}.png)") == 1, t
     start = text.index("## Start (00:00:00 – 00:01:30)")
