@@ -141,7 +141,18 @@ def check_brain(url: str, token: str, timeout_s: float = 10.0) -> str:
     """The join token's name, once the brain answered and took it as a live join token.
     The token is sent only after ``/health`` answered like an airig brain."""
     health = _get(f"{url}/health", {}, timeout_s)
-    if health.status_code != 200 or _json(health).get("status") != "ok":
+    said = _json(health)
+    if said.get("status") == "degraded":
+        # an airig brain whose store cannot be written (full or read-only disk): say that,
+        # not "is this an airig brain?"
+        raise ConfigError(
+            f"the brain at {url} is degraded: its store is "
+            f"{str(said.get('store', 'unwritable'))[:40]} "
+            f"({str(said.get('free', '?'))[:20]} free on its disk)",
+            "free space on the brain machine's disk (its `triage` says where); the brain "
+            "resumes by itself, then join again",
+        )
+    if health.status_code != 200 or said.get("status") != "ok":
         raise ConfigError(
             f"{url} does not answer like an airig brain (GET /health: HTTP {health.status_code})",
             "check the URL: the brain machine's address and BRAIN_PORT, or your proxy's",

@@ -135,6 +135,11 @@ def _agents(kind: str, subject: str, line: str, containers: Iterable[ContainerFa
         "error: fix the input or the setting it names",
         "queue_depth": f"`{RUN} status`: workers alive and serving these classes? more CPU "
         "workers: AIRIG_CPU_WORKERS in .env",
+        # the brain answers 507/503 and resumes by itself once it can write again
+        "store_unwritable": "free space on the disk that holds Docker's volumes (`df -h "
+        "$(docker info -f '{{.DockerRootDir}}')`, `docker system df`; "
+        f"`{RUN} plans --prune` frees the store itself), or remount it read-write if it "
+        "turned read-only; the brain resumes by itself, no restart needed",
     }  # fmt: skip
     return Finding(
         AGENTS, subject, f"the brain alerts {kind} for {subject}", (line,),

@@ -132,6 +132,30 @@ def test_a_server_that_is_not_a_brain_never_sees_the_token(monkeypatch):
     assert seen == [("https://wiki.example.lan/health", {})]
 
 
+def test_a_degraded_brain_is_said_as_such_and_never_sees_the_token(monkeypatch):
+    """A brain whose store is full answers /health 503 "degraded" (issue 36 §5): the
+    user is told that, with the fix, not that the URL is no airig brain."""
+    seen = []
+
+    class Degraded:
+        status_code = 503
+
+        def json(self):
+            return {"status": "degraded", "store": "full" * 50, "free": "1.2 MiB"}
+
+    def get(url, headers=None, timeout=None):
+        seen.append(url)
+        return Degraded()
+
+    monkeypatch.setattr("airig.launcher.join.requests.get", get)
+    with pytest.raises(ConfigError) as caught:
+        check_brain("https://brain.example.lan", "join-token-123456")
+    assert "is degraded: its store is full" in caught.value.message
+    assert "1.2 MiB free" in caught.value.message and len(caught.value.message) < 200
+    assert "free space" in caught.value.hint
+    assert seen == ["https://brain.example.lan/health"]
+
+
 @pytest.mark.parametrize(
     "args,words",
     [

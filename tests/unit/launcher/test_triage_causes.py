@@ -170,3 +170,12 @@ def test_an_alert_for_an_exited_container_no_other_finding_explains_says_start_i
     [finding] = classify(Facts(containers=(ended,), alerts=(SERVICE_DOWN_ALERT,)))
     assert finding.cls == SERVICE_DOWN
     assert finding.action.startswith("start it: `python start_services.py restart whisper-cpu`")
+
+
+def test_a_store_the_brain_cannot_write_says_free_space_not_read_the_logs():
+    full = {"kind": "store_unwritable", "subject": "store", "fired_at": 1.0,
+            "message": "the store is full: 1.2 MiB free"}  # fmt: skip
+    [finding] = classify(Facts(alerts=(full,)))
+    assert finding.cls == AGENTS and "store_unwritable" in finding.summary
+    assert "free space" in finding.action and "logs brain" not in finding.action
+    assert "no restart needed" in finding.action
