@@ -13,6 +13,7 @@ import platform
 import sys
 from pathlib import Path
 
+from brain_memory import markdown as memory_table
 from dispatch import markdown as dispatch_table
 from scale import markdown as scale_table
 from sim import markdown as makespan_table
@@ -24,6 +25,7 @@ SECTIONS = (
     ("dispatch.json", "Dispatch (real processes, loopback)", dispatch_table),
     ("scale.json", "Scale (real brain, claim over HTTP)", scale_table),
     ("templates.json", "Template amplification (real brain, hostile claims)", templates_table),
+    ("brain_memory.json", "Brain memory (real brain, issue 36's bodies)", memory_table),
 )
 
 

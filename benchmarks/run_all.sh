@@ -12,6 +12,8 @@ python sim_whisper.py --json results/whisper_per_gpu.json || status=1
 python scale.py --json results/scale.json || status=1
 python fanout.py || status=1
 python templates.py --json results/templates.json || status=1
+# Issue 36's bodies, one brain each (~2 min); the README's before/after rows are by hand.
+python brain_memory.py --json results/brain_memory.json || status=1
 if command -v redis-server >/dev/null && python -c "import celery, redis" 2>/dev/null; then
     python dispatch.py --json results/dispatch.json || status=1
 else

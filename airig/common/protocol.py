@@ -8,6 +8,7 @@ lease with 409, so a worker that lost its lease can never commit a result.
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -20,6 +21,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
 from airig.common.jsonsafe import check_json_value
 from airig.common.ollama_names import OLLAMA_NAME_PATTERN, valid_ollama_name
@@ -73,20 +75,31 @@ class Wire(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
 
+# True while an ``Inbound`` body that was checked whole is being validated: the models
+# nested in it (an exchange's reports) skip the walk over what was just walked.
+_CHECKED_WHOLE: ContextVar[bool] = ContextVar("airig_checked_whole", default=False)
+
+
 class Inbound(Wire):
     """A request body. Strict types (``false`` is not 0.0, ``"1"`` is not 1: what the
     schema says is what is accepted). Checked whole before validation, because
     ``json.loads`` lets a lone surrogate through to the fields and it breaks only later
-    (in SQLite, or when the value is sent back)."""
+    (in SQLite, or when the value is sent back). Once per body: an exchange's reports are
+    ``Inbound`` too, and walking each again cost as much as the first walk (issue 36)."""
 
     model_config = ConfigDict(allow_inf_nan=False, strict=True)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _storable(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            check_json_value(data, bound_ints=False, checked=(BaseModel,))
-        return data
+    def _storable(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if not isinstance(data, dict) or _CHECKED_WHOLE.get():
+            return handler(data)
+        check_json_value(data, bound_ints=False, checked=(BaseModel,))
+        whole = _CHECKED_WHOLE.set(True)
+        try:
+            return handler(data)
+        finally:
+            _CHECKED_WHOLE.reset(whole)
 
 
 def _whole(value: Any) -> Any:

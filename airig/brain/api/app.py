@@ -31,6 +31,7 @@ from airig.brain.api.unwritable import degraded, install_unwritable
 from airig.brain.service import Brain
 from airig.brain.settings import BrainSettings
 from airig.common.http_errors import error_body, headers_retry_after, validation_detail
+from airig.common.jsonsafe import MAX_DEPTH
 from airig.common.protocol import ErrorBody, ValidationErrorBody
 
 # Refusals any authenticated route can give, documented once for every /v1 route.
@@ -160,7 +161,12 @@ def create_app(settings: BrainSettings) -> FastAPI:
                 if route.matches(request.scope)[0] != Match.NONE:
                     methods |= set(getattr(route, "methods", None) or ())
             headers["Allow"] = ", ".join(sorted(methods))
-        body = error_body(exc.status_code, exc.detail, retry_after_s=headers_retry_after(headers))
+        detail = exc.detail
+        if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+            # FastAPI reads a body with json.loads, whose recursion gives out near a
+            # thousand levels; it says only "There was an error parsing the body".
+            detail = f"the body nests JSON too deep to read (at most {MAX_DEPTH} levels)"
+        body = error_body(exc.status_code, detail, retry_after_s=headers_retry_after(headers))
         return JSONResponse(body, exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
