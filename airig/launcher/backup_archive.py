@@ -5,8 +5,8 @@ archive ``verify`` refuses as truncated, never one that looks complete):
 
 - ``env/.env``: the checkout's settings and generated secrets (the archive is written
   ``chmod 600`` for them);
-- ``state/<name>``: the launcher's state worth keeping (``.airig/tuning.log``,
-  ``images.lock``, ``update.log``);
+- ``state/<name>``: the launcher's state worth keeping (``STATE_FILES``:
+  ``.airig/tuning.log``, ``images.lock``, ``update.log``), no other name;
 - ``volumes/<volume>/...``: a volume's files by their path in it, the volume's name
   without the rig's prefix (``brain-state/brain.db`` is the store's online-backup
   snapshot, ``results/...``, ``comfyui-user/...``; the model volumes with ``--models``);
@@ -18,9 +18,13 @@ archive ``verify`` refuses as truncated, never one that looks complete):
 ``verify`` reads the archive once from the start, hashes every member, and compares
 with the manifest: a file that is not a gzip'd tar, one that ends early, one without our
 manifest, or a member whose bytes or names differ is refused in one line before anything
-is touched. Member names are checked before anything is extracted: no absolute path, no
-``..``, only the three folders above, a volume's file below its volume's folder, and in the
-data volume only its parts; links and special files are refused.
+is touched. Member names are checked before anything is extracted: written as their plain
+path (no absolute path, no ``..``, ``.`` or empty part), only ``env/.env``, the state files
+above and a file below the folder of one of the kit's volumes (``VOLUMES``; the store's
+folder holds only its snapshot, the data volume only its parts); links, special files and
+a name twice are refused. The manifest is read only up to what its members can need
+(``manifest_cap``), and each of its fields must have its type (``Manifest.parse``): an
+archive is untrusted input until it has verified.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import os
+import re
 import tarfile
 import time
 import zlib
@@ -49,6 +55,22 @@ ROOTS = ("env", "state", "volumes")
 # inputs only with `backup --inputs` (the user has them, and they may be large).
 DATA_VOLUME = "data"
 DATA_PARTS = ("outputs", "index", "inputs")
+ENV_MEMBER = "env/.env"
+# The launcher state `backup` keeps (airig/launcher/backup.py STATE_FILES): a restore
+# writes these into .airig/ and no other name (not host.env, not restore.json).
+STATE_FILES = ("tuning.log", "images.lock", "update.log")
+# The kit's volumes an archive may hold, by their name without the rig's prefix
+# (01-infra/compose.yaml; backup.py DATA_VOLUMES and MODEL_VOLUMES): the store's folder
+# holds only its snapshot.
+STORE_VOLUME = "brain-state"
+STORE_FILE = "brain.db"
+VOLUMES = (STORE_VOLUME, "results", "comfyui-user", DATA_VOLUME,
+           "ollama-models", "comfyui-models", "whisper-models")  # fmt: skip
+# The manifest lists each member (path, size, sha256): beyond that, one can only be padding
+MANIFEST_BASE = 64 * 1024
+MANIFEST_PER_FILE = 256
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+TEXT_MAX = 200  # a manifest's words (versions, prefixes, model and index names)
 PREFIX = "airig-backup-"
 SUFFIX = ".tar.gz"
 VERIFY_HINT = "take a new backup, or pick another archive; nothing was changed"
@@ -94,29 +116,127 @@ class Manifest:
 
     @classmethod
     def parse(cls, data: bytes, archive: Path) -> Manifest:
+        """The manifest of an archive whose members verified, each field of its type: a
+        wrong one is one line naming the field (``created_at: "yesterday"`` or
+        ``models_included: "false"`` used to pass as a time and as True)."""
         try:
             raw = json.loads(data)
-            if raw.get("format") != FORMAT:
-                raise ValueError("format")
-            if raw.get("version") != VERSION:
-                raise BackupError(
-                    f"{archive.name} is a version {raw.get('version')} airig backup; this kit "
-                    f"reads version {VERSION}",
-                    "restore it with the airig version that wrote it",
-                )
-            files = [Entry(f["path"], int(f["size"]), str(f["sha256"])) for f in raw["files"]]
-            return cls(
-                created_at=float(raw["created_at"]), airig_version=str(raw["airig_version"]),
-                project_prefix=str(raw["project_prefix"]), files=files,
-                models={k: list(v) for k, v in dict(raw.get("models") or {}).items()},
-                models_included=bool(raw.get("models_included")),
-                store=dict(raw.get("store") or {}),
-                data_included=bool(raw.get("data_included")),
-                inputs_included=bool(raw.get("inputs_included")),
-                index=dict(raw.get("index") or {}),
-            )  # fmt: skip
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise _foreign(archive, "its manifest is not an airig backup manifest") from None
+        except (ValueError, RecursionError):
+            raise _foreign(archive, "its manifest is not JSON") from None
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise _foreign(archive, "its manifest is not an airig backup manifest")
+        field = _Fields(raw, archive)
+        version = field.integer("version")
+        if version != VERSION:
+            raise BackupError(
+                f"{archive.name} is a version {version} airig backup; this kit reads version "
+                f"{VERSION}",
+                "restore it with the airig version that wrote it",
+            )
+        return cls(
+            created_at=field.time("created_at"), airig_version=field.text("airig_version"),
+            project_prefix=field.text("project_prefix"), files=field.files("files"),
+            models=field.models("models"), models_included=field.flag("models_included"),
+            store=field.facts("store"), data_included=field.flag("data_included"),
+            inputs_included=field.flag("inputs_included"), index=field.facts("index"),
+        )  # fmt: skip
+
+
+class _Fields:
+    """A manifest's fields, each read as its type or refused in one line naming it."""
+
+    def __init__(self, raw: dict[str, Any], archive: Path) -> None:
+        self.raw, self.archive = raw, archive
+
+    def _wrong(self, name: str, what: str) -> BackupError:
+        return _foreign(self.archive, f"its manifest's {name} is not {what}")
+
+    def integer(self, name: str) -> int:
+        value = self.raw.get(name)
+        if type(value) is not int:  # bool is an int to isinstance
+            raise self._wrong(name, "a whole number")
+        return value
+
+    def time(self, name: str) -> float:
+        value = self.raw.get(name)
+        try:
+            number = float(value) if isinstance(value, (int, float)) else math.nan
+        except OverflowError:  # an int of 400 digits
+            number = math.nan
+        if isinstance(value, bool) or not math.isfinite(number) or number <= 0:
+            raise self._wrong(name, "a time (seconds since 1970)")
+        return number
+
+    def text(self, name: str) -> str:
+        value = self.raw.get(name)
+        if not _plain_text(value):
+            raise self._wrong(name, f"printable text of at most {TEXT_MAX} characters")
+        return str(value)
+
+    def flag(self, name: str) -> bool:
+        value = self.raw.get(name, False)
+        if type(value) is not bool:
+            raise self._wrong(name, "true or false")
+        return value
+
+    def files(self, name: str) -> list[Entry]:
+        value = self.raw.get(name)
+        if not isinstance(value, list):
+            raise self._wrong(name, "a list")
+        entries, seen = [], set()
+        for item in value:
+            if (
+                not isinstance(item, dict)
+                or set(item) != {"path", "size", "sha256"}
+                or not isinstance(item["path"], str)
+                or type(item["size"]) is not int
+                or item["size"] < 0
+                or not isinstance(item["sha256"], str)
+                or not SHA256_HEX.fullmatch(item["sha256"])
+            ):
+                raise self._wrong(name, "a list of {path, size, sha256}")
+            if item["path"] in seen:
+                raise self._wrong(name, "a list of distinct paths")
+            seen.add(item["path"])
+            entries.append(Entry(item["path"], item["size"], item["sha256"]))
+        return entries
+
+    def models(self, name: str) -> dict[str, list[str]]:
+        value = self.raw.get(name) or {}
+        if not isinstance(value, dict) or not all(
+            _plain_text(k) and isinstance(v, list) and all(_plain_text(m) for m in v)
+            for k, v in value.items()
+        ):
+            raise self._wrong(name, "a map of model lists")
+        return {k: list(v) for k, v in value.items()}
+
+    def facts(self, name: str) -> dict[str, Any]:
+        """``store`` and ``index``: what `backup` counted (numbers, words, a list of
+        index names): nothing nested deeper, no control characters."""
+        value = self.raw.get(name) or {}
+        if not isinstance(value, dict) or not all(
+            _plain_text(k) and _fact(v) for k, v in value.items()
+        ):
+            raise self._wrong(name, "a map of counts and names")
+        return dict(value)
+
+
+def _plain_text(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= TEXT_MAX
+        and not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value)
+    )
+
+
+def _fact(value: object) -> bool:
+    if isinstance(value, list):
+        return len(value) <= 10_000 and all(_fact(v) and not isinstance(v, list) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) < 1 << 63
+    return value is None or isinstance(value, (bool, int)) or _plain_text(value)
 
 
 class _Hashing(io.RawIOBase):
@@ -169,7 +289,8 @@ class ArchiveWriter:
         self.path = path
         self.part = path.with_name(path.name + ".part")
         try:
-            fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            fd = os.open(self.part, flags, 0o600)
         except FileExistsError:
             raise BackupError(
                 f"{self.part} exists: another backup is writing there, or one was cut off",
@@ -240,17 +361,35 @@ class ArchiveWriter:
 
 
 def check_name(name: str, archive: Path) -> None:
+    """A member's name as the layout allows it (the module's docstring), else one line."""
     path = PurePosixPath(name)
     parts = path.parts
     if name == MANIFEST:
         return
-    if path.is_absolute() or ".." in parts or not parts or parts[0] not in ROOTS or len(parts) < 2:
+    plain = name == str(path) and "\x00" not in name and "." not in parts
+    if not plain or path.is_absolute() or ".." in parts or not parts or parts[0] not in ROOTS \
+            or len(parts) < 2:  # fmt: skip
         raise _foreign(archive, f"it holds a file outside env/, state/ and volumes/: {name!r}")
+    if parts[0] == "env" and name != ENV_MEMBER:
+        raise _foreign(archive, f"it holds a settings file other than {ENV_MEMBER}: {name!r}")
+    if parts[0] == "state" and (len(parts) != 2 or parts[1] not in STATE_FILES):
+        raise _foreign(archive, f"it holds a launcher state file other than "
+                                f"{', '.join(STATE_FILES)}: {name!r}")  # fmt: skip
     if parts[0] == "volumes" and len(parts) < 3:
         raise _foreign(archive, f"it holds a file outside its volume's folder: {name!r}")
+    if parts[0] == "volumes" and parts[1] not in VOLUMES:
+        raise _foreign(archive, f"it holds a file of a volume the kit does not have: {name!r}")
+    if parts[:2] == ("volumes", STORE_VOLUME) and parts[2:] != (STORE_FILE,):
+        raise _foreign(archive, f"it holds a store file other than its snapshot: {name!r}")
     if parts[:2] == ("volumes", DATA_VOLUME) and (len(parts) < 4 or parts[2] not in DATA_PARTS):
         raise _foreign(archive, f"it holds a data volume file outside {', '.join(DATA_PARTS)}: "
                                 f"{name!r}")  # fmt: skip
+
+
+def manifest_cap(paths: Iterable[str]) -> int:
+    """The most bytes the manifest of these members can need (each one's path, JSON-escaped,
+    its size and sha256): a bigger one is refused before it is read."""
+    return MANIFEST_BASE + sum(len(json.dumps(p)) + MANIFEST_PER_FILE for p in paths)
 
 
 def _foreign(archive: Path, why: str) -> BackupError:
@@ -276,8 +415,14 @@ def verify(archive: Path, member: Callable[[str, IO[bytes]], None] | None = None
                 source = stream.extractfile(info)
                 assert source is not None  # a regular file always has its bytes
                 if info.name == MANIFEST:
-                    manifest_bytes = source.read()
+                    cap = manifest_cap(seen)
+                    if info.size > cap:
+                        raise _foreign(archive, f"its manifest is {human_bytes(info.size)}, more "
+                                                f"than its {len(seen)} files can need")  # fmt: skip
+                    manifest_bytes = source.read(cap + 1)
                     continue
+                if info.name in seen:
+                    raise _foreign(archive, f"it holds {info.name!r} twice")
                 reader = _Hashing(source)
                 if member is not None:
                     member(info.name, reader)  # type: ignore[arg-type]

@@ -2,15 +2,20 @@
 
 In two halves, so nothing is half-started:
 
-1. ``prepare`` (before any container): the archive verified whole (one line and nothing
-   touched if it is corrupt, truncated or foreign, or holds a link or a path that leaves
-   its folder); the kit must be stopped; a checkout or an engine that has this rig's data
-   needs ``--yes``; ``.env``, ``.airig/``'s state and ``.airig/restore.json`` (what `up`
-   still has to put back) are written beside their places first (``.part``), and only
-   once all are on disk are the volumes the archive replaces removed (the data volume
-   only when the archive holds its part: an older kit's archive leaves it) and the files
-   moved into place, the old ``.env`` kept as ``.env.before-restore``. A disk that is full
-   or read-only leaves the checkout and the volumes as they were.
+1. ``prepare`` (before any container): everything the restore needs is checked before
+   anything is touched: the archive verified whole in one read (one line if it is
+   corrupt, truncated or foreign, holds a link, a path that leaves its folder, a state
+   file the kit does not keep, or a manifest field of the wrong type), holding ``env/.env``
+   and the store's snapshot (an SQLite file), its ``.env`` one this kit's settings accept;
+   the kit must be stopped; a checkout or an engine that has this rig's data needs
+   ``--yes``. The volumes are this checkout's (``AIRIG_PROJECT_PREFIX`` as it runs now,
+   never the name the archive gives): the restored ``.env`` keeps that prefix. Then
+   ``.env``, ``.airig/``'s state and ``.airig/restore.json`` (what `up` still has to put
+   back) are written beside their places (``.part``, ``O_EXCL|O_NOFOLLOW``, mode 600),
+   and only once all are on disk are the volumes the archive replaces removed (the data
+   volume only when the archive holds its part: an older kit's archive leaves it) and the
+   files moved into place, the old ``.env`` kept as ``.env.before-restore``. A disk that
+   is full or read-only leaves the checkout and the volumes as they were.
 2. ``apply_pending`` (run by `up` once 01-infra has made the volumes, before any service
    that reads them starts): the archive verified again while its volume files are
    spooled (under ``.airig/``, not a tmpfs ``/tmp``: inputs can be large) into one tar
@@ -39,32 +44,54 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from airig.common.errors import AirigError
 from airig.launcher.backup import DATA_VOLUMES, MODEL_VOLUMES, STORE_MEMBER, archive_sha256
-from airig.launcher.backup_archive import DATA_VOLUME, BackupError, Manifest, verify
+from airig.launcher.backup_archive import (
+    DATA_VOLUME,
+    ENV_MEMBER,
+    STATE_FILES,
+    BackupError,
+    Manifest,
+    human_bytes,
+    verify,
+)
 from airig.launcher.docker import Docker, engine_errors
+from airig.launcher.envfile import read_env, set_values
 from airig.launcher.settings import Settings, load_settings
 
 PENDING = "restore.json"
 STATE_VOLUME = "brain-state"
+# What a restore keeps in memory of the checkout's files, at most: a kit's .env is a few
+# KB, its state files (append-only logs) a few MB after years
+ENV_MAX = 1 << 20
+STATE_MAX = 64 << 20
+SQLITE_HEADER = b"SQLite format 3\x00"
+NOTHING_CHANGED = (
+    "take a new backup with `python start_services.py backup`, or pick another archive; "
+    "nothing was changed"
+)
 
 
 def prepare(root: Path, archive: Path, yes: bool, docker: Docker,
             say: Callable[[str], None]) -> Manifest:  # fmt: skip
     """Check everything, then write the checkout's half; ``apply_pending`` does the rest."""
     archive = archive.expanduser().resolve()
+    # this checkout's prefix names the volumes removed and filled: the archive's manifest
+    # (or its .env) never chooses which of the engine's volumes go
+    prefix = load_settings(root).project_prefix
     say(f"Verifying {archive.name} …")
-    manifest = verify(archive)
-    prefixes = {manifest.project_prefix}
-    env_file = root / ".env"
-    if env_file.is_file():
-        prefixes.add(load_settings(root).project_prefix)
-    running = _running(docker, prefixes)
+    kept = _Kept(archive)
+    manifest = verify(archive, kept.keep)  # its bytes as verified: used once it returns
+    kept.check(manifest)
+    files = {**kept.files, ENV_MEMBER: _restored_env(archive, kept.files[ENV_MEMBER], prefix, say)}
+    running = _running(docker, {prefix})
     if running:
         raise BackupError(
             f"the kit is running ({', '.join(running)}): a restore replaces its store",
             "stop it first with `python start_services.py down`, then restore again",
         )
-    present = _present_volumes(docker, manifest.project_prefix, replaced_volumes(manifest))
+    present = _present_volumes(docker, prefix, replaced_volumes(manifest))
+    env_file = root / ".env"
     had = [".env"] if env_file.is_file() else []
     if (had or present) and not yes:
         what = ", ".join(had + present)
@@ -72,7 +99,7 @@ def prepare(root: Path, archive: Path, yes: bool, docker: Docker,
             f"this kit already has data ({what}); the restore would replace it",
             "add --yes to replace it (.env is kept as .env.before-restore)",
         )
-    staged = _stage_checkout(root, archive, manifest)
+    staged = _stage_checkout(root, archive, manifest, files)
     try:
         if present:
             _remove_volumes(docker, present)
@@ -81,6 +108,69 @@ def prepare(root: Path, archive: Path, yes: bool, docker: Docker,
         raise
     staged.commit()
     return manifest
+
+
+class _Kept:
+    """What ``prepare`` keeps of an archive as ``verify`` reads it: ``.env`` and the state
+    files (each within its cap), and the first bytes of the store."""
+
+    def __init__(self, archive: Path) -> None:
+        self.archive = archive
+        self.files: dict[str, bytes] = {}
+        self.store_head = b""
+
+    def keep(self, name: str, reader: IO[bytes]) -> None:
+        if name == STORE_MEMBER:
+            self.store_head = reader.read(len(SQLITE_HEADER))
+        elif name.startswith(("env/", "state/")):
+            cap = ENV_MAX if name == ENV_MEMBER else STATE_MAX
+            data = reader.read(cap + 1)
+            if len(data) > cap:
+                raise BackupError(
+                    f"{self.archive.name} cannot be restored: its {name} is over "
+                    f"{human_bytes(cap)}, more than the kit ever writes there", NOTHING_CHANGED,
+                )  # fmt: skip
+            self.files[name] = data
+
+    def check(self, manifest: Manifest) -> None:
+        """What the restore cannot do without: the kit's settings and its store (the
+        store's volume is replaced: without a snapshot it would be left empty)."""
+        for member, what in ((ENV_MEMBER, "the kit's settings and secrets"),
+                             (STORE_MEMBER, "the brain's store")):  # fmt: skip
+            if member not in {e.path for e in manifest.files}:
+                raise BackupError(
+                    f"{self.archive.name} cannot be restored: it holds no {member} ({what})",
+                    NOTHING_CHANGED,
+                )
+        if self.store_head != SQLITE_HEADER:
+            raise BackupError(
+                f"{self.archive.name} cannot be restored: its {STORE_MEMBER} is not an SQLite "
+                "database", NOTHING_CHANGED,
+            )  # fmt: skip
+
+
+def _restored_env(archive: Path, data: bytes, prefix: str, say: Callable[[str], None]) -> bytes:
+    """The archive's ``.env`` as this checkout will run it: read with this kit's settings
+    (one it would refuse at `up` is refused now, while the old data is still there), with
+    this checkout's ``AIRIG_PROJECT_PREFIX``."""
+    with tempfile.TemporaryDirectory(prefix="airig-restore-env-") as tmp:  # mode 700
+        path = Path(tmp) / ".env"
+        _write_private(path, data)
+        try:
+            load_settings(Path(tmp))
+            own = read_env(path).get("AIRIG_PROJECT_PREFIX", "")
+        except AirigError as exc:
+            raise BackupError(
+                f"{archive.name} cannot be restored: its .env is not one this kit runs "
+                f"({exc.message})",
+                NOTHING_CHANGED,
+            ) from None
+        if own == prefix:
+            return data
+        set_values(path, {"AIRIG_PROJECT_PREFIX": prefix})
+        was = f"the archive's kit ran as {own}" if own else "the archive's .env names none"
+        say(f"  AIRIG_PROJECT_PREFIX stays this checkout's {prefix} ({was})")
+        return path.read_bytes()
 
 
 def replaced_volumes(manifest: Manifest) -> list[str]:
@@ -150,20 +240,16 @@ class _Staged:
             os.replace(part, final)
 
 
-def _stage_checkout(root: Path, archive: Path, manifest: Manifest) -> _Staged:
+def _stage_checkout(
+    root: Path, archive: Path, manifest: Manifest, files: dict[str, bytes]
+) -> _Staged:
     """``.env``, the launcher's state and ``restore.json`` as ``.part`` files; on a full or
-    read-only disk, one line and nothing left behind."""
-    files: dict[str, bytes] = {}
-
-    def keep(name: str, reader: IO[bytes]) -> None:
-        if name.startswith(("env/", "state/")):
-            files[name] = reader.read()
-
-    verify(archive, keep)  # its bytes as verified, not a second unchecked read
+    read-only disk, one line and nothing left behind. ``files``: the archive's ``env/.env``
+    and ``state/`` files as verified (only the names the kit keeps reach here)."""
     state = root / ".airig"
-    wanted = [(root / ".env", files["env/.env"])]
-    wanted += [(state / PurePosixPath(name).name, data) for name, data in files.items()
-               if name.startswith("state/")]  # fmt: skip
+    wanted = [(root / ".env", files[ENV_MEMBER])]
+    wanted += [(state / name, files[f"state/{name}"]) for name in STATE_FILES
+               if f"state/{name}" in files]  # fmt: skip
     volumes = sorted({PurePosixPath(e.path).parts[1] for e in manifest.files
                       if e.path.startswith("volumes/")})  # fmt: skip
     pending = {"archive": str(archive), "volumes": volumes, "created_at": manifest.created_at,
@@ -192,8 +278,12 @@ def _stage_checkout(root: Path, archive: Path, manifest: Manifest) -> _Staged:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    """``data`` at ``path``, readable by its owner only, on disk before it returns."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """``data`` at ``path``, a new file readable by its owner only, on disk before it
+    returns. A file or link already there (a cut-off restore's ``.part``) is removed, never
+    followed: a link planted there would have the restored secrets written where it points."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
         handle.flush()
