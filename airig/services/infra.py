@@ -5,6 +5,11 @@ but speaches runs as uid 1000 and the kit's brain and workers as 10001, so each 
 gets the owner of the image that writes it (a classic source of "permission denied" in
 peer kits). ``serve`` is an authenticated file service so users can put inputs (audio,
 documents) on the volume the workers read and fetch what tasks wrote.
+
+Tasks can write anywhere on the data volume, links included (``outputs/x -> /etc`` or
+``-> ../../index``), so every request walks its path one component at a time from the
+root's descriptor with O_NOFOLLOW (``_walk``): a link anywhere on the path is refused, never
+followed, whether it leads out of the volume or into the brain's ``index/``.
 """
 
 # No `from __future__ import annotations`: FastAPI must resolve the route annotations,
@@ -15,14 +20,17 @@ import errno
 import hashlib
 import hmac
 import json
+import mimetypes
 import os
 import re
 import secrets
 import stat
 import sys
 import urllib.request
+from collections.abc import Iterator
+from email.utils import formatdate
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 from urllib.parse import unquote
 
 from airig.common.http_errors import install_error_handlers
@@ -64,7 +72,7 @@ def prepare(root: Path = VOLUMES_ROOT) -> list[str]:
 def create_app():
     """The file service. Imported lazily so `prepare` needs no web stack."""
     from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import FileResponse
+    from fastapi.responses import StreamingResponse
     from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
     from starlette.requests import ClientDisconnect
 
@@ -85,13 +93,6 @@ def create_app():
         if reason:
             raise HTTPException(400, f"{reason}; give a path inside the data volume")
 
-    def resolve(rel: str) -> Path:
-        vet(rel)
-        path = (root / rel).resolve()
-        if not _inside(root, path):
-            raise HTTPException(400, "path escapes the data volume")
-        return path
-
     app = FastAPI(title="airig files", dependencies=[])
     install_error_handlers(app)  # the kit's one error body (airig/common/http_errors.py)
 
@@ -102,22 +103,39 @@ def create_app():
 
     @app.get("/files/{rel:path}", dependencies=[Depends(authorised)])
     def get(rel: str, sha256: bool = False):
-        path = resolve(rel)
+        vet(rel)
         try:
-            if path.is_dir():
-                listed = (_entry(root, p) for p in path.iterdir() if not _in_flight(p.name))
-                entries = sorted(e for e in listed if e)
-                if sha256:
-                    # `submit --inputs-dir` uploads only what is not there yet: a file
-                    # of the same name and size may still differ, so it compares hashes.
-                    entries = [(*e, _digest(path / e[0])) for e in entries]
-                return {"path": rel, "entries": entries}
-            found = path.is_file()
+            fd = _walk(root, _parts(rel), last=True)
+        except ThroughLink as link:
+            raise HTTPException(400, through_link(str(link))) from None
+        except (FileNotFoundError, NotADirectoryError):  # a file on the way: nothing there
+            raise HTTPException(404, f"no file {rel}") from None
         except OSError as exc:
             raise HTTPException(*_os_failure(exc, rel)) from None
-        if not found:
-            raise HTTPException(404, f"no file {rel}")
-        return FileResponse(path)
+        streamed = False
+        try:
+            kind = os.fstat(fd)
+            if stat.S_ISDIR(kind.st_mode):
+                return {"path": rel, "entries": _listing(fd, sha256)}
+            if not stat.S_ISREG(kind.st_mode):  # a FIFO, a socket: nothing to fetch
+                raise HTTPException(404, f"no file {rel}")
+            # Served from the descriptor the walk opened: the path is never looked up
+            # again, so a link swapped in now changes nothing.
+            source = os.fdopen(fd, "rb")
+            streamed = True
+        except OSError as exc:
+            raise HTTPException(*_os_failure(exc, rel)) from None
+        finally:
+            if not streamed:
+                os.close(fd)
+        return StreamingResponse(
+            _chunks(source),
+            media_type=mimetypes.guess_type(_parts(rel)[-1])[0] or "application/octet-stream",
+            headers={
+                "content-length": str(kind.st_size),
+                "last-modified": formatdate(kind.st_mtime, usegmt=True),
+            },
+        )
 
     @app.put("/files/{rel:path}", dependencies=[Depends(authorised)], status_code=201)
     async def put(rel: str, request: Request) -> dict:
@@ -137,9 +155,8 @@ def create_app():
             raise HTTPException(400, f"name a file to write, e.g. inputs/talk.wav (got {rel!r})")
         if _in_flight(name):
             raise HTTPException(400, f"names starting {UPLOAD_PREFIX} are reserved; rename it")
-        # Only the folder is resolved: a link in the file's own place is replaced by the
+        # Only the folder is walked: a link in the file's own place is replaced by the
         # upload (os.replace), never written through.
-        parent = resolve(parent_rel)
         declared = request.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise too_large(name, limit, int(declared))
@@ -147,11 +164,13 @@ def create_app():
         if expected and not SHA256_HEX.match(expected):
             raise HTTPException(400, "X-Content-SHA256 must be 64 hex digits")
         try:
-            dir_fd = _open_dirs(root, parent.relative_to(root).parts)
+            dir_fd = _walk(root, _parts(parent_rel), make=True)
             try:
                 size = await _receive(request, dir_fd, name, limit, expected or None)
             finally:
                 os.close(dir_fd)
+        except ThroughLink as link:
+            raise HTTPException(400, through_link(str(link))) from None
         except UploadTooLarge:
             raise too_large(name, limit, None) from None
         except UploadCorrupt as exc:
@@ -166,6 +185,20 @@ def create_app():
     return app
 
 
+class ThroughLink(Exception):
+    """A component of a request's path is a link: refused, never followed. Its argument
+    is the path up to and with the link."""
+
+
+def through_link(link: str) -> str:
+    """The refusal of a path through ``link`` (the path up to it: short, and it says
+    which component to look at)."""
+    return (
+        f"{link} is a link on the data volume, which the file service never follows "
+        "(a task may have made it); give the real path of the file or folder"
+    )
+
+
 class UploadTooLarge(Exception):
     """The body passed FILES_MAX_UPLOAD_BYTES while streaming."""
 
@@ -175,32 +208,46 @@ class UploadCorrupt(Exception):
 
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-# path -> ((device, inode, size, mtime_ns), sha256): a second `submit --inputs-dir` of a
+# (device, inode) -> ((size, mtime_ns), sha256): a second `submit --inputs-dir` of a
 # folder of videos must not read every video again. Bounded: old entries just go.
-_DIGESTS: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+_DIGESTS: dict[tuple[int, int], tuple[tuple[int, int], str]] = {}
 MAX_DIGESTS = 4096
+CHUNK = 1 << 20
+# Never through a link; O_NONBLOCK: a FIFO planted on the volume must not hang a thread.
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-def _digest(path: Path) -> str | None:
-    """The file's sha256 (None for a folder or a file gone since the listing)."""
+def _digest(dir_fd: int, name: str) -> str | None:
+    """The sha256 of the regular file ``name`` in ``dir_fd`` (None for anything else, a
+    link included, or a file gone since the listing)."""
     try:
-        st = os.stat(path, follow_symlinks=False)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        cached = _DIGESTS.get(str(path))
-        if cached and cached[0] == key:
-            return cached[1]
-        digest = hashlib.sha256()
-        with open(path, "rb") as source:
-            while chunk := source.read(1 << 20):
-                digest.update(chunk)
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as source:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            key, seen = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns)
+            cached = _DIGESTS.get(key)
+            if cached and cached[0] == seen:
+                return cached[1]
+            digest = hashlib.sha256()
+            while chunk := source.read(CHUNK):
+                digest.update(chunk)
+        except OSError:
+            return None
     if len(_DIGESTS) >= MAX_DIGESTS:
         _DIGESTS.pop(next(iter(_DIGESTS)))
-    _DIGESTS[str(path)] = (key, digest.hexdigest())
+    _DIGESTS[key] = (seen, digest.hexdigest())
     return digest.hexdigest()
+
+
+def _chunks(source: BinaryIO) -> Iterator[bytes]:
+    with source:  # closed too when a client leaves mid-file (the generator is closed)
+        while chunk := source.read(CHUNK):
+            yield chunk
 
 
 def max_upload_bytes() -> int:
@@ -249,8 +296,10 @@ def bad_path_reason(rel: str) -> str | None:
     return None
 
 
-def _inside(root: Path, path: Path) -> bool:
-    return path == root or root in path.parents
+def _parts(rel: str) -> tuple[str, ...]:
+    """The components of a vetted request path (``..`` is refused before this); empty
+    and ``.`` components name the folder they are in, as they always did."""
+    return tuple(part for part in rel.split("/") if part not in ("", "."))
 
 
 def _in_flight(name: str) -> bool:
@@ -292,8 +341,8 @@ def _os_failure(exc: OSError, rel: str) -> tuple[int, str]:
         return 409, f"a folder on the way to {rel} is a file; remove it or pick another path"
     if isinstance(exc, IsADirectoryError):
         return 409, f"{rel} is a folder; pick a file name inside it"
-    if exc.errno == errno.ELOOP:  # a link appeared between resolve() and the walk
-        return 400, "path escapes the data volume"
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link that _walk did not see as one
+        return 400, through_link(rel)
     if exc.errno == errno.ENAMETOOLONG:
         return 400, "a name in the path is too long; shorten it"
     if exc.errno == errno.ENOSPC:
@@ -301,23 +350,41 @@ def _os_failure(exc: OSError, rel: str) -> tuple[int, str]:
     return 500, f"{rel}: {exc.strerror or exc}"
 
 
-def _open_dirs(root: Path, parts: tuple[str, ...]) -> int:
-    """A descriptor of root/parts, making folders as needed, one component at a time and
-    never through a link: resolve() vetted the path, this keeps a link swapped in since
-    then from redirecting the write outside the volume."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-    fd = os.open(root, flags)
+def _walk(root: Path, parts: tuple[str, ...], *, make: bool = False, last: bool = False) -> int:
+    """A descriptor of root/parts, one component at a time, each opened in its parent's
+    descriptor with O_NOFOLLOW, so no link on the volume is ever followed (ThroughLink),
+    and no path is looked up twice (a link swapped in meanwhile changes nothing). Every
+    component is a folder (made as needed with ``make``), except the last one with
+    ``last``: a file or a folder, the caller checks which (fstat)."""
+    folder = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, folder)
     try:
-        for part in parts:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+        for i, part in enumerate(parts):
+            if make:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            flags = READ_FLAGS if last and i == len(parts) - 1 else folder
+            try:
+                inner = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                # Linux answers ENOTDIR for O_DIRECTORY|O_NOFOLLOW on a link, ELOOP for
+                # O_NOFOLLOW alone: only the link's own lstat tells it from a file.
+                if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_link(part, fd):
+                    raise ThroughLink("/".join(parts[: i + 1])) from None
+                raise
             os.close(fd)
             fd = inner
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 async def _receive(request, dir_fd: int, name: str, limit: int, sha256: str | None) -> int:
@@ -349,17 +416,30 @@ async def _receive(request, dir_fd: int, name: str, limit: int, sha256: str | No
     return size
 
 
-def _entry(root: Path, path: Path) -> tuple | None:
-    """(name, size) for a listing. A link is listed as what it points to only when that
-    stays inside the volume; nothing outside is ever stat'ed."""
-    target = path.resolve() if path.is_symlink() else path
-    if not _inside(root, target):
-        return None
-    try:
-        st = os.stat(target, follow_symlinks=False)
-    except OSError:  # dangling link, or gone since iterdir()
-        return None
-    return (path.name + ("/" if stat.S_ISDIR(st.st_mode) else ""), st.st_size)
+def _listing(dir_fd: int, sha256: bool) -> list[tuple]:
+    """The folder's files as (name, size) and sub-folders as ("name/", size), sorted; with
+    ``sha256`` each with its file's hash (None for a folder): `submit --inputs-dir` uploads
+    only what is not there yet, and a file of the same name and size may still differ.
+    Only what a GET would serve is listed: links (which GET refuses), FIFOs and the like
+    are left out, and nothing is stat'ed through a link."""
+    entries = []
+    with os.scandir(dir_fd) as found:
+        for entry in found:
+            if _in_flight(entry.name):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:  # gone since the folder was read
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                entries.append((entry.name + "/", st.st_size))
+            elif stat.S_ISREG(st.st_mode):
+                entries.append((entry.name, st.st_size))
+    entries.sort()
+    if sha256:
+        return [(name, size, None if name.endswith("/") else _digest(dir_fd, name))
+                for name, size in entries]  # fmt: skip
+    return entries
 
 
 def check(port: int = PORT) -> int:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import errno
+import hashlib
 import json
+import mimetypes
 import os
 
 import pytest
@@ -109,16 +110,18 @@ def test_a_linked_folder_leading_outside_is_refused(files, outside, rel):
     client, root = files
     (root / "evil").symlink_to(outside.parent)
     r = client.put(f"/files/{rel}", content=b"RIFF", headers=AUTH)
-    assert r.status_code == 400 and "escapes" in r.json()["detail"]
+    assert r.status_code == 400 and r.json()["detail"] == infra.through_link("evil")
     assert sorted(p.name for p in outside.parent.iterdir()) == ["precious"]
 
 
-def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path, outside):
-    # resolve() vetted the path; the descriptor walk must still refuse a link found later.
+@pytest.mark.parametrize("make,last", [(True, False), (False, True), (False, False)])
+def test_the_walk_never_opens_a_link(tmp_path, outside, make, last):
+    # The only lookup of a path is this walk: a link it meets is refused, whatever it is.
     (tmp_path / "inputs").symlink_to(outside.parent)
-    with pytest.raises(OSError) as caught:
-        infra._open_dirs(tmp_path, ("inputs",))
-    assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
+    with pytest.raises(infra.ThroughLink):
+        infra._walk(tmp_path, ("inputs",), make=make, last=last)
+    with pytest.raises(infra.ThroughLink):
+        infra._walk(tmp_path, ("inputs", "precious"), make=make, last=last)
 
 
 def _asgi(app, method: str, path: str, messages: list[dict], auth: bytes = b"Bearer t0ken"):
@@ -307,7 +310,159 @@ def test_a_listing_never_stats_outside_the_volume(files, outside):
     (root / "inputs" / f"{infra.UPLOAD_PREFIX}abc").write_bytes(b"half")
     r = client.get("/files/inputs", headers=AUTH)
     assert r.status_code == 200
-    assert r.json()["entries"] == [["a.wav", 4], ["alias.wav", 4]]
+    # Not even a link inside the volume: GET refuses it, so the listing leaves it out.
+    assert r.json()["entries"] == [["a.wav", 4]]
+
+
+# --- downloads and listings never go through links (issue 36 §4) ---
+#
+# A task can make links anywhere on the data volume. Each case below names a path through
+# one; before, a link that stayed inside the volume was followed, so `index/` (the brain's
+# search index) was served, listed and overwritten by path.
+
+SECRET = b"SQLite format 3\x00 the brain's index"
+
+
+@pytest.fixture
+def planted(files, outside):
+    """A volume with the brain's index, a real output, and a task's links beside them."""
+    client, root = files
+    (root / "index").mkdir()
+    (root / "index" / "search.sqlite").write_bytes(SECRET)
+    (root / "outputs" / "plan").mkdir(parents=True)
+    (root / "outputs" / "plan" / "notes.md").write_bytes(b"# notes")
+    links = {
+        "outputs/idx": "../index",  # a folder inside the volume
+        "outputs/db": "../index/search.sqlite",  # a file inside the volume
+        "outputs/plan/up": "../..",  # the volume's root, from deeper down
+        "outputs/etc": str(outside.parent),  # a folder outside
+        "outputs/leak": str(outside),  # a file outside
+    }
+    for link, target in links.items():
+        (root / link).symlink_to(target)
+    return client, root
+
+
+def _refused(r, link: str) -> None:
+    assert r.status_code == 400, r.text
+    assert r.json()["detail"] == infra.through_link(link)
+    assert SECRET not in r.content and b"keep" not in r.content
+
+
+@pytest.mark.parametrize(
+    "rel,link",
+    [
+        ("outputs/db", "outputs/db"),
+        ("outputs/idx/search.sqlite", "outputs/idx"),
+        ("outputs/plan/up/index/search.sqlite", "outputs/plan/up"),
+        ("outputs/./idx//search.sqlite", "outputs/idx"),
+        ("outputs/leak", "outputs/leak"),
+        ("outputs/etc/precious", "outputs/etc"),
+    ],
+)
+def test_a_download_through_a_link_is_refused(planted, rel, link):
+    client, _root = planted
+    _refused(client.get(f"/files/{rel}", headers=AUTH), link)
+
+
+@pytest.mark.parametrize(
+    "rel,link",
+    [("outputs/idx", "outputs/idx"), ("outputs/plan/up", "outputs/plan/up"),
+     ("outputs/plan/up/index", "outputs/plan/up"), ("outputs/etc", "outputs/etc")],
+)  # fmt: skip
+@pytest.mark.parametrize("sha256", ["false", "true"])
+def test_a_listing_through_a_link_is_refused(planted, rel, link, sha256):
+    client, _root = planted
+    r = client.get(f"/files/{rel}?sha256={sha256}", headers=AUTH)
+    _refused(r, link)
+    assert b"search.sqlite" not in r.content and b"precious" not in r.content
+
+
+@pytest.mark.parametrize("sha256", ["false", "true"])
+def test_a_listing_leaves_links_out_and_hashes_none(planted, sha256):
+    client, root = planted
+    os.mkfifo(root / "outputs" / "pipe")  # nothing a GET serves: left out too
+    r = client.get(f"/files/outputs?sha256={sha256}", headers=AUTH)
+    assert r.status_code == 200
+    assert [e[0] for e in r.json()["entries"]] == ["plan/"]
+    r = client.get(f"/files/outputs/plan?sha256={sha256}", headers=AUTH)
+    want = ["notes.md", 7] + ([hashlib.sha256(b"# notes").hexdigest()] if sha256 == "true" else [])
+    assert r.json()["entries"] == [want]  # not `up`, the link to the volume's root
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/files/outputs/idx/%2e%2e/index/search.sqlite",
+        "/files/outputs/%2e%2e/index/search.sqlite",
+        "/files/outputs/idx%2f..%2findex/search.sqlite",
+        "/files/outputs/%252e%252e/index/search.sqlite",
+        "/files/outputs/idx/search.sqlite%00",
+        "/files/outputs/idx%00/search.sqlite",
+        "/files/outputs/idx/%2e%2e",
+    ],
+)
+def test_traversal_and_nul_beside_a_link_are_400(planted, url):
+    client, _root = planted
+    r = client.get(url, headers=AUTH)
+    assert r.status_code == 400 and "data volume" in r.json()["detail"]
+    assert SECRET not in r.content and b"search.sqlite" not in r.content
+
+
+def _body(sent: list[dict]) -> bytes:
+    return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+@pytest.mark.parametrize("tail", ["search.sqlite", ""])
+def test_a_path_over_4096_chars_through_a_link_is_refused(planted, tail):
+    # `.` components cost nothing to resolve, so a long path still reached the link's target.
+    client, _root = planted
+    path = "/files/outputs/idx/" + "./" * 2100 + tail
+    assert len(path) > 4096
+    sent = _asgi(client.app, "GET", path, [])
+    assert sent[0]["status"] == 400
+    body = json.loads(_body(sent))
+    assert body["detail"] == infra.through_link("outputs/idx")  # one short line
+
+
+@pytest.mark.parametrize(
+    "rel,status", [("outputs/" + "a" * 4100, 400), ("outputs/" + "a/" * 2100 + "x", 404)]
+)
+def test_a_path_over_4096_chars_is_a_clean_refusal(planted, rel, status):
+    client, _root = planted
+    sent = _asgi(client.app, "GET", f"/files/{rel}", [])
+    assert sent[0]["status"] == status, _body(sent)
+
+
+@pytest.mark.parametrize(
+    "rel,link",
+    [
+        ("outputs/idx/search.sqlite", "outputs/idx"),
+        ("outputs/plan/up/index/x.db", "outputs/plan/up"),
+    ],
+)
+def test_an_upload_through_a_link_inside_the_volume_is_refused(planted, rel, link):
+    # Before, only a link leading out was refused: this one overwrote the brain's index.
+    client, root = planted
+    r = client.put(f"/files/{rel}", content=b"RIFF", headers=AUTH)
+    _refused(r, link)
+    assert (root / "index" / "search.sqlite").read_bytes() == SECRET
+    assert sorted(p.name for p in (root / "index").iterdir()) == ["search.sqlite"]
+
+
+def test_downloads_and_listings_without_links_are_unchanged(planted):
+    client, _root = planted
+    for rel in ("outputs/plan/notes.md", "outputs/./plan//notes.md"):
+        r = client.get(f"/files/{rel}", headers=AUTH)
+        assert r.status_code == 200 and r.content == b"# notes"
+        assert r.headers["content-length"] == "7"
+        assert r.headers["content-type"].startswith(
+            mimetypes.guess_type("notes.md")[0] or "application/octet-stream"
+        )
+    assert client.get("/files/outputs/plan/gone.md", headers=AUTH).status_code == 404
+    assert client.get("/files/outputs/plan/notes.md/x", headers=AUTH).status_code == 404
+    listing = client.get("/files/", headers=AUTH).json()
+    assert [e[0] for e in listing["entries"]] == ["index/", "outputs/"]
 
 
 # --- bind address ---
