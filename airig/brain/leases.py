@@ -21,7 +21,7 @@ from airig.brain.scheduling.placement import Placement
 from airig.brain.scheduling.residency import Decision
 from airig.brain.scheduling.workers import WorkerView
 from airig.brain.settings import BrainSettings
-from airig.brain.store import results, states, trust, vectors
+from airig.brain.store import results, reuse, states, trust, vectors
 from airig.brain.store.events import Outbox
 from airig.brain.store.payloads import (
     ClaimBudget,
@@ -182,6 +182,8 @@ def complete(
         error=None, error_type=None, reason=None,
         tainted_output=tainted_output,
     )  # fmt: skip
+    if done["fingerprint"] is not None:  # what a later submit checks before reusing it
+        reuse.record_written(conn, done, report.output, settings.data_dir)
     for ready in states.release_dependents(conn, outbox, done, now):
         refuse_oversized(conn, outbox, ready, now, settings)
     fanout.start_groups(conn, outbox, done, now, settings)  # a `from` group on this output

@@ -123,12 +123,22 @@ class BrainClient:
             ) from None
         return self.submit_body(body, plan_file.suffix, idempotency_key)
 
-    def submit_body(self, body: bytes, suffix: str, idempotency_key: str | None = None) -> Json:
-        """A plan's text; ``suffix`` (``.yaml``, ``.json``, ``.md``) names its format."""
+    def submit_body(
+        self, body: bytes, suffix: str, idempotency_key: str | None = None, rerun: bool = False
+    ) -> Json:
+        """A plan's text; ``suffix`` (``.yaml``, ``.json``, ``.md``) names its format.
+        ``rerun``: every glob item runs, even one unchanged since an earlier plan. The
+        brain hashes a glob's files the first time it sees them (a folder of videos: a
+        while), hence the longer wait."""
         headers = {"Content-Type": CONTENT_TYPES.get(suffix.lower(), "application/yaml")}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-        return self._object("POST", "/v1/plans", data=body, headers=headers)
+        params = {"rerun": "true"} if rerun else None
+        saved, self.timeout_s = self.timeout_s, max(self.timeout_s, 600.0)
+        try:
+            return self._object("POST", "/v1/plans", data=body, headers=headers, params=params)
+        finally:
+            self.timeout_s = saved
 
     def record_backup(self, body: Json) -> Json:
         """An archive `backup` wrote (``POST /v1/backups``)."""

@@ -29,8 +29,11 @@ import schemathesis
 PLAN_RULES_BEYOND_THE_SCHEMA = ("depends_on", "payload", "trust", "escalate", "sensitive")
 # What a plan body may hold, refused while it is read: a payload is any JSON object to the
 # schema, bounded by the brain (PLANS.md, "Validation").
-# (a group's template task's payload too: plan.tasks[4].tasks[0].payload)
-PAYLOAD_VALUE = re.compile(r"plan\.tasks\[\d+\](?:\.tasks\[\d+\])?\.payload\b")
+# (a group's template task's payload too: plan.tasks[4].tasks[0].payload; and a group's
+# literal items, any JSON values to the schema: plan.tasks[3].for_each.items[12])
+PAYLOAD_VALUE = re.compile(
+    r"plan\.tasks\[\d+\](?:(?:\.tasks\[\d+\])?\.payload\b|\.for_each\.items\[)"
+)
 GOAL_STATE = (
     "is not a folder on the data volume",
     "leaves the data volume",

@@ -661,4 +661,5 @@ def _finished(
         tasks.append(spec)
     for key in samples.members:
         tainted.discard(key)
-    return PlanSpec(name=plan.name, tasks=tasks, fixes=plan.fixes, members=expansion.members)
+    return PlanSpec(name=plan.name, tasks=tasks, fixes=plan.fixes, members=expansion.members,
+                    rerun=plan.rerun)  # fmt: skip

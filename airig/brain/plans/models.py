@@ -94,6 +94,9 @@ class PlanRequest(BaseModel):
 
     name: str = Field("plan", description="empty = 'plan'; cut to 200 characters")
     description: str = ""
+    rerun: bool = Field(
+        False, description="run every glob item, even one unchanged since an earlier plan"
+    )
     tasks: list[TaskSpec | GroupSpec] = Field(min_length=1)
 
 
@@ -105,3 +108,5 @@ class PlanSpec(BaseModel):
     fixes: list[dict[str, str]] = Field(default_factory=list)
     # fan-out item tasks (plans/fanout.py): key -> (group key, item index)
     members: dict[str, tuple[str, int]] = Field(default_factory=dict)
+    # run every glob item, even one an earlier plan left unchanged (plans/reuse.py)
+    rerun: bool = False

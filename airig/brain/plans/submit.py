@@ -6,8 +6,10 @@ import hashlib
 import json
 import sqlite3
 import uuid
+from typing import Any
 
 from airig.brain.plans.models import PlanSpec
+from airig.brain.plans.reuse import Reuse
 from airig.brain.store import plans as plan_store
 from airig.brain.store.events import Outbox, record_submitted
 from airig.brain.store.fanout import GROUP_TYPE
@@ -22,23 +24,37 @@ def find_by_idempotency_key(conn: sqlite3.Connection, key: str) -> sqlite3.Row |
     return conn.execute("SELECT * FROM plans WHERE idempotency_key = ?", (key,)).fetchone()
 
 
-def prepare(plan: PlanSpec, tainted: set[str], default_timeout_s: float) -> str:
+def prepare(
+    plan: PlanSpec, tainted: set[str], default_timeout_s: float, reuse: Reuse | None = None
+) -> str:
     """A plan's task rows as one JSON array (``store/plans.py`` TASK_COLUMNS), built before
     the transaction: this per-task Python once ran inside it, and every claim and
-    heartbeat of the fleet waited behind it (benchmarks/fleet.py)."""
+    heartbeat of the fleet waited behind it (benchmarks/fleet.py). ``reuse``: the glob
+    items' fingerprints, and the tasks of unchanged items, stored SUCCEEDED with what an
+    earlier plan's run of them left (``plans/reuse.py``)."""
+    reuse = reuse or Reuse()
     rows = []
     for spec in plan.tasks:
         # a fan-out group is never READY: the brain ends it when its items have ended
         state = S.PENDING if spec.depends_on or spec.type == GROUP_TYPE else S.READY
         group, index = plan.members.get(spec.id, (None, None))
+        carried = reuse.carried.get(spec.id)
+        kept: tuple[Any, ...] = (None, None, None, None, "[]", None, None, 0)
+        if carried is not None:
+            state = S.SUCCEEDED
+            kept = carried.columns()
         rows.append((
             spec.id, spec.name, spec.type, spec.task_class, json.dumps(spec.payload),
             spec.model, spec.priority, int(spec.id not in tainted), int(spec.sensitive),
             spec.timeout_s or default_timeout_s, spec.retry_count, state, spec.escalate,
-            int(spec.allow_external), group, index,
+            int(spec.allow_external), group, index, reuse.fingerprints.get(spec.id), *kept,
         ))  # fmt: skip
     deps = [(spec.id, dep) for spec in plan.tasks for dep in spec.depends_on]
     return json.dumps({"tasks": rows, "deps": deps})
+
+
+def new_plan_id() -> str:
+    return uuid.uuid4().hex[:12]
 
 
 def insert_plan(
@@ -54,11 +70,13 @@ def insert_plan(
     default_timeout_s: float,
     owner: str | None = None,
     prepared: str | None = None,
+    plan_id: str | None = None,
 ) -> str:
     """``prepared``: ``prepare(plan, tainted, default_timeout_s)``, made before the
     transaction; the plan's tasks, dependencies and events are then a few statements that
-    SQLite runs without Python per task."""
-    plan_id = uuid.uuid4().hex[:12]
+    SQLite runs without Python per task. ``plan_id``: one ``new_plan_id`` gave before
+    (files of reused items were linked under it)."""
+    plan_id = plan_id or new_plan_id()
     conn.execute(
         """INSERT INTO plans (id, name, idempotency_key, body_hash, submitted_by, created_at,
                fixes_json, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",

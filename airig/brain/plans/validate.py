@@ -300,9 +300,12 @@ def validate_plan(
         raise PlanInvalid([error], too_large=True)
     errors: list[dict[str, Any]] = []
     fixes: list[dict[str, str]] = []
-    extra = set(data) - {"name", "tasks", "description"}
+    extra = set(data) - {"name", "tasks", "description", "rerun"}
     if extra:
         errors.append(_error(None, "plan", f"unknown plan fields: {sorted(extra)}"))
+    rerun = data.get("rerun", False)
+    if not isinstance(rerun, bool):
+        errors.append(_error(None, "rerun", f"rerun is true or false, got {rerun!r:.60}"))
     specs, too_large = [], False
     for raw in raw_tasks:
         spec, oversized = _check_task(raw, limits, fixes, errors)
@@ -319,7 +322,8 @@ def validate_plan(
         errors.append(_error(None, "name", f"the plan name must be text, got {name!r:.60}"))
     if errors:
         raise PlanInvalid(bounded(errors, max_errors), too_large=too_large, fixes=fixes)
-    return PlanSpec(name=str(name)[:200], tasks=specs, fixes=fixes), tainted
+    plan = PlanSpec(name=str(name)[:200], tasks=specs, fixes=fixes, rerun=rerun is True)
+    return plan, tainted
 
 
 def bounded(errors: list[dict[str, Any]], limit: int = MAX_REPORTED_ERRORS) -> list[dict[str, Any]]:

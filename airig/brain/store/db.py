@@ -74,6 +74,9 @@ CREATE TABLE IF NOT EXISTS tasks (
     reviewed INTEGER NOT NULL DEFAULT 0,
     fanout_group TEXT,
     fanout_index INTEGER,
+    fingerprint TEXT,
+    reused_from TEXT,
+    written_json TEXT,
     UNIQUE (plan_id, key)
 );
 CREATE TABLE IF NOT EXISTS deps (
@@ -138,6 +141,18 @@ CREATE INDEX IF NOT EXISTS tasks_queue ON tasks(state, task_class, model, ready_
 -- Retention (retention.py) walks plans created before its cutoff, oldest first, and
 -- the plans list reads the newest: both are ranges of this index, not a sort of all plans.
 CREATE INDEX IF NOT EXISTS plans_created ON plans(created_at, id);
+-- An input file's sha256 by what its stat says (plans/reuse.py): a second submit of an
+-- unchanged folder reads none of its files again. Any change of size, times or inode
+-- (a file replaced, rewritten in place, even with its mtime set back) misses it.
+CREATE TABLE IF NOT EXISTS input_hashes (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL,
+    inode INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    seen_at REAL NOT NULL
+);
 """
 # Columns added after the first release, as (table, column, declaration). A database made
 # before them gains them when it is opened: an upgraded brain keeps its plans, workers and
@@ -166,6 +181,12 @@ ADDED_COLUMNS = (
     # a fan-out item's task: its group's key and the item's index (plans/fanout.py)
     ("tasks", "fanout_group", "TEXT"),
     ("tasks", "fanout_index", "INTEGER"),
+    # a glob item's fingerprint (its input's sha256 and its rendered template tasks), the
+    # task that really ran a reused one ("<plan>/<key>"), and the files on the data volume
+    # it wrote with their size and mtime when it succeeded (plans/reuse.py)
+    ("tasks", "fingerprint", "TEXT"),
+    ("tasks", "reused_from", "TEXT"),
+    ("tasks", "written_json", "TEXT"),
     # when the worker last leased a task (NULL: never): triage's "registered, idle, work waits"
     ("workers", "last_claim_at", "REAL"),
     # who may act on a plan or goal besides admin: auth.owner_of of the submitting token
@@ -183,6 +204,9 @@ ADDED_INDEXES = (
     "CREATE INDEX IF NOT EXISTS tasks_lease ON tasks(lease_id)",
     # a group's items, for its progress and its end (store/fanout.py)
     "CREATE INDEX IF NOT EXISTS tasks_fanout ON tasks(plan_id, fanout_group, state)",
+    # the newest item of a fingerprint, for a submit that may reuse it (store/reuse.py)
+    "CREATE INDEX IF NOT EXISTS tasks_fingerprint ON tasks(fingerprint)"
+    " WHERE fingerprint IS NOT NULL",
 )
 
 

@@ -67,8 +67,8 @@ def has_unfinished_items(conn: sqlite3.Connection, plan_id: str, group_key: str)
 def item_tasks(conn: sqlite3.Connection, plan_id: str, group_key: str) -> list[sqlite3.Row]:
     """The group's item tasks (no outputs), by item then id."""
     return conn.execute(
-        """SELECT id, key, fanout_index, state, error, trusted, tainted_output FROM tasks
-           WHERE plan_id = ? AND fanout_group = ? ORDER BY fanout_index, id""",
+        """SELECT id, key, fanout_index, state, error, trusted, tainted_output, reused_from
+           FROM tasks WHERE plan_id = ? AND fanout_group = ? ORDER BY fanout_index, id""",
         (plan_id, group_key),
     ).fetchall()
 
@@ -85,9 +85,16 @@ def _item_state(states: list[str]) -> str:
     return "running" if any(state in _STARTED for state in states) else "pending"
 
 
+def reused_plan(tasks: list[sqlite3.Row]) -> str | None:
+    """The plan whose run of this item was reused (its tasks name the task that ran,
+    ``<plan>/<key>``), or None: it ran in this plan."""
+    origin = next((t["reused_from"] for t in tasks if t["reused_from"]), None)
+    return str(origin).partition("/")[0] if origin else None
+
+
 def items(group: sqlite3.Row, rows: list[sqlite3.Row]) -> list[dict[str, Any]]:
     """Each item: index, its values, state (pending|running|succeeded|failed), first error,
-    and its output task's key."""
+    its output task's key, and the plan it was reused from (None: it runs here)."""
     spec = definition(group)
     values = spec.get("items") or []
     by_index: dict[int, list[sqlite3.Row]] = {}
@@ -103,6 +110,7 @@ def items(group: sqlite3.Row, rows: list[sqlite3.Row]) -> list[dict[str, Any]]:
             "state": _item_state([t["state"] for t in tasks]),
             "error": errors[0] if errors else None,
             "output_key": output_key(group["key"], index, str(spec.get("output"))),
+            "reused_from": reused_plan(tasks),
         })  # fmt: skip
     return out
 
@@ -165,14 +173,19 @@ def plan_fanouts(conn: sqlite3.Connection, plan_id: str) -> list[dict[str, Any]]
     for group in groups:
         listed = items(group, item_tasks(conn, plan_id, group["key"]))
         count = {s: 0 for s in ("pending", "running", "succeeded", "failed")}
+        sources: dict[str, int] = {}
         for item in listed:
             count[item["state"]] += 1
+            if item["reused_from"]:
+                sources[item["reused_from"]] = sources.get(item["reused_from"], 0) + 1
         views.append({
             "id": group["key"], "name": group["name"], "state": group["state"],
             "total": len(listed), "done": count["succeeded"], "running": count["running"],
             "failed": count["failed"], "pending": count["pending"],
+            # items unchanged since an earlier plan, not run again (plans/reuse.py)
+            "reused": sum(sources.values()), "reused_from": sources,
             "items": [{"index": i["index"], "label": label(i["item"]), "state": i["state"],
-                       "error": i["error"]} for i in listed],
+                       "error": i["error"], "reused_from": i["reused_from"]} for i in listed],
         })  # fmt: skip
     return views
 

@@ -75,11 +75,15 @@ TASK_COLUMNS = (
     "key", "name", "type", "task_class", "payload_json", "model", "priority", "trusted",
     "sensitive", "timeout_s", "retry_count", "state", "escalate", "allow_external",
     "fanout_group", "fanout_index",
+    # a glob item's fingerprint, and what a reused one carries (plans/reuse.py)
+    "fingerprint", "reused_from", "reason", "output_json", "output_file", "files_json",
+    "written_json", "result_hash", "tainted_output",
 )  # fmt: skip
 _STATE = TASK_COLUMNS.index("state")
 _INSERT_TASKS = (
-    f"INSERT INTO tasks (plan_id, created_at, ready_at, {', '.join(TASK_COLUMNS)})"
-    f" SELECT ?1, ?2, CASE WHEN value ->> {_STATE} = 'READY' THEN ?2 END, "
+    f"INSERT INTO tasks (plan_id, created_at, ready_at, finished_at, {', '.join(TASK_COLUMNS)})"
+    f" SELECT ?1, ?2, CASE WHEN value ->> {_STATE} = 'READY' THEN ?2 END,"
+    f" CASE WHEN value ->> {_STATE} = 'SUCCEEDED' THEN ?2 END, "
     + ", ".join(f"value ->> {n}" for n in range(len(TASK_COLUMNS)))
     + " FROM json_each(?3, '$.tasks') ORDER BY key + 0"  # json_each's key: the row's index
 )

@@ -240,6 +240,28 @@ def indexes(path: Path) -> list[IndexInfo]:
     return [IndexInfo(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
 
 
+def tasks_with_entries(path: Path, wanted: list[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+    """Which of these (index name, plan id, task key) still hold entries (a reused embed
+    task stands on them, plans/reuse.py); none without an index file. One connection,
+    one indexed read each."""
+    if not wanted or not path.exists():
+        return set()
+    conn = connect(path, create=False)
+    try:
+        return {
+            (name, plan_id, key) for name, plan_id, key in wanted
+            if conn.execute(
+                """SELECT 1 FROM entries e JOIN indexes i ON i.id = e.index_id
+                   WHERE i.name = ? AND e.plan_id = ? AND e.task_key = ? LIMIT 1""",
+                (name, plan_id, key),
+            ).fetchone() is not None
+        }  # fmt: skip
+    except apsw.Error as exc:
+        raise IndexUnavailable(f"cannot read the search index {path}: {exc}") from None
+    finally:
+        conn.close()
+
+
 def nearest(path: Path, name: str, vector: list[float], k: int) -> list[dict[str, Any]]:
     """The ``k`` entries of index ``name`` nearest ``vector`` (cosine), nearest first."""
     conn = connect(path, create=False)

@@ -13,7 +13,9 @@ from rich.markup import escape
 
 from airig.launcher.console import console
 
-FIELDS = ("type", "task_class", "state", "attempt", "worker_id", "model", "error_type")
+FIELDS = (
+    "type", "task_class", "state", "attempt", "worker_id", "model", "error_type", "reused_from",
+)  # fmt: skip
 
 
 def show(task: dict[str, Any], result: dict[str, Any] | None) -> None:

@@ -75,7 +75,7 @@ def tasks_table(plan: dict[str, Any]) -> Table:
         if task["id"] in fanouts:
             fan = fanouts[task["id"]]
             state = group_state(task, fan, members.get(task["id"], []))
-            note = " · ".join(filter(None, [fanout_progress(fan), note]))
+            note = " · ".join(filter(None, [fanout_progress(fan), reused_note(fan), note]))
         style = STATE_STYLE.get(state, "white")
         table.add_row(
             escape(task["id"]), escape(task["type"]), escape(task["task_class"]),
@@ -110,6 +110,31 @@ def fanout_progress(fan: dict[str, Any]) -> str:
     return (
         f"{fan['done']} done / {fan['running']} running / {fan['failed']} failed of {fan['total']}"
     )
+
+
+def _since(fan: dict[str, Any]) -> str:
+    sources = sorted(fan.get("reused_from") or {})
+    return f"plan{'s' if len(sources) > 1 else ''} {', '.join(sources)}"
+
+
+def reused_note(fan: dict[str, Any]) -> str:
+    """``3 unchanged since plan abc``: the items an earlier plan left as they are, not run
+    again (PLANS.md, "Unchanged items"); empty when there are none."""
+    count = fan.get("reused") or 0
+    return f"{count} unchanged since {_since(fan)}" if count else ""
+
+
+def reused_lines(plan: dict[str, Any]) -> list[str]:
+    """`submit`'s summary of each group with unchanged items: how many were skipped, since
+    which plan, and how many run."""
+    lines = []
+    for fan in plan.get("fanouts") or []:
+        count, total = fan.get("reused") or 0, fan.get("total") or 0
+        if count:
+            left = f"{total - count} to run" if total > count else "nothing to run"
+            lines.append(f"{fan['id']}: {count} of {total} items unchanged since {_since(fan)}: "
+                         f"skipped; {left} (--rerun runs every item)")  # fmt: skip
+    return lines
 
 
 def plans_table(plans: list[dict[str, Any]]) -> Table:
@@ -180,12 +205,22 @@ def submit(
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="With --goal: run the draft without asking.")
     ] = False,
+    rerun: Annotated[
+        bool,
+        typer.Option(
+            "--rerun",
+            help="Run every item of the plan's globs, even those unchanged (same file, same "
+            "recipe) since an earlier plan, whose outputs are otherwise reused.",
+        ),
+    ] = False,
 ) -> None:
     """Submit a plan to the brain, or a goal its model drafts a plan for (you approve it)."""
     if (plan_file is None) == (goal is None):
         raise typer.BadParameter("give PLAN_FILE or --goal TEXT (one of them)")
     if goal is None and yes:
         raise typer.BadParameter("--yes goes with --goal")
+    if goal is not None and rerun:
+        raise typer.BadParameter("--rerun goes with a plan file")
     if goal is not None and idempotency_key:
         raise typer.BadParameter("--idempotency-key goes with a plan file")
     settings = checkout_settings()
@@ -210,7 +245,7 @@ def submit(
     if data_dir and outputs:
         body = plan_inputs.fill(body, data_dir, outputs)
     try:
-        plan = client.submit_body(body, plan_file.suffix, idempotency_key)
+        plan = client.submit_body(body, plan_file.suffix, idempotency_key, rerun)
     except PlanRefused as exc:
         if exc.errors:
             console.print(errors_table(exc.errors))
@@ -219,6 +254,8 @@ def submit(
         said = f"{fix['task']}.{fix['field']}: {fix['fix']} ({fix['reason']})"
         console.print(f"[yellow]fixed[/] {escape(said)}")
     console.print(f"plan [bold]{escape(plan['id'])}[/] submitted with {plan['task_total']} tasks")
+    for line in reused_lines(plan):
+        console.print(f"[green]=[/] {escape(line)}")
     if outputs and plan_inputs.writes_outputs(body, outputs):
         console.print(
             f"outputs go to the data volume's {escape(outputs)}/ "

@@ -332,7 +332,8 @@ def test_the_published_plan_body_is_what_the_route_accepts(client):
     spec = client.get("/openapi.json").json()
     json_body = spec["paths"]["/v1/plans"]["post"]["requestBody"]["content"]["application/json"]
     published = spec["components"]["schemas"][json_body["schema"]["$ref"].rsplit("/", 1)[1]]
-    every = {"name": "p", "description": "what it does", "tasks": [{"id": "a", "type": "noop"}]}
+    every = {"name": "p", "description": "what it does", "rerun": False,
+             "tasks": [{"id": "a", "type": "noop"}]}  # fmt: skip
     assert set(published["properties"]) == set(every)
     assert published["additionalProperties"] is False and published["required"] == ["tasks"]
     accepted = client.post("/v1/plans", headers=ADMIN, json=every)

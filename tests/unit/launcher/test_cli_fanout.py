@@ -94,3 +94,78 @@ def test_plan_id_lists_the_failed_items_with_their_errors(monkeypatch):
     assert "PARTIAL" in shown.output
     failed = [line for line in shown.output.splitlines() if line.startswith("✘")]
     assert failed == ["✘ photos[2] p2.jpg: vision model: cannot identify image file"]
+
+
+def _reused_plan():
+    """A pdfs group of 5: 4 items unchanged since plan p1, one runs."""
+    fan = {"id": "pdfs", "total": 5, "done": 4, "running": 1, "failed": 0, "pending": 0,
+           "reused": 4, "reused_from": {"p1": 4}, "items": []}  # fmt: skip
+    tasks = [task("pdfs", type_="group"),
+             *(task(f"pdfs__{i}__text", "SUCCEEDED", group="pdfs") for i in range(4)),
+             task("pdfs__4__text", "RUNNING", group="pdfs")]  # fmt: skip
+    return {"id": "p2", "name": "pdf-text", "status": "running", "fanouts": [fan],
+            "tasks": tasks, "task_total": 6}  # fmt: skip
+
+
+def test_a_group_row_says_how_many_items_were_unchanged():
+    row = group_row(rendered(tasks_table(_reused_plan())), "pdfs")
+    assert "4 done / 1 running / 0 failed of 5 · 4 unchanged since plan p1" in row
+    plan = _reused_plan()
+    plan["fanouts"][0].update(reused=0, reused_from={})
+    assert "unchanged" not in group_row(rendered(tasks_table(plan)), "pdfs")
+
+
+def test_submit_says_what_was_skipped_and_rerun_asks_for_every_item(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import airig.launcher.console
+    from airig.launcher.brain_client import BrainClient
+    from airig.launcher.cli import tasks
+
+    (tmp_path / "01-infra").mkdir()
+    (tmp_path / "01-infra" / "compose.yaml").write_text("services: {}\n")
+    monkeypatch.setenv("AIRIG_HOME", str(tmp_path))
+    monkeypatch.setenv("BRAIN_ADMIN_TOKEN", "t" * 24)
+    monkeypatch.setattr(airig.launcher.console.console, "_width", 200)
+    sent = []
+
+    def submit_body(self, body, suffix, key=None, rerun=False):
+        sent.append(rerun)
+        return _reused_plan()
+
+    monkeypatch.setattr(BrainClient, "submit_body", submit_body)
+    plan = tmp_path / "p.yaml"
+    plan.write_text("tasks: [{id: a, type: noop}]\n")
+    shown = CliRunner().invoke(tasks.app, ["submit", str(plan)])
+    assert shown.exit_code == 0, shown.output
+    assert ("= pdfs: 4 of 5 items unchanged since plan p1: skipped; 1 to run "
+            "(--rerun runs every item)") in shown.output  # fmt: skip
+    assert CliRunner().invoke(tasks.app, ["submit", str(plan), "--rerun"]).exit_code == 0
+    assert sent == [False, True]
+    refused = CliRunner().invoke(tasks.app, ["submit", "--goal", "x", "--rerun"])
+    assert refused.exit_code != 0 and "--rerun goes with a plan file" in refused.output
+
+
+def test_submit_rerun_reaches_the_brain_as_a_query(monkeypatch):
+    from airig.launcher.brain_client import BrainClient
+
+    calls = []
+    client = BrainClient("http://brain:8000", "t" * 24)
+    monkeypatch.setattr(client, "_object", lambda *a, **kw: calls.append((a, kw)) or {})
+    client.submit_body(b"tasks: []", ".yaml", None, True)
+    client.submit_body(b"tasks: []", ".yaml")
+    assert calls[0][1]["params"] == {"rerun": "true"} and calls[1][1]["params"] is None
+    assert client.timeout_s == 30.0  # the longer wait was for the submit only
+
+
+def test_plan_id_task_names_the_run_it_was_reused_from(monkeypatch):
+    import airig.launcher.console
+    from airig.launcher.cli import task_view
+
+    monkeypatch.setattr(airig.launcher.console.console, "_width", 200)
+    printed = []
+    monkeypatch.setattr(task_view.console, "print", lambda *a, **kw: printed.append(str(a[0])))
+    one = {**task("pdfs__0__text", "SUCCEEDED", group="pdfs"),
+           "reused_from": "p1/pdfs__0__text"}  # fmt: skip
+    task_view.show(one, {"output": {"path": "outputs/a.txt"}, "files": []})
+    assert "  reused_from: p1/pdfs__0__text" in printed

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from airig.brain.api.auth import Principal, may_act_on, owner_of
 from airig.brain.api.deps import AdminDep, BrainDep, SubmitterDep, rendered
-from airig.brain.plans import submit
+from airig.brain.plans import reuse, submit
 from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError
 from airig.brain.plans.validate import Limits, PlanInvalid
@@ -52,6 +52,7 @@ def _task_view(row: sqlite3.Row, deps: list[str]) -> dict[str, Any]:
         "depends_on": deps, "error": row["error"],
         "origin": row["origin"], "depth": row["depth"],
         "group": row["fanout_group"], "item": row["fanout_index"],
+        "reused_from": row["reused_from"],
         "error_type": row["error_type"], "reason": row["reason"],
         "started_at": row["started_at"], "finished_at": row["finished_at"],
         "files": json.loads(row["files_json"]), "metrics": json.loads(row["metrics_json"]),
@@ -133,9 +134,28 @@ def _plan_error(status: int, message: str, errors: list[dict[str, Any]] | None =
                                   "fixes": fixes or []})  # fmt: skip
 
 
+# Read by hand, not by FastAPI: its refusal of a bad value would not be the plan's error
+# body this route documents for 422.
+_RERUN = {
+    "name": "rerun", "in": "query", "required": False,
+    "description": "run every glob item, even one unchanged since an earlier plan "
+    "(PLANS.md, 'Unchanged items'); the plan's `rerun: true` says the same",
+    "schema": {"type": "boolean", "default": False},
+}  # fmt: skip
+
+
+def _rerun(values: list[str]) -> bool:
+    words = [value.strip().lower() for value in values]
+    if any(word not in ("true", "false", "1", "0") for word in words):
+        raise _plan_error(422, "rerun is true or false", [
+            {"task": None, "field": "rerun", "message": "give ?rerun=true or ?rerun=false"}
+        ])  # fmt: skip
+    return any(word in ("true", "1") for word in words)
+
+
 @router.post(
     "/plans", status_code=201, responses=_PLAN_RESPONSES,
-    openapi_extra={"requestBody": _PLAN_BODY},
+    openapi_extra={"requestBody": _PLAN_BODY, "parameters": [_RERUN]},
 )  # fmt: skip
 async def submit_plan(
     request: Request,
@@ -146,9 +166,12 @@ async def submit_plan(
         str | None, Header(json_schema_extra={"minLength": 1, "maxLength": 200})
     ] = None,
 ) -> Any:
-    """Submit a plan; the same Idempotency-Key and body answer the stored plan again."""
+    """Submit a plan; the same Idempotency-Key and body answer the stored plan again. Glob
+    items unchanged since an earlier plan are not run again (PLANS.md, "Unchanged items"),
+    unless ``rerun`` (or the plan's ``rerun: true``)."""
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
         raise _plan_error(422, "Idempotency-Key must be 1 to 200 characters")
+    rerun = _rerun(request.query_params.getlist("rerun"))
     # The request guard has already bounded the body to BRAIN_MAX_PLAN_BYTES.
     raw = await request.body()
     limits = Limits(
@@ -175,21 +198,38 @@ async def submit_plan(
                 return JSONResponse(plan_view(conn, known, with_tasks=True), status_code=200)
 
     prepared: str | None = None
+    new_id = submit.new_plan_id()
+    decided = reuse.Reuse()
 
     def change(conn: sqlite3.Connection, outbox: Outbox, now: float) -> str:
         if idempotency_key and (known := submit.find_by_idempotency_key(conn, idempotency_key)):
             _same_submitter(who, known)
             return str(known["id"])  # a concurrent twin won the race
-        return submit.insert_plan(
+        plan_id = submit.insert_plan(
             conn, outbox, plan, tainted, now, submitted_by=who.name, digest=digest,
             idempotency_key=idempotency_key, default_timeout_s=brain.settings.default_timeout_s,
-            owner=owner_of(who), prepared=prepared,
+            owner=owner_of(who), prepared=prepared, plan_id=new_id,
         )  # fmt: skip
+        reuse.settle(conn, outbox, plan_id, decided, now)
+        return plan_id
 
     def stored() -> Response:
-        nonlocal prepared
-        prepared = submit.prepare(plan, tainted, brain.settings.default_timeout_s)
-        plan_id = brain.write(change)
+        nonlocal prepared, decided
+        settings = brain.settings
+        # Reads the inputs and the store, and links the reused items' results files under
+        # new_id: before the transaction, which every claim and heartbeat waits behind.
+        decided = reuse.plan_reuse(
+            brain.db, plan, data_dir=settings.data_dir, results_dir=settings.results_dir,
+            owner=owner_of(who), plan_id=new_id, rerun=rerun or plan.rerun,
+        )  # fmt: skip
+        prepared = submit.prepare(plan, tainted, settings.default_timeout_s, decided)
+        try:
+            plan_id = brain.write(change)
+        except BaseException:
+            reuse.discard(settings.results_dir, new_id)
+            raise
+        if plan_id != new_id:  # a twin's plan answered: nothing points at what was linked
+            reuse.discard(settings.results_dir, new_id)
         # The answer is rendered after the commit, on a read connection, into bytes in
         # this thread: inside the transaction a 500-task plan's view held every claim
         # behind it, and on the event loop every request.
