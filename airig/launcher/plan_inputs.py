@@ -132,8 +132,11 @@ def _alternatives(pattern: str) -> list[str]:
 
 def _matches(parts: list[str], name: str) -> bool:
     """Whether a file directly in the inputs folder matches a pattern's parts below it,
-    as the brain's glob does (``**`` any folders, none included; the name's case ignored)."""
+    as the brain's glob does (``**`` any folders, none included; the name's case ignored;
+    a dot name only by a part that starts with ``.`` itself, ``fanout._shown``)."""
     if not parts:
+        return False
+    if name.startswith(".") and not parts[-1].startswith("."):
         return False
     if parts[0] == "**":
         return _matches(parts[1:], name)

@@ -76,6 +76,22 @@ def test_the_launcher_and_the_brain_agree_on_what_a_recipe_reads(tmp_path, recip
     assert taken and set(names) - taken == set(left or [])
 
 
+@pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
+def test_dot_files_are_left_out_by_the_launcher_and_the_brain_alike(tmp_path, recipe):
+    # an upload in flight is a dot file (.upload-<hex>, services/infra.py): never an item
+    dots = [".a.jpg", ".IMG.jpg.part", ".upload-0123abcd", ".talk.mp4", ".scan.pdf"]
+    names = [*PHOTOS, "talk.MP4", "scan.Pdf", *dots]
+    data = _folder(tmp_path, names)
+    (data / "inputs" / "folder" / ".hidden").mkdir()
+    (data / "inputs" / "folder" / ".hidden" / "b.jpg").write_bytes(b"x")
+    text = (RECIPES / recipe).read_text()
+    glob = text.split('glob: "{{ inputs_dir }}/')[1].split('"')[0]
+    taken = {i["name"] for i in glob_items(data, f"inputs/folder/{glob}", 100)}
+    left = plan_inputs.unmatched((RECIPES / recipe).read_bytes(), names) or []
+    assert taken and not taken & set(dots)
+    assert set(dots) <= set(left) and set(names) - taken == set(left)
+
+
 def test_submit_prints_how_many_files_the_recipe_leaves_out(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

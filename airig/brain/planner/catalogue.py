@@ -16,7 +16,9 @@
 Claim time, not submit time: the models and files are those of the moment the model is
 asked, and a hand-written plan's `plan` task gets its catalogue the same way. The listing
 is bounded (``MAX_FILES`` entries, ``MAX_SCANNED`` directory entries visited), since it
-runs inside the claim's transaction.
+runs inside the claim's transaction, and leaves dot names out, as a glob does. The names
+are a folder's, untrusted: the plan executor shows them escaped, clipped and inside the
+untrusted wrapper (``executors/plan.py``, ``listing``).
 """
 
 from __future__ import annotations
@@ -109,9 +111,13 @@ def list_files(settings: BrainSettings, inputs_dir: str) -> dict[str, Any]:
     files: list[list[Any]] = []
     scanned, truncated = 0, False
     for current, dirs, names in os.walk(folder):  # no symlinked folder is followed
-        dirs.sort()
+        # Dot names are left out as a glob leaves them (``plans/fanout.py``): an upload in
+        # flight is a ``.upload-<hex>`` file, and a plan must not be drafted over it.
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             scanned += 1
+            if name.startswith("."):
+                continue
             path = Path(current) / name
             if path.is_symlink() or not path.is_file():
                 continue

@@ -188,6 +188,38 @@ def _looks_like_path(text: str) -> bool:
     )  # fmt: skip
 
 
+# The characters an upload takes out of a file name (``launcher/inputs_sync.py``
+# UNSAFE_CHARS, separators aside): control characters, and the bidirectional controls that
+# make ``gpj.exe`` read as ``exe.jpg``. NUL is refused in every item value (no path,
+# argument or environment variable can hold one: the task would fail on its worker, or
+# the value be cut short); the rest in a value that reads as a path.
+UNSAFE_IN_PATH = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+# The fields a path item has (``_path_fields``): a ``from`` list of ``{path: ...}``
+# objects (a frames or pages output) hands its paths in through them.
+PATH_FIELDS = ("path", "name", "stem", "suffix", "dir")
+SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}\Z")
+
+
+def _reads_as_path(field: str, text: str) -> bool:
+    r"""A path field, or text ending in a file suffix (``a\x01.jpg``), or a ``/`` in a
+    text without spaces (``in/a\nb``); a sentence with a ``/`` in it is text."""
+    tail = text.rstrip("".join(map(chr, range(33))) + "\x7f")
+    return (
+        field in PATH_FIELDS or SUFFIX.search(tail) is not None
+        or ("/" in text and " " not in text and "://" not in text)
+    )  # fmt: skip
+
+
+def _unsafe_character(field: str, text: str) -> str | None:
+    """The first character ``text`` may not hold as the item value ``field``, or None."""
+    if "\x00" in text:
+        return "\x00"
+    found = UNSAFE_IN_PATH.search(text)
+    return found.group(0) if found and _reads_as_path(field, text) else None
+
+
 def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
@@ -208,9 +240,16 @@ def item_values(entry: Any, index: int) -> dict[str, Any]:
         raise ItemError(f"item {index} is {type(entry).__name__}; give text, a number or a "
                         "mapping of fields")  # fmt: skip
     for name, value in values.items():
-        if isinstance(value, str) and "{{" in value:
+        if not isinstance(value, str):
+            continue
+        if "{{" in value:
             raise ItemError(f"item {index} field {name!r} holds '{{{{' (a template); items "
                             "are data, never templates")  # fmt: skip
+        bad = _unsafe_character(name, value)
+        if bad is not None:
+            why = "" if bad == "\x00" else " (it reads as a path, which holds none)"
+            raise ItemError(f"item {index} field {name!r} holds the control character "
+                            f"{ascii(bad)}{why}; remove it from the item")  # fmt: skip
     return values
 
 
@@ -262,11 +301,23 @@ def _matches(root: Path, pattern: str) -> set[Path]:
     return found
 
 
+def _shown(parts: tuple[str, ...], pattern: str) -> bool:
+    """Whether a match may hold its dot names (``.a.jpg``, ``.hidden/``): only where the
+    pattern itself writes a part starting with ``.`` that matches it, as a shell's glob
+    does. The file service writes an upload in flight as ``.upload-<hex>`` beside its
+    final name, so ``*`` or ``**`` taking dot names would fan out over half a file."""
+    dotted = [p for p in PurePosixPath(pattern).parts if p.startswith(".")]
+    return all(
+        any(_name_matcher(d).match(part) for d in dotted) for part in parts if part.startswith(".")
+    )
+
+
 def glob_items(data_dir: Path, pattern: str, limit: int) -> list[dict[str, Any]]:
     """The files (not folders) under the data volume matching ``pattern`` (``{a,b}``
     alternatives; the file name's case ignored), sorted by path; at most ``limit`` + 1
     (the caller reports the count). ItemError for a pattern that is absolute or climbs
-    out; a match whose real path leaves the volume (a symlink) is skipped."""
+    out; a match whose real path leaves the volume (a symlink) is skipped, and so is a
+    dot name (a file or a folder ``**`` would descend into) the pattern does not write."""
     patterns = brace_patterns(pattern)
     for each in patterns:
         pure = PurePosixPath(each)
@@ -276,7 +327,10 @@ def glob_items(data_dir: Path, pattern: str, limit: int) -> list[dict[str, Any]]
     root = data_dir.resolve()
     found: list[str] = []
     try:
-        matches = sorted(set().union(*(_matches(root, p) for p in patterns)))
+        matches = sorted(set().union(*(
+            {m for m in _matches(root, p) if _shown(m.relative_to(root).parts, p)}
+            for p in patterns
+        )))  # fmt: skip
     except (ValueError, OSError) as exc:
         raise ItemError(f"glob {pattern!r:.120}: {exc}") from None
     for path in matches:
