@@ -186,7 +186,8 @@ def complete(
         reuse.record_written(conn, done, report.output, settings.data_dir)
     for ready in states.release_dependents(conn, outbox, done, now):
         refuse_oversized(conn, outbox, ready, now, settings)
-    fanout.start_groups(conn, outbox, done, now, settings)  # a `from` group on this output
+    # a `from` group on this output, read from the report: not loaded back beside it
+    fanout.start_groups(conn, outbox, done, now, settings, report.output)
     if done["type"] == "llm":
         outbox.samples.append(training_sample(conn, done, report, settings, "succeeded"))
     return done

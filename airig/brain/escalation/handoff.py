@@ -85,7 +85,8 @@ def upstream(conn: sqlite3.Connection, task_id: int, results_dir: Path) -> list[
     found = []
     for row in rows:
         try:
-            output = fanout.load_output(conn, results_dir, row)  # a group's: its items'
+            # a group's from its items', as many as the clipped text shows
+            output = fanout.load_output(conn, results_dir, row, MAX_OUTPUT_CHARS)
         except OSError:
             output = {"missing": "the result file is gone"}
         found.append({"key": row["key"], "output": output})

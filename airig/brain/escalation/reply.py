@@ -83,7 +83,7 @@ def _succeed(
     )  # fmt: skip
     for ready in states.release_dependents(conn, outbox, done, now):
         payloads.refuse_oversized(conn, outbox, ready, now, settings)
-    fanout.start_groups(conn, outbox, done, now, settings)  # a `from` group on this output
+    fanout.start_groups(conn, outbox, done, now, settings, output)  # a `from` group on it
     return done
 
 

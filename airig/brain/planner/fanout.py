@@ -34,12 +34,15 @@ class GroupRefused(Exception):
 
 def start_groups(
     conn: sqlite3.Connection, outbox: Outbox, upstream: sqlite3.Row, now: float,
-    settings: BrainSettings,
+    settings: BrainSettings, output: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
-    """Expand every ``from`` group ``upstream`` just released; fail the ones that cannot."""
+    """Expand every ``from`` group ``upstream`` just released; fail the ones that cannot.
+    ``output``: upstream's output as the caller holds it (the completion just stored it),
+    so that a large one is not read back beside it; None: read from the store."""
+    known = {upstream["id"]: output} if output is not None else {}
     for group in fanout.unexpanded_groups(conn, upstream):
         try:
-            _grow(conn, outbox, group, now, settings)
+            _grow(conn, outbox, group, now, settings, known)
         except GroupRefused as exc:
             fresh = states.require_task(conn, group["id"])
             states.fail_terminal(conn, outbox, fresh, now, "fanout_failed", str(exc)[:4000],
@@ -55,7 +58,7 @@ def _source(conn: sqlite3.Connection, group: sqlite3.Row, key: str) -> sqlite3.R
 
 def _grow(
     conn: sqlite3.Connection, outbox: Outbox, group: sqlite3.Row, now: float,
-    settings: BrainSettings,
+    settings: BrainSettings, known: dict[int, dict[str, Any]],
 ) -> None:  # fmt: skip
     spec = fanout.definition(group)
     raw = {"id": group["key"], "name": group["name"], "for_each": spec["for_each"],
@@ -69,19 +72,28 @@ def _grow(
     )
     source = _source(conn, group, shape.from_key)
     try:
-        output = fanout.load_output(conn, settings.results_dir, source)
+        output = known.get(source["id"])
+        if output is None:
+            output = fanout.load_output(conn, settings.results_dir, source)
         entries = expand.read_list(output, shape.from_path)
-        items = [expand.item_values(entry, i) for i, entry in enumerate(entries)]
     except (expand.ItemError, OSError, ValueError) as exc:
         raise GroupRefused(f"group {group['key']}: {where}: {exc}") from None
+    # Counted before any item is built: each item's fields are a few hundred bytes of
+    # objects, so a source listing 4 million numbers made 1.3 GB (and 20 s inside the
+    # completion) only to be refused here.
     existing = fanout.task_count(conn, group["plan_id"])
-    count = len(items) * len(shape.template)
+    count = len(entries) * len(shape.template)
     if existing + count > settings.plan_max_tasks:
         raise GroupRefused(
-            f"group {group['key']}: {where} holds {len(items)} items x {len(shape.template)} "
+            f"group {group['key']}: {where} holds {len(entries)} items x {len(shape.template)} "
             f"tasks = {count} tasks; the plan would hold {existing + count}, the limit is "
             f"{settings.plan_max_tasks} (AIRIG_PLAN_MAX_TASKS)"
         )
+    try:
+        items = [expand.item_values(entry, i) for i, entry in enumerate(entries)]
+    except expand.ItemError as exc:
+        raise GroupRefused(f"group {group['key']}: {where}: {exc}") from None
+    del output, entries
     shape.items = items
     fanout.set_definition(conn, group, {**spec, "items": items})
     if not items:

@@ -586,6 +586,14 @@ def validate_with_fanout(
             continue
         errors += outside_deps(group)
         groups.append(group)
+        if group.source == "items" and isinstance(group.spec, list) and group.spec:
+            # Counted before any item is built: an item's fields take ~300 bytes of Python
+            # objects, so a 1 MB list of half a million numbers made 150 MB to refuse.
+            refusal = too_many(group, len(group.spec), budget, limits.plan_max_tasks)
+            if refusal is not None:
+                errors.append(refusal)
+                budget = -1
+                continue
         try:
             items = _static_items(group, data_dir, budget // len(group.template) + 1)
         except ItemError as exc:
@@ -601,12 +609,9 @@ def validate_with_fanout(
                 errors.append(_error(group.key, f"for_each.{group.source}",
                                      f"{what} matched nothing (0 items)"))  # fmt: skip
                 continue
-            if count > budget:
-                errors.append(_error(group.key, f"for_each.{group.source}", (
-                    f"{len(items)}{'+' if group.source == 'glob' else ''} items x "
-                    f"{len(group.template)} tasks = {count} tasks; with the plan's other "
-                    f"tasks that passes the limit of {limits.plan_max_tasks} (AIRIG_PLAN_MAX_TASKS)"
-                )))  # fmt: skip
+            refusal = too_many(group, len(items), budget, limits.plan_max_tasks)
+            if refusal is not None:
+                errors.append(refusal)
                 budget = -1
                 continue
             budget -= count
@@ -658,6 +663,20 @@ def validate_with_fanout(
         raise PlanInvalid(errors)
     plan.fixes = _dedupe_fixes(plan.fixes, local, members, group_keys)
     return _finished(plan, tainted, groups, expansion, samples, local), tainted
+
+
+def too_many(group: Group, items: int, budget: int, plan_max: int) -> dict[str, Any] | None:
+    """The group's refusal when ``items`` copies of its template pass what the plan may
+    still hold (``budget`` tasks), else None; from the count alone, before any item is
+    built. A glob stops reading at the limit, so its count is a floor (``N+``)."""
+    count = items * len(group.template)
+    if count <= budget:
+        return None
+    return _error(group.key, f"for_each.{group.source}", (
+        f"{items}{'+' if group.source == 'glob' else ''} items x {len(group.template)} "
+        f"tasks = {count} tasks; with the plan's other tasks that passes the limit of "
+        f"{plan_max} (AIRIG_PLAN_MAX_TASKS)"
+    ))  # fmt: skip
 
 
 def _static_items(group: Group, data_dir: Path | None, limit: int) -> list[dict[str, Any]] | None:

@@ -63,6 +63,25 @@ def _output_of(
     return output_of
 
 
+def _least_bytes(
+    conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings
+) -> Callable[[str, str], int]:
+    """The fewest bytes a template inserts, from the store alone: a group's whole output
+    (or its ``items``) is canonical JSON of the size its items' stored outputs add up to
+    (and no shorter once escaped into a payload); anything else, 0 (not known unloaded)."""
+
+    def least(key: str, path: str) -> int:
+        row = conn.execute(
+            "SELECT * FROM tasks WHERE plan_id = ? AND key = ?", (task["plan_id"], key)
+        ).fetchone()
+        if row is None or row["type"] != fanout.GROUP_TYPE or path not in ("", ".items"):
+            return 0
+        described = fanout.describe(conn, settings.results_dir, row)
+        return described.json_bytes if not path else described.items_bytes
+
+    return least
+
+
 def _stored_bytes(
     conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings
 ) -> Callable[[str], int]:
@@ -97,7 +116,8 @@ def rendered_payload(
     payload = json.loads(task["payload_json"])
     uses = results.template_uses(payload)
     limit = settings.max_rendered_bytes
-    texts, added = results.fill_texts(uses, _output_of(conn, task, settings), limit)
+    least = _least_bytes(conn, task, settings)
+    texts, added = results.fill_texts(uses, _output_of(conn, task, settings), limit, least)
     if budget is not None:
         budget.take(len(task["payload_json"]) + added)
     if not texts:
@@ -124,7 +144,8 @@ def refuse_oversized(
     try:
         if results.upper_bound(uses, _stored_bytes(conn, task, settings)) <= limit:
             return
-        results.fill_texts(uses, _output_of(conn, task, settings), limit)
+        least = _least_bytes(conn, task, settings)
+        results.fill_texts(uses, _output_of(conn, task, settings), limit, least)
     except results.RenderTooLarge as exc:
         states.fail_terminal(conn, outbox, task, now, "template_error", str(exc),
                              "payload template")  # fmt: skip

@@ -190,12 +190,25 @@ def too_large(limit: int, key: str, path: str, count: int, size: int) -> RenderT
 
 
 def fill_texts(
-    uses: Uses, output_of: Callable[[str], dict], limit: int
-) -> tuple[dict[tuple[str, str], str], int]:
+    uses: Uses, output_of: Callable[[str], dict], limit: int,
+    least: Callable[[str, str], int] | None = None,
+) -> tuple[dict[tuple[str, str], str], int]:  # fmt: skip
     """The text each template inserts, and the bytes all of them add (each text's size
     times how often it is named), counted before anything is built: RenderTooLarge as
     soon as the sum passes ``limit``. One upstream output is held at a time, and the
-    texts kept never add up to more than the limit plus the one that passed it."""
+    texts kept never add up to more than the limit plus the one that passed it.
+
+    ``least(key, path)``: the fewest bytes a template's text can take, known from the
+    store without loading the output (a group's, from its items' stored sizes); when
+    they already pass ``limit``, RenderTooLarge before any output is loaded."""
+    if least is not None:
+        floor = 0
+        for key, paths in uses.items():
+            for path, count in paths.items():
+                size = least(key, path)
+                floor += count * size
+                if floor > limit:
+                    raise too_large(limit, key, path, count, size)
     texts: dict[tuple[str, str], str] = {}
     added = 0
     for key, paths in uses.items():
