@@ -10,6 +10,7 @@ and is answered as if it were new, without a second commit.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import uuid
 from typing import Any
@@ -21,7 +22,7 @@ from airig.brain.scheduling.placement import Placement
 from airig.brain.scheduling.residency import Decision
 from airig.brain.scheduling.workers import WorkerView
 from airig.brain.settings import BrainSettings
-from airig.brain.store import results, reuse, states, trust, vectors
+from airig.brain.store import plans, results, reuse, states, tokens, trust, vectors
 from airig.brain.store.events import Outbox
 from airig.brain.store.payloads import (
     ClaimBudget,
@@ -32,6 +33,8 @@ from airig.brain.store.payloads import (
 from airig.brain.store.retry import INFRA, TASK, RetryPolicy, failure_kind
 from airig.common.protocol import CompleteRequest, FailRequest, LeaseRef
 from airig.common.protocol import TaskState as S
+
+log = logging.getLogger("airig.brain.leases")
 
 
 class StaleLease(Exception):
@@ -199,26 +202,48 @@ def index_embeddings(
 ) -> sqlite3.Row | None:  # fmt: skip
     """An embed task with an ``index``: its vectors replace the ones it put there before.
     None when written (or no index); else the task's row after its failed attempt: another
-    model than the index's, or an output that does not pair texts with vectors, fails for
-    good; an index file that cannot be written is retried. Tainted output is indexed, its
-    rows marked untrusted (search results show it)."""
+    model than the index's, another owner's index, an untrusted output and no index yet,
+    or an output that does not pair texts with vectors or holds a vector with no
+    direction, fails for good; an index file that cannot be written is retried. Tainted
+    output is indexed into an index that exists, its rows marked untrusted (search
+    results show it). Whatever the index meets fails this attempt alone, never the
+    exchange that carried the report with its neighbours."""
     payload = json.loads(task["payload_json"])
     name = payload.get("index")
     if not isinstance(name, str):
         return None
-    output = report.output
-    model = str(output.get("model") or payload.get("model") or task["model"])
+    # The payload names the model (validated at submission); the worker only says which
+    # answered, and one that names another is refused: an untrusted rig's word never
+    # fixes an index's model.
+    model = str(payload.get("model") or task["model"])
+    answered = report.output.get("model")
+    plan = plans.by_id(conn, task["plan_id"])
+    owner = plan["owner"] if plan is not None else None
+    writer = vectors.Writer(owner, tokens.owner_is_admin(conn, owner), bool(tainted))
     try:
-        entries = vectors.entries_of(output)
+        if "{{" in model:  # a template: the model as the claim rendered it
+            model = str(rendered_payload(conn, task, settings).get("model"))
+        if isinstance(answered, str) and not vectors.same_model(answered, model):
+            raise vectors.IndexRefused(
+                f"the payload asks for {model!r} and the worker answered vectors of "
+                f"{answered!r}: embed with {model!r}",
+                "index_model_mismatch",
+            )
+        entries = vectors.entries_of(report.output)
         vectors.replace_task(
             vectors.index_path(settings.data_dir), name, model, task["plan_id"], task["key"],
-            entries, bool(tainted), now,
+            entries, writer, now,
         )  # fmt: skip
         return None
     except vectors.IndexRefused as exc:
         error_type, message, retryable = exc.error_type, str(exc), False
     except vectors.IndexUnavailable as exc:
         error_type, message, retryable = "index_unavailable", str(exc), True
+    except Exception as exc:  # noqa: BLE001 - the index is a file of its own and sqlite-vec
+        # a C extension: what they raise is not all known, and must not sink the exchange
+        log.exception("search index %r: %s", name, type(exc).__name__)
+        error_type, retryable = "index_unavailable", True
+        message = f"cannot write the search index ({type(exc).__name__}): see the brain's log"
     policy = RetryPolicy(
         initial_s=settings.retry_initial_s, cap_s=settings.retry_cap_s,
         infra_budget=settings.infra_retries,

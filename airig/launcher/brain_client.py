@@ -27,6 +27,8 @@ CONTENT_TYPES = {
     ".markdown": "text/markdown",
 }
 UP_HINT = "start the stacks with `python start_services.py up`, or set BRAIN_URL"
+# How the brain's 503 for a search index it cannot read begins; the fix ends it ("; ").
+INDEX_UNAVAILABLE = "index_unavailable: "
 # A JSON object the brain answered with.
 Json = dict[str, Any]
 
@@ -253,6 +255,9 @@ class BrainClient:
             raise AirigError(
                 f"cannot reach the brain at {self.base_url} ({type(exc).__name__})", UP_HINT
             ) from None
+        index_refusal = _index_unavailable(response)
+        if index_refusal is not None:
+            raise index_refusal
         if response.status_code in (404, 422, 502, 503):
             try:
                 detail = response.json().get("detail")
@@ -274,8 +279,40 @@ class BrainClient:
 
     def search_indexes(self) -> list[Json]:
         """``GET /v1/search/indexes``: name, model, dims, entries of each index."""
-        return cast(list[Json], self._object("GET", "/v1/search/indexes")["indexes"])
+        try:
+            response = requests.request(
+                "GET", f"{self.base_url}/v1/search/indexes", headers=self._headers,
+                timeout=self.timeout_s,
+            )  # fmt: skip
+        except requests.RequestException as exc:
+            raise AirigError(
+                f"cannot reach the brain at {self.base_url} ({type(exc).__name__})", UP_HINT
+            ) from None
+        index_refusal = _index_unavailable(response)
+        if index_refusal is not None:
+            raise index_refusal
+        answer = cast(Json, self._checked(response, "list the indexes with `search --list`"))
+        return cast(list[Json], answer["indexes"])
 
     def _object(self, method: str, path: str, **kwargs: Any) -> Json:
         """A request whose answer is a JSON object (every endpoint the CLI calls)."""
         return cast(Json, self._request(method, path, **kwargs))
+
+
+def _index_unavailable(response: requests.Response) -> AirigError | None:
+    """The brain's 503 for a search index file it cannot read (garbage on the data
+    volume, a full one): what is wrong, with the fix the brain names as the hint."""
+    if response.status_code != 503:
+        return None
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(detail, str) or not detail.startswith(INDEX_UNAVAILABLE):
+        return None
+    what, _, fix = detail.removeprefix(INDEX_UNAVAILABLE).rpartition("; ")
+    if not what:
+        return AirigError(
+            f"the search index is unavailable: {fix}", "see `python start_services.py logs brain`"
+        )
+    return AirigError(f"the search index is unavailable: {what}", fix)

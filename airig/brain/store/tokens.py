@@ -45,3 +45,16 @@ def by_id(conn: sqlite3.Connection, token_id: str) -> sqlite3.Row | None:
 def revoke(conn: sqlite3.Connection, token_id: str, now: float) -> None:
     """Writes a stored token's revocation time."""
     conn.execute("UPDATE tokens SET revoked_at = ? WHERE id = ?", (now, token_id))
+
+
+def owner_is_admin(conn: sqlite3.Connection, owner: str | None) -> bool:
+    """Reads whether a plan's ``owner`` (``api/auth.owner_of``) is an admin: none recorded
+    (a plan from before owners were, the admin's alone), the settings' admin token
+    (``admin:admin``), or a stored token (``token:<id>``) of scope admin."""
+    if owner is None:
+        return True
+    kind, _, rest = owner.partition(":")
+    if kind == "token":
+        row = by_id(conn, rest)
+        return row is not None and row["scope"] == "admin"
+    return kind == "admin"

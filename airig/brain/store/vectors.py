@@ -3,28 +3,41 @@
 ``<BRAIN_DATA_DIR>/index/search.sqlite``, apart from the brain's store: one ``vec0``
 table of sqlite-vec per index (``vec_<id>``, cosine distance, the index's dimensions)
 beside an ``entries`` table (where each text came from, a snippet, the plan and task that
-embedded it, whether an untrusted rig produced it) and an ``indexes`` table (name, model,
-dimensions). Only the brain writes it, when an embed task succeeds (``leases.complete``),
-so workers of a joined rig, who do not share the data volume, fill it too.
-
-The file is opened through apsw: its wheels bundle a SQLite that may load extensions,
-which the standard library's sqlite3 cannot on a Python built without
-``--enable-loadable-sqlite-extensions``. Each call opens its own connection (WAL, a
-busy timeout): index writes are rare and searches short.
+embedded it, the plan's owner, whether an untrusted rig produced it) and an ``indexes``
+table (name, model, dimensions, owner). Only the brain writes it, when an embed task
+succeeds (``leases.complete``), so workers of a joined rig, who do not share the data
+volume, fill it too. Opening it safely, whatever lies at its path, is ``index_file.py``'s:
+every failure of the file is one ``IndexUnavailable`` with the fix.
 
 A task's rows are replaced, never added twice: rows are keyed by (index, plan, task), and
-by (index, source document): a task that indexes a source replaces what another plan put
-there for that source (a recipe run again on the same folder leaves each page once, not
-twice). Tasks of one plan never replace each other's rows of a source (a plan may embed one
-file in several tasks), and an untrusted writer replaces only untrusted rows.
-The first insert fixes an index's model and dimensions; vectors of another model are
-refused (``IndexRefused``), since distances between two models' vectors mean nothing.
+by (index, source document): a task that indexes a source replaces what another plan of
+the same owner put there for that source (a recipe run again on the same folder leaves
+each page once, not twice). Tasks of one plan never replace each other's rows of a source
+(a plan may embed one file in several tasks), and an untrusted writer replaces only
+untrusted rows.
+
+Who may write and read (``Writer``):
+
+- the first trusted insert fixes an index's model (the task's payload names it, not the
+  worker's output) and dimensions; vectors of another model are refused
+  (``IndexRefused``), since distances between two models' vectors mean nothing. Output
+  of an untrusted rig or a tainted task never creates an index: its entries go only into
+  one that exists, marked untrusted;
+- an index belongs to the owner of the plan that created it: plans of another owner may
+  not write into it (``index_owner_mismatch``: name another index), admin's plans may;
+- a submitter's search and list see only the entries of its own plans; admin's see all.
+
+A vector with no direction (all zero) or a non-finite number has no cosine distance to
+anything: refused at completion, naming the document. Rows an older kit stored so answer
+a NULL distance; a search skips them (and asks sqlite-vec for more neighbours instead).
+Vectors are stored as unit vectors (the cosine distance does not change), so a large but
+finite component never overflows float32.
 """
 
 from __future__ import annotations
 
 import json
-import threading
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,43 +45,26 @@ from typing import Any
 import apsw
 import sqlite_vec
 
-INDEX_FILE = Path("index") / "search.sqlite"
+from airig.brain.store.index_file import (
+    INDEX_FILE,
+    IndexUnavailable,
+    connect,
+    exists,
+    index_path,
+    unavailable,
+)
+
+__all__ = ["INDEX_FILE", "IndexUnavailable", "connect", "index_path"]
+
 SNIPPET_CHARS = 300
-BUSY_TIMEOUT_MS = 10_000
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS indexes (
-    id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    model TEXT NOT NULL,
-    dims INTEGER NOT NULL,
-    created REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS entries (
-    id INTEGER PRIMARY KEY,
-    index_id INTEGER NOT NULL REFERENCES indexes(id),
-    plan_id TEXT NOT NULL,
-    task_key TEXT NOT NULL,
-    source TEXT,
-    locator TEXT,
-    snippet TEXT NOT NULL,
-    untrusted INTEGER NOT NULL DEFAULT 0,
-    created REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS entries_by_task ON entries(index_id, plan_id, task_key);
-CREATE INDEX IF NOT EXISTS entries_by_source ON entries(index_id, source);
-"""
-
-_schema_lock = threading.Lock()
-
-
-class IndexUnavailable(Exception):
-    """The index file cannot be opened, or sqlite-vec cannot be loaded into it."""
+# The most neighbours one sqlite-vec KNN query returns.
+MAX_K = 4096
 
 
 class IndexRefused(Exception):
     """An embed task's vectors cannot go into its index (another model, other dimensions,
-    an output that does not pair texts with vectors). Not retryable."""
+    another owner's index, an untrusted output and no index yet, an output that does not
+    pair texts with vectors, a vector with no direction). Not retryable."""
 
     def __init__(self, message: str, error_type: str = "index_refused") -> None:
         super().__init__(message)
@@ -86,38 +82,22 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Writer:
+    """Whose task writes: its plan's ``owner`` (None: a plan from before owners were
+    recorded, the admin's), whether that owner is an admin, whether its output is
+    untrusted (an untrusted rig, or a task that ran on tainted input)."""
+
+    owner: str | None = None
+    admin: bool = True
+    untrusted: bool = False
+
+
+@dataclass(frozen=True)
 class IndexInfo:
     name: str
     model: str
     dims: int
     entries: int
-
-
-def index_path(data_dir: Path) -> Path:
-    return data_dir / INDEX_FILE
-
-
-def connect(path: Path, create: bool = True) -> apsw.Connection:
-    """The index file with sqlite-vec loaded; ``IndexUnavailable`` (one line) if not."""
-    try:
-        if create:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
-        conn = apsw.Connection(str(path), flags=flags)
-    except (OSError, apsw.Error) as exc:
-        raise IndexUnavailable(f"cannot open the search index {path}: {exc}") from None
-    try:
-        conn.enable_load_extension(True)
-        sqlite_vec.load(conn)  # apsw's Connection.load_extension, as sqlite3's
-        conn.enable_load_extension(False)
-    except (apsw.Error, AttributeError) as exc:
-        conn.close()
-        raise IndexUnavailable(f"cannot load sqlite-vec into the search index: {exc}") from None
-    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-    with _schema_lock:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(SCHEMA)
-    return conn
 
 
 def normalise_model(model: str) -> str:
@@ -129,11 +109,24 @@ def same_model(a: str, b: str) -> bool:
     return normalise_model(a) == normalise_model(b)
 
 
-def _index_row(conn: apsw.Connection, name: str) -> tuple[int, str, int] | None:
+def direction(vector: list[float]) -> list[float] | None:
+    """``vector`` scaled to length 1, or None when it has no direction: all zero, or a
+    component that is not a finite number (``math.hypot`` scales, so large finite ones
+    do not overflow)."""
+    try:
+        norm = math.hypot(*vector)
+    except (TypeError, OverflowError):
+        return None
+    if norm == 0 or not math.isfinite(norm):
+        return None
+    return [v / norm for v in vector]
+
+
+def _index_row(conn: apsw.Connection, name: str) -> tuple[int, str, int, str | None] | None:
     row: Any = conn.execute(
-        "SELECT id, model, dims FROM indexes WHERE name = ?", (name,)
+        "SELECT id, model, dims, owner FROM indexes WHERE name = ?", (name,)
     ).fetchone()
-    return (int(row[0]), str(row[1]), int(row[2])) if row else None
+    return (int(row[0]), str(row[1]), int(row[2]), row[3]) if row else None
 
 
 def mismatch(name: str, index_model: str, model: str) -> str:
@@ -145,20 +138,23 @@ def mismatch(name: str, index_model: str, model: str) -> str:
 
 def replace_task(
     path: Path, name: str, model: str, plan_id: str, task_key: str, entries: list[Entry],
-    untrusted: bool, now: float,
+    writer: Writer, now: float,
 ) -> int:  # fmt: skip
     """Put one task's entries into index ``name``, in place of any it put there before
-    and of those another plan put there for the same sources (untrusted: only the
-    untrusted ones).
+    and of those another plan of the same owner put there for the same sources
+    (untrusted: only the untrusted ones).
 
     Returns how many entries were written. ``IndexRefused`` for another model or other
-    dimensions than the index's; ``IndexUnavailable`` when the file cannot be written.
+    dimensions than the index's, another owner's index, an untrusted writer and no index
+    yet, or a vector with no direction; ``IndexUnavailable`` when the file cannot be
+    written.
     """
     dims = {len(entry.vector) for entry in entries}
     if len(dims) > 1 or 0 in dims:
         raise IndexRefused(
             f"the embeddings have differing or no dimensions {sorted(dims)}", "bad_output"
         )
+    units = [_unit(entry, n) for n, entry in enumerate(entries)]
     conn = connect(path)
     try:
         with conn:  # one transaction (a savepoint in apsw)
@@ -166,17 +162,31 @@ def replace_task(
             if row is None:
                 if not entries:
                     return 0
+                if writer.untrusted:
+                    raise IndexRefused(
+                        f"index {name!r} does not exist yet, and this task's output is "
+                        "untrusted (an untrusted rig, or tainted input): an untrusted output "
+                        "never creates an index; run a trusted embed task into it first",
+                        "index_untrusted",
+                    )
                 dim = dims.pop()
                 conn.execute(
-                    "INSERT INTO indexes (name, model, dims, created) VALUES (?, ?, ?, ?)",
-                    (name, model, dim, now),
+                    """INSERT INTO indexes (name, model, dims, created, owner)
+                       VALUES (?, ?, ?, ?, ?)""",
+                    (name, model, dim, now, writer.owner),
                 )
-                row = (conn.last_insert_rowid(), model, dim)
+                row = (conn.last_insert_rowid(), model, dim, writer.owner)
                 conn.execute(
                     f"CREATE VIRTUAL TABLE vec_{row[0]} USING "
                     f"vec0(embedding float[{dim}] distance_metric=cosine)"
                 )
-            index_id, index_model, index_dims = row
+            index_id, index_model, index_dims, index_owner = row
+            if not writer.admin and index_owner != writer.owner:
+                raise IndexRefused(
+                    f"index {name!r} belongs to another owner's plans: give the task another "
+                    "index name",
+                    "index_owner_mismatch",
+                )
             if not same_model(index_model, model):
                 raise IndexRefused(mismatch(name, index_model, model), "index_model_mismatch")
             if dims and dims != {index_dims}:
@@ -193,58 +203,85 @@ def replace_task(
                     (index_id, plan_id, task_key),
                 )
             ]
+            # Another owner's rows of a source stay (an admin's plan also replaces rows of
+            # no owner: what plans stored before owners were recorded).
+            same_owner = (writer.owner, int(writer.admin))
             for source in sorted({e.source for e in entries if e.source is not None}):
                 old += [
                     r[0]
                     for r in conn.execute(
                         """SELECT id FROM entries WHERE index_id = ? AND source = ?
-                           AND plan_id != ? AND (untrusted = 1 OR ? = 0)""",
-                        (index_id, source, plan_id, int(untrusted)),
+                           AND plan_id != ? AND (untrusted = 1 OR ? = 0)
+                           AND (owner IS ? OR (owner IS NULL AND ? = 1))""",
+                        (index_id, source, plan_id, int(writer.untrusted), *same_owner),
                     )
                 ]
             for entry_id in old:
                 conn.execute(f"DELETE FROM vec_{index_id} WHERE rowid = ?", (entry_id,))
                 conn.execute("DELETE FROM entries WHERE id = ?", (entry_id,))
-            for entry in entries:
+            for entry, unit in zip(entries, units, strict=True):
                 conn.execute(
                     """INSERT INTO entries (index_id, plan_id, task_key, source, locator,
-                       snippet, untrusted, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+                       snippet, untrusted, created, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                     (index_id, plan_id, task_key, entry.source, entry.locator,
-                     entry.snippet[:SNIPPET_CHARS], int(untrusted), now),
+                     entry.snippet[:SNIPPET_CHARS], int(writer.untrusted), now, writer.owner),
                 )  # fmt: skip
                 conn.execute(
                     f"INSERT INTO vec_{index_id} (rowid, embedding) VALUES (?, ?)",
-                    (conn.last_insert_rowid(), sqlite_vec.serialize_float32(entry.vector)),
+                    (conn.last_insert_rowid(), sqlite_vec.serialize_float32(unit)),
                 )
         return len(entries)
     except apsw.Error as exc:
-        raise IndexUnavailable(f"cannot write the search index {path}: {exc}") from None
+        raise unavailable("write", path, exc) from None
     finally:
         conn.close()
 
 
-def indexes(path: Path) -> list[IndexInfo]:
-    """Every index with its model, dimensions and entry count; [] when there is no file."""
-    if not path.exists():
+def _unit(entry: Entry, n: int) -> list[float]:
+    unit = direction(entry.vector)
+    if unit is None:
+        named = [repr(part) for part in (entry.source, entry.locator) if part]
+        where = f"document {n + 1}" + (f" ({', '.join(named)})" if named else "")
+        raise IndexRefused(
+            f"the embedding of {where} has no direction (all zero, or a number that is not "
+            "finite), so no distance to it means anything: check the embedding model's "
+            "answer for that text",
+            "bad_output",
+        )
+    return unit
+
+
+def indexes(path: Path, owner: str | None = None, admin: bool = True) -> list[IndexInfo]:
+    """Every index with its model, dimensions and entry count (admin), or the indexes of
+    ``owner`` with its own entries; [] when there is no file."""
+    if not exists(path):
         return []
     conn = connect(path, create=False)
     try:
-        rows: list[Any] = conn.execute(
-            """SELECT i.name, i.model, i.dims, COUNT(e.id) FROM indexes i
-               LEFT JOIN entries e ON e.index_id = i.id GROUP BY i.id ORDER BY i.name"""
-        ).fetchall()
+        if admin:
+            rows: list[Any] = conn.execute(
+                """SELECT i.name, i.model, i.dims, COUNT(e.id) FROM indexes i
+                   LEFT JOIN entries e ON e.index_id = i.id GROUP BY i.id ORDER BY i.name"""
+            ).fetchall()
+        else:
+            rows = conn.execute(
+                """SELECT i.name, i.model, i.dims, COUNT(e.id) FROM indexes i
+                   LEFT JOIN entries e ON e.index_id = i.id AND e.owner IS ?
+                   WHERE i.owner IS ? GROUP BY i.id ORDER BY i.name""",
+                (owner, owner),
+            ).fetchall()
+        return [IndexInfo(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
     except apsw.Error as exc:
-        raise IndexUnavailable(f"cannot read the search index {path}: {exc}") from None
+        raise unavailable("read", path, exc) from None
     finally:
         conn.close()
-    return [IndexInfo(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
 
 
 def tasks_with_entries(path: Path, wanted: list[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
     """Which of these (index name, plan id, task key) still hold entries (a reused embed
     task stands on them, plans/reuse.py); none without an index file. One connection,
     one indexed read each."""
-    if not wanted or not path.exists():
+    if not wanted or not exists(path):
         return set()
     conn = connect(path, create=False)
     try:
@@ -257,30 +294,50 @@ def tasks_with_entries(path: Path, wanted: list[tuple[str, str, str]]) -> set[tu
             ).fetchone() is not None
         }  # fmt: skip
     except apsw.Error as exc:
-        raise IndexUnavailable(f"cannot read the search index {path}: {exc}") from None
+        raise unavailable("read", path, exc) from None
     finally:
         conn.close()
 
 
-def nearest(path: Path, name: str, vector: list[float], k: int) -> list[dict[str, Any]]:
-    """The ``k`` entries of index ``name`` nearest ``vector`` (cosine), nearest first."""
+def nearest(
+    path: Path, name: str, vector: list[float], k: int, owner: str | None = None,
+    admin: bool = True,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The ``k`` entries of index ``name`` nearest ``vector`` (cosine), nearest first:
+    every entry (admin), or only those of ``owner``'s plans. Rows with no distance (a
+    vector with no direction, stored by an older kit) are skipped."""
+    query = direction(vector)
+    if query is None:
+        return []
     conn = connect(path, create=False)
     try:
         row = _index_row(conn, name)
         if row is None:
             return []
         index_id = row[0]
-        rows: list[Any] = conn.execute(
-            f"""SELECT e.source, e.locator, e.snippet, e.plan_id, e.task_key, e.untrusted,
-                       v.distance
-                FROM (SELECT rowid, distance FROM vec_{index_id}
-                      WHERE embedding MATCH ? AND k = ?) v
-                JOIN entries e ON e.id = v.rowid
-                ORDER BY v.distance, e.id""",
-            (sqlite_vec.serialize_float32(vector), k),
-        ).fetchall()
+        # sqlite-vec filters the candidates itself (``rowid IN``), so a submitter's k
+        # nearest are k of its own; a NULL distance takes one of the k places, hence the
+        # second, larger ask when some came back.
+        mine = "" if admin else (
+            " AND rowid IN (SELECT id FROM entries WHERE index_id = ? AND owner IS ?)"
+        )  # fmt: skip
+        sql = f"""SELECT e.source, e.locator, e.snippet, e.plan_id, e.task_key, e.untrusted,
+                         v.distance
+                  FROM (SELECT rowid, distance FROM vec_{index_id}
+                        WHERE embedding MATCH ? AND k = ?{mine}) v
+                  JOIN entries e ON e.id = v.rowid
+                  ORDER BY v.distance, e.id"""
+        blob = sqlite_vec.serialize_float32(query)
+        asked = k
+        while True:
+            params: tuple[Any, ...] = (blob, asked) + (() if admin else (index_id, owner))
+            rows: list[Any] = conn.execute(sql, params).fetchall()
+            found = [r for r in rows if r[6] is not None]
+            if len(found) >= k or len(rows) < asked or asked >= MAX_K:
+                break
+            asked = min(MAX_K, asked * 2 + len(rows) - len(found))
     except apsw.Error as exc:
-        raise IndexUnavailable(f"cannot search the index {name!r}: {exc}") from None
+        raise unavailable("read", path, exc) from None
     finally:
         conn.close()
     return [
@@ -294,7 +351,7 @@ def nearest(path: Path, name: str, vector: list[float], k: int) -> list[dict[str
             "task": r[4],
             "untrusted": bool(r[5]),
         }
-        for r in rows
+        for r in found[:k]
     ]
 
 
@@ -318,9 +375,13 @@ def entries_of(output: dict[str, Any]) -> list[Entry]:
             raise IndexRefused("an embedding is not a list of numbers", "bad_output")
         if not isinstance(document, dict) or not isinstance(document.get("text"), str):
             raise IndexRefused("a document has no 'text'", "bad_output")
+        try:
+            floats = [float(v) for v in vector]
+        except OverflowError:  # an integer past a float's range: refused by ``_unit``
+            floats = [math.inf] * len(vector)
         entries.append(
             Entry(
-                vector=[float(v) for v in vector],
+                vector=floats,
                 snippet=document["text"],
                 source=_label(document.get("source")),
                 locator=_label(document.get("locator")),

@@ -3,18 +3,25 @@
 Asks the brain's ``POST /v1/search`` (BRAIN_ADMIN_TOKEN), which embeds the query with the
 index's own model; prints rank, score, source, timestamp or page, and a snippet.
 ``--recipe NAME`` is ``--index NAME``: a recipe names its index after itself.
+
+What the brain answers was written by tasks, some of them on untrusted rigs: every text is
+printed as plain text (never markup), on one line, with terminal escape sequences and
+control and format characters taken out (``\r``, bidirectional overrides, zero-width
+marks), so no snippet can hide the ``[untrusted]`` marker before it or redraw the line;
+sources and locators are clipped.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from airig.common.errors import AirigError
 from airig.launcher.brain_client import BrainClient
@@ -23,6 +30,20 @@ from airig.launcher.settings import Settings
 
 INDEX_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")  # task_schemas.INDEX_NAME_PATTERN
 SNIPPET_SHOWN = 100
+SOURCE_SHOWN = 200
+LOCATOR_SHOWN = 80
+NAME_SHOWN = 200  # an index's name and model
+# A terminal escape sequence, taken out whole (no "[31m" left behind): CSI (ESC [ or
+# 0x9b) with its parameters, OSC (ESC ]) up to BEL or ST, or ESC and one character.
+ESCAPE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?",
+    re.DOTALL,
+)
+# Unicode categories a terminal does not show as themselves: controls (C0, C1, \r, \t),
+# line and paragraph separators (a space instead); format characters (bidirectional
+# overrides and isolates, zero-width marks) and lone surrogates (nothing instead).
+AS_SPACE = frozenset({"Cc", "Zl", "Zp"})
+DROPPED = frozenset({"Cf", "Cs"})
 
 
 def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
@@ -48,14 +69,16 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
         if list_indexes:
             found = BrainClient.from_settings(settings_of()).search_indexes()
             if as_json:
-                console.print_json(json.dumps({"indexes": found}))
+                console.print_json(json.dumps({"indexes": found}), ensure_ascii=True)
             else:
                 console.print(indexes_table(found))
             return
         name = check(query, recipe, index, k)
         answer = BrainClient.from_settings(settings_of()).search(query.strip(), name, k)
         if as_json:
-            console.print_json(json.dumps(answer))
+            # every non-ASCII character as \uXXXX: the same JSON, and no bidirectional
+            # override or C1 control reaches the terminal
+            console.print_json(json.dumps(answer), ensure_ascii=True)
             return
         console.print(results_table(answer))
 
@@ -79,19 +102,35 @@ def check(query: str, recipe: str | None, index: str | None, k: int) -> str | No
     return name
 
 
+def printable(value: Any, limit: int) -> str:
+    """``value`` as one line of plain text a terminal shows as it is (``ESCAPE``,
+    ``AS_SPACE``, ``DROPPED``), runs of white space as one, clipped to ``limit``."""
+    text = ESCAPE.sub("", "" if value is None else str(value))
+    kept = []
+    for char in text:
+        category = unicodedata.category(char)
+        if category in AS_SPACE:
+            kept.append(" ")
+        elif category not in DROPPED:
+            kept.append(char)
+    shown = " ".join("".join(kept).split())
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
 def results_table(answer: dict[str, Any]) -> Table:
-    table = Table(title=f"{answer['index']} ({answer['model']})")
+    index = printable(answer.get("index"), NAME_SHOWN)
+    model = printable(answer.get("model"), NAME_SHOWN)
+    table = Table(title=Text(f"{index} ({model})"))
     for column in ("#", "score", "source", "at", "snippet"):
         table.add_column(column)
     for rank, hit in enumerate(answer["results"], 1):
-        snippet = " ".join(str(hit.get("snippet") or "").split())
-        if len(snippet) > SNIPPET_SHOWN:
-            snippet = snippet[: SNIPPET_SHOWN - 1] + "…"
+        snippet = printable(hit.get("snippet"), SNIPPET_SHOWN)
         if hit.get("untrusted"):
             snippet = f"[untrusted] {snippet}"
+        # Text, not str: a cell's words are never read as markup or :emoji: codes.
         table.add_row(
-            str(rank), f"{hit['score']:.3f}", escape(str(hit.get("source") or "")),
-            escape(str(hit.get("locator") or "")), escape(snippet),
+            str(rank), f"{hit['score']:.3f}", Text(printable(hit.get("source"), SOURCE_SHOWN)),
+            Text(printable(hit.get("locator"), LOCATOR_SHOWN)), Text(snippet),
         )  # fmt: skip
     if not answer["results"]:
         table.caption = "no entries"
@@ -103,6 +142,10 @@ def indexes_table(found: list[dict[str, Any]]) -> Table:
     for column in ("index", "model", "dims", "entries"):
         table.add_column(column)
     for info in found:
-        table.add_row(escape(info["name"]), escape(info["model"]), str(info["dims"]),
-                      str(info["entries"]))  # fmt: skip
+        table.add_row(
+            Text(printable(info.get("name"), NAME_SHOWN)),
+            Text(printable(info.get("model"), NAME_SHOWN)),
+            printable(info.get("dims"), 20),
+            printable(info.get("entries"), 20),
+        )
     return table

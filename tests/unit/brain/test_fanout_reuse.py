@@ -390,6 +390,11 @@ def test_a_reused_embed_stands_on_its_index_entries(rig):
                        "payload": {"model": "m", "index": "docs",
                                    "documents": [{"text": "{{ item.stem }}",
                                                   "source": "{{ item.path }}"}]}}]}]}  # fmt: skip
+    # this machine's worker: trusted (an untrusted output never creates an index)
+    boot = {"Authorization": "Bearer bootstrap-secret-token"}
+    joined = rig.post("/v1/workers/register", headers=boot, json={"name": "w1",
+                      "classes": ["script"]})  # fmt: skip
+    assert joined.status_code in (200, 201), joined.text
     first = send(rig, body)["id"]
     for i in range(3):
         task, payload = h.claim(rig.brain, time.time(), classes=("script",), models=("m:latest",))

@@ -65,7 +65,7 @@ def build(data, name="talks", model=EMBED, texts=TALK, untrusted=False):
         for text, locator in texts
     ]
     vectors.replace_task(vectors.index_path(data), name, model, "p1", "embed", entries,
-                         untrusted, 1.0)  # fmt: skip
+                         vectors.Writer(untrusted=untrusted), 1.0)  # fmt: skip
 
 
 def refusal(answer, status):
@@ -98,6 +98,7 @@ def test_indexes_are_listed_with_model_and_entries(client, data):
 
 
 def test_untrusted_entries_say_so(client, data):
+    build(data, texts=[("a trusted first entry", "00:00:01")])  # untrusted never creates
     build(data, untrusted=True)
     hits = client.post("/v1/search", headers=ADMIN, json={"query": "budget"}).json()["results"]
     assert hits and all(hit["untrusted"] for hit in hits)

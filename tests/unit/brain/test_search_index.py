@@ -10,6 +10,8 @@ import pytest
 from airig.brain.store import vectors
 
 EMBED = "nomic-embed-text"
+TRUSTED = vectors.Writer()  # an admin's plan (no owner recorded), a trusted rig
+UNTRUSTED = vectors.Writer(untrusted=True)
 
 
 def unit(*values: float) -> list[float]:
@@ -29,7 +31,7 @@ def test_nearest_comes_first_and_k_bounds_the_answer(tmp_path):
         entry(unit(1, 1, 0), "north-east", locator="00:00:03"),
         entry(unit(-1, 0, 0), "west", locator="00:00:04"),
     ]
-    assert vectors.replace_task(path, "talks", EMBED, "p1", "embed", entries, False, 1.0) == 4
+    assert vectors.replace_task(path, "talks", EMBED, "p1", "embed", entries, TRUSTED, 1.0) == 4
     hits = vectors.nearest(path, "talks", unit(1, 0.1, 0), k=3)
     assert [hit["snippet"] for hit in hits] == ["east", "north-east", "north"]
     assert hits[0]["score"] > hits[1]["score"] > hits[2]["score"]
@@ -43,11 +45,11 @@ def test_nearest_comes_first_and_k_bounds_the_answer(tmp_path):
 def test_a_rerun_of_the_same_task_replaces_its_rows(tmp_path):
     path = tmp_path / "search.sqlite"
     old = [entry(unit(1, 0), "old a"), entry(unit(0, 1), "old b")]
-    vectors.replace_task(path, "talks", EMBED, "p1", "embed", old, False, 1.0)
+    vectors.replace_task(path, "talks", EMBED, "p1", "embed", old, TRUSTED, 1.0)
     other = [entry(unit(1, 1), "other plan", source="b.txt")]
-    vectors.replace_task(path, "talks", EMBED, "p2", "embed", other, False, 1.0)
+    vectors.replace_task(path, "talks", EMBED, "p2", "embed", other, TRUSTED, 1.0)
     vectors.replace_task(path, "talks", f"{EMBED}:latest", "p1", "embed",
-                         [entry(unit(1, 0), "new")], False, 2.0)  # fmt: skip
+                         [entry(unit(1, 0), "new")], TRUSTED, 2.0)  # fmt: skip
     snippets = sorted(hit["snippet"] for hit in vectors.nearest(path, "talks", unit(1, 0), 10))
     assert snippets == ["new", "other plan"]
     assert vectors.indexes(path) == [vectors.IndexInfo("talks", EMBED, 2, 2)]
@@ -58,51 +60,51 @@ def test_a_rerun_of_a_source_in_another_plan_replaces_its_rows(tmp_path):
     path = tmp_path / "search.sqlite"
     pages = [entry(unit(1, 0), f"page {n}", "in/a.pdf", f"page {n}") for n in (1, 2)]
     for plan in ("p1", "p2"):
-        vectors.replace_task(path, "pdf", EMBED, plan, "pdfs__0__index", pages, False, 1.0)
+        vectors.replace_task(path, "pdf", EMBED, plan, "pdfs__0__index", pages, TRUSTED, 1.0)
         vectors.replace_task(path, "pdf", EMBED, plan, "pdfs__1__index",
-                             [entry(unit(0, 1), "b", "in/b.pdf")], False, 1.0)  # fmt: skip
+                             [entry(unit(0, 1), "b", "in/b.pdf")], TRUSTED, 1.0)  # fmt: skip
     hits = vectors.nearest(path, "pdf", unit(1, 0), 10)
     assert sorted(h["snippet"] for h in hits) == ["b", "page 1", "page 2"]
     assert {h["plan_id"] for h in hits} == {"p2"}
     assert vectors.indexes(path)[0].entries == 3
     # tasks of one plan that embed one file in parts keep each other's rows
     vectors.replace_task(path, "pdf", EMBED, "p2", "more", [entry(unit(1, 1), "page 3",
-                         "in/a.pdf")], False, 1.0)  # fmt: skip
+                         "in/a.pdf")], TRUSTED, 1.0)  # fmt: skip
     assert vectors.indexes(path)[0].entries == 4
     # an untrusted writer replaces only untrusted rows of the source
     vectors.replace_task(path, "pdf", EMBED, "p3", "x", [entry(unit(1, 0), "bad", "in/b.pdf")],
-                         True, 1.0)  # fmt: skip
+                         UNTRUSTED, 1.0)  # fmt: skip
     vectors.replace_task(path, "pdf", EMBED, "p4", "x", [entry(unit(1, 0), "bad 2", "in/b.pdf")],
-                         True, 1.0)  # fmt: skip
+                         UNTRUSTED, 1.0)  # fmt: skip
     snippets = sorted(h["snippet"] for h in vectors.nearest(path, "pdf", unit(1, 0), 10))
     assert snippets == ["b", "bad 2", "page 1", "page 2", "page 3"]
 
 
 def test_another_model_or_other_dimensions_are_refused(tmp_path):
     path = tmp_path / "search.sqlite"
-    vectors.replace_task(path, "talks", EMBED, "p1", "a", [entry(unit(1, 0), "x")], False, 1.0)
+    vectors.replace_task(path, "talks", EMBED, "p1", "a", [entry(unit(1, 0), "x")], TRUSTED, 1.0)
     with pytest.raises(vectors.IndexRefused) as refused:
         vectors.replace_task(path, "talks", "mxbai-embed-large", "p1", "b",
-                             [entry(unit(1, 0), "y")], False, 1.0)  # fmt: skip
+                             [entry(unit(1, 0), "y")], TRUSTED, 1.0)  # fmt: skip
     assert refused.value.error_type == "index_model_mismatch"
     message = str(refused.value)
     assert EMBED in message and "mxbai-embed-large" in message and "index name" in message
     with pytest.raises(vectors.IndexRefused, match="2-dimension"):
         vectors.replace_task(path, "talks", EMBED, "p1", "b", [entry(unit(1, 0, 0), "y")],
-                             False, 1.0)  # fmt: skip
+                             vectors.Writer(), 1.0)  # fmt: skip
     # nothing of the refused tasks went in; another index takes the other model
     assert vectors.indexes(path) == [vectors.IndexInfo("talks", EMBED, 2, 1)]
     vectors.replace_task(path, "big", "mxbai-embed-large", "p1", "b",
-                         [entry(unit(1, 0, 0), "y")], False, 1.0)  # fmt: skip
+                         [entry(unit(1, 0, 0), "y")], TRUSTED, 1.0)  # fmt: skip
     assert [i.name for i in vectors.indexes(path)] == ["big", "talks"]
 
 
 def test_a_task_with_no_entries_removes_its_old_ones_and_creates_nothing(tmp_path):
     path = tmp_path / "search.sqlite"
-    assert vectors.replace_task(path, "talks", EMBED, "p1", "a", [], False, 1.0) == 0
+    assert vectors.replace_task(path, "talks", EMBED, "p1", "a", [], TRUSTED, 1.0) == 0
     assert vectors.indexes(path) == []
-    vectors.replace_task(path, "talks", EMBED, "p1", "a", [entry(unit(1, 0), "x")], False, 1.0)
-    vectors.replace_task(path, "talks", EMBED, "p1", "a", [], False, 2.0)
+    vectors.replace_task(path, "talks", EMBED, "p1", "a", [entry(unit(1, 0), "x")], TRUSTED, 1.0)
+    vectors.replace_task(path, "talks", EMBED, "p1", "a", [], TRUSTED, 2.0)
     assert vectors.indexes(path) == [vectors.IndexInfo("talks", EMBED, 2, 0)]
 
 
@@ -181,7 +183,7 @@ def test_another_model_than_the_index_fails_the_task_for_good(tmp_path):
     brain = h.make_brain(tmp_path, BRAIN_DATA_DIR=str(tmp_path / "data"))
     path = tmp_path / "data" / "index" / "search.sqlite"
     vectors.replace_task(path, "talks", "mxbai-embed-large", "old", "e",
-                         [entry(unit(1, 0, 0), "x")], False, 1.0)  # fmt: skip
+                         [entry(unit(1, 0, 0), "x")], TRUSTED, 1.0)  # fmt: skip
     plan_id = h.submit(brain, [embed_task(), h.noop("after", ["embed"])])
     task = run_embed(brain, plan_id, output("words"))
     assert task["state"] == "FAILED"
@@ -193,12 +195,21 @@ def test_another_model_than_the_index_fails_the_task_for_good(tmp_path):
 
 def test_an_untrusted_rigs_vectors_are_indexed_marked_untrusted(tmp_path):
     brain = h.make_brain(tmp_path, BRAIN_DATA_DIR=str(tmp_path / "data"))
+    path = tmp_path / "data" / "index" / "search.sqlite"
     plan_id = h.submit(brain, [embed_task()])  # w1 never registered: not trusted
     task = run_embed(brain, plan_id, output("words"))
+    assert task["state"] == "FAILED" and task["error_type"] == "index_untrusted"
+    assert vectors.indexes(path) == []  # an untrusted output never creates an index
+    vectors.replace_task(path, "talks", EMBED, "p0", "e", [entry(unit(-1, 0, 0), "first")],
+                         TRUSTED, 1.0)  # fmt: skip
+    plan_id = h.submit(brain, [embed_task()])
+    task = run_embed(brain, plan_id, output("words"))
     assert task["state"] == "SUCCEEDED" and task["tainted_output"] == 1
-    hits = vectors.nearest(tmp_path / "data" / "index" / "search.sqlite", "talks",
-                           unit(1, 2, 3), 5)  # fmt: skip
-    assert [hit["untrusted"] for hit in hits] == [True]
+    hits = vectors.nearest(path, "talks", unit(1, 2, 3), 5)
+    assert [(hit["snippet"], hit["untrusted"]) for hit in hits] == [
+        ("words", True),
+        ("first", False),
+    ]
 
 
 def test_an_unwritable_index_is_retried(tmp_path):

@@ -133,7 +133,7 @@ def index(data: Path, texts: dict[str, list[float]], hold: bool = False):
     entries = [vectors.Entry(v, snippet, source=f"inputs/talks/{snippet}.mp4")
                for snippet, v in texts.items()]  # fmt: skip
     vectors.replace_task(path, "video-notes", "nomic-embed-text", "p1", "embed", entries,
-                         False, time.time())  # fmt: skip
+                         vectors.Writer(), time.time())  # fmt: skip
     return held
 
 

@@ -10,6 +10,7 @@ from support import run_cli
 
 from airig.brain.api.routes import search as search_route
 from airig.brain.store import vectors
+from airig.launcher.cli.search import printable, results_table
 
 TOKEN = "admin-secret-token"
 EMBED = "nomic-embed-text"
@@ -39,7 +40,7 @@ def seeded(tmp_path, monkeypatch, brain):
         vectors.Entry(fake_embedding(EMBED, "budget"), "the budget part", "docs/b.pdf", "p. 7"),
     ]
     vectors.replace_task(vectors.index_path(data), "talks", EMBED, "p1", "embed", entries,
-                         False, 1.0)  # fmt: skip
+                         vectors.Writer(), 1.0)  # fmt: skip
     return brain
 
 
@@ -95,3 +96,70 @@ def test_a_brain_that_is_down_is_one_line(monkeypatch, capsys, seeded):
     monkeypatch.setenv("BRAIN_URL", "http://brain-is-down.invalid:9")
     code, _, err = run_cli(monkeypatch, capsys, None, "search", "x")
     assert code != 0 and "cannot reach the brain" in err and "Traceback" not in err
+
+
+HOSTILE_SNIPPET = (
+    "\r\x1b[2K\x1b[1Gthe gpu part, looks trusted\u202e\u2066 \x9b31m\x07"
+    "\x1b]0;title\x07 \u200b\u2028end"
+)
+
+
+def seed_hostile(seeded, source, locator, snippet=HOSTILE_SNIPPET):
+    data = seeded.app.state.brain.settings.data_dir
+    entry = vectors.Entry(fake_embedding(EMBED, "gpu"), snippet, source, locator)
+    vectors.replace_task(vectors.index_path(data), "talks", EMBED, "p2", "embed", [entry],
+                         vectors.Writer(untrusted=True), 2.0)  # fmt: skip
+
+
+HIDDEN = ("\x1b", "\r", "\x9b", "\x07", "\u202e", "\u2066", "\u200b", "\u2028")
+
+
+def test_a_snippet_cannot_hide_its_untrusted_marker(monkeypatch, capsys, seeded):
+    seed_hostile(seeded, "talks/\x1b[8mhidden\x1b[0m.mp4", "00:00:01\r")
+    code, out, err = run_cli(monkeypatch, capsys, None, "search", "gpu", "-k", "1")
+    assert code == 0, err
+    assert not [c for c in HIDDEN if c in out]
+    line = next(line for line in out.splitlines() if "looks trusted" in line)
+    assert "[untrusted] the gpu part, looks trusted" in line  # on the line, in front
+    assert "talks/hidden.mp4" in line and "[8m" not in out and "title" not in out
+
+
+def test_source_and_locator_are_clipped(monkeypatch, capsys, seeded):
+    seed_hostile(seeded, "s" * 199 + "SOURCE-TAIL", "l" * 79 + "LOCATOR-TAIL", "gpu words")
+    code, out, err = run_cli(monkeypatch, capsys, None, "search", "gpu", "-k", "1")
+    assert code == 0, err
+    shown = "".join(out.split())
+    assert "SOURCE-TAIL" not in shown and "LOCATOR-TAIL" not in shown
+    hit = {"score": 0.5, "source": "s" * 199 + "SOURCE-TAIL", "locator": "l" * 300,
+           "snippet": "x", "untrusted": False}  # fmt: skip
+    table = results_table({"index": "talks", "model": EMBED, "results": [hit]})
+    source, locator = (str(table.columns[n]._cells[0]) for n in (2, 3))
+    assert source == "s" * 199 + "…" and locator == "l" * 79 + "…"
+
+
+def test_printable_keeps_plain_text_and_takes_out_the_rest():
+    assert printable("Café 東京 — page 7", 80) == "Café 東京 — page 7"
+    assert printable("a\x1b[31mred\x1b[0m\tb\r\nc", 80) == "ared b c"
+    assert printable("x\u202egnp.exe", 80) == "xgnp.exe"
+    assert printable(None, 80) == "" and printable(12, 80) == "12"
+    assert printable("abcdef", 4) == "abc…"
+
+
+def test_json_output_carries_no_raw_control_or_bidi_character(monkeypatch, capsys, seeded):
+    seed_hostile(seeded, "a\u202eb.mp4", None)
+    code, out, _ = run_cli(monkeypatch, capsys, None, "search", "gpu", "-k", "1", "--json")
+    assert code == 0
+    assert not [c for c in HIDDEN if c in out]
+    assert json.loads(out)["results"][0]["snippet"] == HOSTILE_SNIPPET  # the same JSON
+
+
+@pytest.mark.parametrize("args", [("search", "gpu"), ("search", "--list")])
+def test_a_garbage_index_is_one_line_with_the_fix(monkeypatch, capsys, seeded, args):
+    path = vectors.index_path(seeded.app.state.brain.settings.data_dir)
+    for stale in path.parent.glob("search.sqlite*"):
+        stale.unlink()
+    path.write_bytes(b"not a database" * 100)
+    code, out, err = run_cli(monkeypatch, capsys, None, *args)
+    assert code != 0 and "Traceback" not in err + out
+    assert "the search index is unavailable" in err and "file is not a database" in err
+    assert "move index/search.sqlite" in err and "HTTP 503" not in err

@@ -1,6 +1,11 @@
 """Search what `embed` tasks indexed (``airig/brain/store/vectors.py``): ``POST /v1/search``
 embeds the query with the index's own model through the Ollama at ``BRAIN_OLLAMA_URL``
-and answers the nearest entries; ``GET /v1/search/indexes`` lists the indexes."""
+and answers the nearest entries; ``GET /v1/search/indexes`` lists the indexes.
+
+A submit token sees the indexes its own plans created and, in any index, the entries of
+its own plans only; the admin sees every index and entry. An index file that cannot be
+read (garbage on the data volume, a link, a full or read-only volume) is a 503 whose
+detail starts ``index_unavailable:`` and ends with the fix, never a 500."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import ollama
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from airig.brain.api.auth import Principal, owner_of
 from airig.brain.api.deps import BrainDep, SubmitterDep
 from airig.brain.store import vectors
 from airig.common.protocol import ErrorBody
@@ -33,11 +39,16 @@ _SEARCH_REFUSALS: Responses = {
               {"$ref": "#/components/schemas/ErrorBody"},
               {"$ref": "#/components/schemas/HTTPValidationError"},
           ]}}}},
-    502: {"model": ErrorBody, "description": "Ollama refused to embed the query"},
-    503: {"model": ErrorBody, "description": "Ollama or the index file cannot be reached"},
+    502: {"model": ErrorBody, "description": "Ollama refused to embed the query, or answered "
+          "a vector with no direction"},
+    503: {"model": ErrorBody, "description": "Ollama cannot be reached, or the index file "
+          "cannot be read (index_unavailable, with the fix)"},
 }  # fmt: skip
 _INDEX_UNAVAILABLE: Responses = {
-    503: {"model": ErrorBody, "description": "the index file cannot be read"}
+    503: {
+        "model": ErrorBody,
+        "description": "the index file cannot be read (index_unavailable, with the fix)",
+    }
 }
 
 
@@ -88,23 +99,36 @@ def embed_query(url: str, model: str, text: str) -> list[float]:
         client.close()
 
 
-def _indexes(brain: Any) -> list[vectors.IndexInfo]:
+def _unavailable(exc: vectors.IndexUnavailable) -> HTTPException:
+    return HTTPException(503, f"index_unavailable: {exc}")
+
+
+def _scope(who: Principal) -> tuple[str | None, bool]:
+    """Whose entries a token sees: (owner, admin); admin sees every one."""
+    admin = who.scope == "admin"
+    return (None if admin else owner_of(who)), admin
+
+
+def _indexes(brain: Any, who: Principal) -> list[vectors.IndexInfo]:
+    owner, admin = _scope(who)
     try:
-        return vectors.indexes(vectors.index_path(brain.settings.data_dir))
+        return vectors.indexes(vectors.index_path(brain.settings.data_dir), owner, admin)
     except vectors.IndexUnavailable as exc:
-        raise HTTPException(503, str(exc)) from None
+        raise _unavailable(exc) from None
 
 
 @router.get("/search/indexes", response_model=IndexesView, responses=_INDEX_UNAVAILABLE)
-def list_indexes(brain: BrainDep, _: SubmitterDep) -> IndexesView:
-    """Every search index: its embedding model, dimensions and entries."""
-    return IndexesView(indexes=[IndexView(**vars(info)) for info in _indexes(brain)])
+def list_indexes(brain: BrainDep, who: SubmitterDep) -> IndexesView:
+    """Every search index (a submit token: those its plans created, with its own
+    entries): its embedding model, dimensions and entries."""
+    return IndexesView(indexes=[IndexView(**vars(info)) for info in _indexes(brain, who)])
 
 
 @router.post("/search", response_model=SearchAnswer, responses=_SEARCH_REFUSALS)
-def search(body: SearchRequest, brain: BrainDep, _: SubmitterDep) -> SearchAnswer:
-    """The ``k`` entries of an index nearest the query, nearest first."""
-    known = _indexes(brain)
+def search(body: SearchRequest, brain: BrainDep, who: SubmitterDep) -> SearchAnswer:
+    """The ``k`` entries of an index nearest the query, nearest first (a submit token:
+    of its own plans' entries)."""
+    known = _indexes(brain, who)
     if not known:
         raise HTTPException(404, HOW_TO_BUILD)
     names = ", ".join(info.name for info in known)
@@ -139,7 +163,13 @@ def search(body: SearchRequest, brain: BrainDep, _: SubmitterDep) -> SearchAnswe
             503, f"Ollama at {url} is unreachable ({exc.__class__.__name__}): check the "
             "ollama service",
         ) from None  # fmt: skip
+    if vectors.direction(vector) is None:  # no distance to it would mean anything
+        raise HTTPException(
+            502, f"{model!r} answered a vector with no direction (all zero, or not finite) "
+            "for the query: try other words, or check the model with `models verify`",
+        )  # fmt: skip
     path = vectors.index_path(brain.settings.data_dir)
+    owner, admin = _scope(who)
     hits: list[dict[str, Any]] = []
     try:
         for target in targets:
@@ -149,9 +179,9 @@ def search(body: SearchRequest, brain: BrainDep, _: SubmitterDep) -> SearchAnswe
                     f"{model!r} answered {len(vector)} dimensions; index {target.name!r} "
                     f"holds {target.dims}: rebuild the index, or search another",
                 )
-            hits += vectors.nearest(path, target.name, vector, body.k)
+            hits += vectors.nearest(path, target.name, vector, body.k, owner, admin)
     except vectors.IndexUnavailable as exc:
-        raise HTTPException(503, str(exc)) from None
+        raise _unavailable(exc) from None
     hits.sort(key=lambda hit: hit["distance"])
     index = ",".join(target.name for target in targets)
     return SearchAnswer(index=index, model=model, results=[SearchHit(**h) for h in hits[: body.k]])
