@@ -53,6 +53,8 @@ MIN_STARTS = 3  # a cadence needs at least two gaps
 STEADY = 0.25  # every gap within 25 % of the median gap
 MATCH = 0.2  # a period within 20 % of a timeout "matches" it
 LOG_EVIDENCE = 3
+# A run shorter than this share of the restart period did not stay up: a crash, not a flap.
+CRASH_RUN_SHARE = 0.25
 START = {
     "Docker": "start the daemon (sudo systemctl start docker) and check you may use it",
     "the kit": "start it: python start_services.py",
@@ -158,6 +160,18 @@ def crash(c: ContainerFacts) -> Iterator[Finding]:
     )  # fmt: skip
 
 
+def _dies_at_once(c: ContainerFacts, period: float) -> bool:
+    """A crash loop caught in the instant it runs: each run ended in an error exit well
+    before the period was up. On a slow host each start takes seconds, so a crash loop's
+    starts are steady and it can read `running` when triage looks (issue 36's CI run)."""
+    runs = [
+        died - max(start for start in c.starts if start <= died)
+        for died, code in c.dies
+        if code != 0 and any(start <= died for start in c.starts)
+    ]
+    return len(runs) >= 2 and median(runs) < CRASH_RUN_SHARE * period
+
+
 def flap_period(starts: Iterable[float]) -> float | None:
     """The steady period between restarts in seconds, or None when there is no cadence."""
     times = sorted(starts)
@@ -175,7 +189,7 @@ def flapping(c: ContainerFacts) -> Iterator[Finding]:
     or exited now is a crash loop instead: Docker's restart backoff (doubling to a 1 min
     cap) gives a crash loop a steady cadence too, but it never stays up in between."""
     period = flap_period(c.starts)
-    if period is None or c.status != "running":
+    if period is None or c.status != "running" or _dies_at_once(c, period):
         return
     hc = c.healthcheck
     budget = hc.budget_s if hc else None

@@ -105,7 +105,7 @@ def _facts(stack: str, container: Any, docker: Docker, since_s: float) -> Contai
     host = attrs.get("HostConfig") or {}
     health = state.get("Health") or {}
     env = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
-    starts, stops = _events(container, docker, since_s)
+    starts, stops, dies = _events(container, docker, since_s)
     devices = _devices(host)
     requests = _device_requests(host)
     return ContainerFacts(
@@ -127,6 +127,7 @@ def _facts(stack: str, container: Any, docker: Docker, since_s: float) -> Contai
         healthcheck=_healthcheck(config.get("Healthcheck")),
         starts=tuple(starts),
         stops=tuple(stops),
+        dies=tuple(dies),
         restart_policy=(host.get("RestartPolicy") or {}).get("Name") or "",
         log_tail=_log_tail(container),
         health_log=tuple(str(e.get("Output", "")).strip() for e in health.get("Log") or []),
@@ -159,23 +160,42 @@ def _healthcheck(raw: dict[str, Any] | None) -> Healthcheck | None:
     )
 
 
-def _events(container: Any, docker: Docker, since_s: float) -> tuple[list[float], list[float]]:
-    """Epoch seconds of the container's `start` and `stop` events within the window."""
+def _events(
+    container: Any, docker: Docker, since_s: float
+) -> tuple[list[float], list[float], list[tuple[float, int]]]:
+    """Epoch seconds of the container's `start` and `stop` events within the window, and
+    of its `die` events with their exit code."""
     now = time.time()
     starts: list[float] = []
     stops: list[float] = []
+    dies: list[tuple[float, int]] = []
     try:
         with engine_errors("reading events"):
             events = docker.sdk().events(
                 since=int(now - since_s), until=int(now), decode=True,
-                filters={"container": container.id, "event": ["start", "stop"]},
+                filters={"container": container.id, "event": ["start", "stop", "die"]},
             )  # fmt: skip
             for e in events:
                 action = e.get("Action") or e.get("status")
-                (stops if action == "stop" else starts).append(float(e.get("time", 0)))
+                when = float(e.get("time", 0))
+                if action == "die":
+                    dies.append((when, _exit_code(e)))
+                else:
+                    (stops if action == "stop" else starts).append(when)
     except AirigError:
         pass
-    return starts, stops
+    return starts, stops, dies
+
+
+def _exit_code(event: dict[str, Any]) -> int:
+    """A `die` event's exit code (Actor.Attributes.exitCode, a string); -1 if unreadable."""
+    actor = event.get("Actor")
+    attributes = actor.get("Attributes") if isinstance(actor, dict) else None
+    code = attributes.get("exitCode") if isinstance(attributes, dict) else None
+    try:
+        return int(str(code))
+    except ValueError:
+        return -1
 
 
 def _log_tail(container: Any) -> tuple[str, ...]:

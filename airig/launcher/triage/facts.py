@@ -73,6 +73,9 @@ class ContainerFacts:
     healthcheck: Healthcheck | None = None
     starts: tuple[float, ...] = ()  # epoch seconds of each `start` event in the window
     stops: tuple[float, ...] = ()  # … and of each `stop` event (a user's or Compose's stop)
+    # (epoch seconds, exit code) of each `die` event: how long each run lasted, which
+    # tells a crash loop (dies at once) from a service that flaps (up most of the period)
+    dies: tuple[tuple[float, int], ...] = ()
     restart_policy: str = ""  # HostConfig.RestartPolicy.Name: unless-stopped, always, no …
     log_tail: tuple[str, ...] = ()
     health_log: tuple[str, ...] = ()  # the last healthcheck outputs

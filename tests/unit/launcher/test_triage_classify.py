@@ -116,6 +116,25 @@ def test_a_crash_loop_at_dockers_backoff_cadence_is_a_crash_not_flapping():
     assert classes(Facts(containers=(looping,))) == [STARTUP_CRASH]
 
 
+def test_a_crash_loop_caught_running_on_a_slow_host_is_a_crash_not_flapping():
+    """Each start takes ~2 s on a loaded host, so the loop's starts are steady, and triage
+    may catch it in the instant it runs; its runs end in exit 3 at once (CI saw it as
+    flapping)."""
+    starts = (0.0, 2.0, 4.0, 6.0, 8.0)
+    looping = replace(OLLAMA, status="running", health="", exit_code=0, restart_count=4,
+                      starts=starts, dies=tuple((t + 0.1, 3) for t in starts[:-1]))  # fmt: skip
+    assert classes(Facts(containers=(looping,))) == [STARTUP_CRASH]
+
+
+def test_a_service_killed_after_staying_up_most_of_the_period_still_flaps():
+    starts = (0.0, 1800.0, 3600.0, 5400.0)
+    flaps = replace(OLLAMA, starts=starts, dies=tuple((t + 1790, 137) for t in starts[:-1]))
+    assert FLAPPING in classes(Facts(containers=(flaps,)))
+    # a die with no start before it in the window, or clean exits, say nothing either way
+    odd = replace(OLLAMA, starts=starts, dies=((-5.0, 1), (10.0, 0), (1810.0, 0)))
+    assert FLAPPING in classes(Facts(containers=(odd,)))
+
+
 def test_flapping_off_the_budget_points_at_a_wait_timeout():
     flapping = replace(OLLAMA, starts=(0, 1800, 3600, 5400))
     finding = next(f for f in classify(Facts(containers=(flapping,))) if f.cls == FLAPPING)

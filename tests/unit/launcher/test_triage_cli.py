@@ -65,7 +65,10 @@ def test_the_collector_reads_state_health_gpu_and_ports():
     }  # fmt: skip
     container = SimpleNamespace(name="c1", id="id1", attrs=attrs, logs=lambda tail: b"a\nb\n")
     events = [{"Action": "start", "time": 100}, {"Action": "stop", "time": 200},
-              {"status": "start", "time": 250}]  # fmt: skip
+              {"Action": "die", "time": 201, "Actor": {"Attributes": {"exitCode": "137"}}},
+              {"status": "start", "time": 250},
+              {"Action": "die", "time": 260, "Actor": {"Attributes": {"exitCode": "x"}}},
+              {"Action": "die", "time": 270, "Actor": "not a mapping"}]  # fmt: skip
     docker = SimpleNamespace(sdk=lambda: SimpleNamespace(events=lambda **kw: iter(events)))
     facts = collect._facts("02-compute", container, docker, 3600)  # type: ignore[arg-type]
     assert (facts.service, facts.status, facts.health) == (
@@ -77,6 +80,7 @@ def test_the_collector_reads_state_health_gpu_and_ports():
     assert facts.env == {"OLLAMA_HOST": "0.0.0.0", "WHISPER__INFERENCE_DEVICE": "cuda"}
     assert facts.healthcheck == Healthcheck(10, 10, 12, 30)
     assert (facts.starts, facts.stops) == ((100.0, 250.0), (200.0,))
+    assert facts.dies == ((201.0, 137), (260.0, -1), (270.0, -1))  # unreadable codes: -1
     assert facts.restart_policy == "unless-stopped"
     assert facts.log_tail == ("a", "b")
     assert facts.health_log == ("refused",)
