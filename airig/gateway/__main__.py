@@ -9,13 +9,18 @@ import logging
 import sys
 import urllib.error
 import urllib.request
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from airig.common.errors import AirigError
 from airig.common.jsonlog import setup_json_logging
-from airig.gateway.failures import Scrubber
 from airig.gateway.settings import GatewaySettings, load_key
+
+if TYPE_CHECKING:
+    # failures.py imports the provider SDKs (anthropic, openai: about 3 s of imports on an
+    # idle host); `--check`, the container healthcheck with its 5 s timeout, must not
+    from airig.gateway.failures import Scrubber
 
 log = logging.getLogger("airig.gateway")
 
@@ -50,6 +55,7 @@ def serve(settings: GatewaySettings) -> int:
     import uvicorn
 
     from airig.gateway.app import create_app
+    from airig.gateway.failures import Scrubber
     from airig.gateway.providers import make_provider
 
     key = load_key(settings)

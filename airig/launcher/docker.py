@@ -269,6 +269,16 @@ class Docker:
             rows = self.sdk().api.containers(all=True, filters={"label": PROJECT_LABEL})
         return group_states(cast(list[dict[str, Any]], rows), wanted)
 
+    def health_log(self, container: str) -> list[str]:
+        """The outputs of ``container``'s last healthchecks, oldest first (the engine keeps
+        five): what `up` shows for an unhealthy service, whose own log may look fine."""
+        with engine_errors(f"inspecting {container}"):
+            state = self.sdk().api.inspect_container(container).get("State") or {}
+        entries = (state.get("Health") or {}).get("Log") or []
+        return [
+            str(e.get("Output", "")).strip() or f"exit code {e.get('ExitCode')}" for e in entries
+        ]
+
     # ---------------------------------------------------------------- compose
     def client(self, stack: StackPlan) -> DockerClient:
         return _client(

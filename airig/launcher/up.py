@@ -500,10 +500,24 @@ class Launcher:
                 self.console.print(f"    ({escape(said)})")
                 continue
             lines = [line for line in text.splitlines()[-15:] if line.strip()]
+            if svc.health == "unhealthy":
+                lines += self._last_check(svc)
             for line in lines:
                 self.console.print(f"    {line}", markup=False, highlight=False)
             diagnosis.printed |= bool(lines)
         return diagnosis
+
+    def _last_check(self, svc: ServiceState) -> list[str]:
+        """The last healthcheck's output of an unhealthy service, the one line that says
+        why: its log may show a server that started fine (a check that timed out)."""
+        from docker.errors import NotFound
+
+        try:
+            outputs = self.docker.health_log(svc.container)
+        except (DockerError, NotFound):
+            return []
+        last = outputs[-1].splitlines()[-1] if outputs and outputs[-1] else ""
+        return [f"healthcheck: {last[:300]}"] if last else []
 
     def rollback(self, stacks: list[StackPlan]) -> None:
         for stack in reversed(stacks):

@@ -121,3 +121,50 @@ def test_ollama_is_tuned_like_the_seed_rig():
     assert env["OLLAMA_KV_CACHE_TYPE"] == "q8_0"
     assert env["OLLAMA_MAX_LOADED_MODELS"] == "2"
     assert env["AIRIG_BIND_ADDRESS"] == "127.0.0.1"
+
+
+# What a healthcheck's `python -m MODULE --check` must not import: the provider SDKs and the
+# web stack take seconds to import on a loaded host, and the check has `timeout:` (5 s) to
+# answer. The gateway's check imported anthropic and openai (3-4 s idle) and turned the
+# gateway unhealthy on a busy CI host.
+HEAVY_FOR_A_CHECK = {"anthropic", "openai", "fastapi", "uvicorn", "starlette", "httpx", "ollama"}
+PROBE = """
+import runpy, sys
+sys.argv = ["check", "--check"]
+try:
+    runpy.run_module({module!r}, run_name="__main__")
+except SystemExit:
+    pass
+print(" ".join(sorted({{name.split(".")[0] for name in sys.modules}})))
+"""
+
+
+def python_checks():
+    found = []
+    for stack, name, svc in all_services():
+        test = (svc.get("healthcheck") or {}).get("test") or []
+        if test[:3] == ["CMD", "python", "-m"] and "--check" in test:
+            found.append((f"{stack}/{name}", test[3]))
+    return found
+
+
+def test_the_kit_has_python_healthchecks_to_read():
+    assert {module for _, module in python_checks()} >= {"airig.gateway", "airig.brain"}
+
+
+@pytest.mark.parametrize("where,module", python_checks(), ids=lambda v: v)
+def test_a_healthcheck_imports_nothing_slow(where, module, tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(module=module)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    imported = set(done.stdout.split())
+    assert "airig" in imported, done.stderr[-2000:]
+    assert imported & HEAVY_FOR_A_CHECK == set(), (
+        f"{where}: `python -m {module} --check` imports {sorted(imported & HEAVY_FOR_A_CHECK)}: "
+        "import them in the serving path only"
+    )

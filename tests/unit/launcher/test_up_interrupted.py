@@ -59,6 +59,13 @@ class Adapter:
             raise self.logs_text
         return self.logs_text
 
+    health_outputs: list[str] | Exception = []
+
+    def health_log(self, container: str) -> list[str]:
+        if isinstance(self.health_outputs, Exception):
+            raise self.health_outputs
+        return self.health_outputs
+
 
 def ctrl_c() -> None:
     raise KeyboardInterrupt
@@ -189,3 +196,28 @@ def test_a_container_gone_since_compose_up_is_said_not_a_crash(launch, gone) -> 
     assert "its container is gone" in out
     assert error.message.startswith("01-infra: brain: container removed while `up` waited")
     assert "above" not in error.hint and "run up again" in error.hint
+
+
+def test_an_unhealthy_service_shows_why_its_healthcheck_failed(launch) -> None:
+    """Its own log says the server started; the healthcheck's output says why (a check that
+    timed out on a loaded host turned the gateway unhealthy with a clean log)."""
+    adapter = Adapter("01-infra", compose_failed)
+    adapter.failing = [ServiceState("gateway", "airig-gateway-1", "running", "unhealthy", 0, [])]
+    adapter.logs_text = "Uvicorn running on http://0.0.0.0:8070\n"
+    adapter.health_outputs = ["", "gateway unhealthy: [red]TimeoutError: timed out\n"]
+    launcher, plan, out = launch(adapter)
+    with pytest.raises(DockerError):
+        launcher.start(plan, None, UpResult(plan=plan, choice=None))  # type: ignore[arg-type]
+    assert "    healthcheck: gateway unhealthy: [red]TimeoutError: timed out" in out.getvalue()
+
+
+@pytest.mark.parametrize("outputs", [[], [""], docker.errors.NotFound("gone")])
+def test_no_healthcheck_output_adds_no_line(launch, outputs) -> None:
+    adapter = Adapter("01-infra", compose_failed)
+    adapter.failing = [ServiceState("gateway", "airig-gateway-1", "running", "unhealthy", 0, [])]
+    adapter.logs_text = "started\n"
+    adapter.health_outputs = outputs
+    launcher, plan, out = launch(adapter)
+    with pytest.raises(DockerError):
+        launcher.start(plan, None, UpResult(plan=plan, choice=None))  # type: ignore[arg-type]
+    assert "healthcheck:" not in out.getvalue()
