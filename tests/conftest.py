@@ -223,7 +223,7 @@ def brain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brain_calls) -> Itera
                 return client.request(method, path, headers=headers, **kwargs)
 
         monkeypatch.setattr(
-            "airig.launcher.join.requests.get", lambda url, **kw: send("GET", url, **kw)
+            "airig.launcher.lifecycle.join.requests.get", lambda url, **kw: send("GET", url, **kw)
         )
         monkeypatch.setattr("airig.launcher.brain_client.requests.request", send)
         yield client

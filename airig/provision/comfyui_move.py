@@ -4,7 +4,7 @@ Older kits mounted one volume on ComfyUI's whole /root, where yanwk/comfyui-boot
 its bundled ComfyUI only when ``/root/ComfyUI/main.py`` is missing: the first image's
 code ran under every later image's torch. The user's files now live in one volume per
 folder, at the paths upstream's compose files mount. The launcher
-(``airig/launcher/comfy_volumes.py``) runs ``python -m airig.provision.comfyui_move``
+(``airig/launcher/lifecycle/comfy_volumes.py``) runs ``python -m airig.provision.comfyui_move``
 in the kit's image with the old volume at ``/old`` and each new one at ``/new/<name>``,
 before the compute stack starts. Standard library only.
 

@@ -17,7 +17,7 @@ import pytest
 from support import copy_kit
 from unit.hardware_fakes import GIB, FakeHost
 
-from airig.launcher.docker import Docker
+from airig.launcher.compose.docker import Docker
 from airig.launcher.hardware import detect
 from airig.launcher.hardware.choice import select_images, vulkan_settled
 from airig.launcher.hardware.docker_gpu import PROBE_LABEL

@@ -13,9 +13,9 @@ import pytest
 from support import write_env
 from unit.hardware_fakes import FakeHost
 
+from airig.launcher.compose.plan import GpuSlot, amd_host_env, build_plan, intel_host_env
 from airig.launcher.hardware import detect
 from airig.launcher.hardware.choice import detected_env, gpu_slots
-from airig.launcher.plan import GpuSlot, amd_host_env, build_plan, intel_host_env
 from airig.launcher.settings import load_settings
 
 PROFILES = ["cpu", "gpu-nvidia", "gpu-amd", "gpu-intel"]

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from support import write_env
 
+from airig.launcher.compose.plan import GpuSlot, build_plan
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.images import choose_images, load_catalog
-from airig.launcher.plan import GpuSlot, build_plan
+from airig.launcher.lifecycle.up import Launcher
 from airig.launcher.settings import load_settings
-from airig.launcher.up import Launcher
 
 pytestmark = pytest.mark.skipif(
     shutil.which("docker") is None

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support import write_env
 
-from airig.launcher.plan import GpuSlot, build_plan
+from airig.launcher.compose.plan import GpuSlot, build_plan
 from airig.launcher.settings import load_settings
 
 REMOTE = "https://brain.example.lan"

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from support import write_env
 
-from airig.launcher.plan import plan_for_running
+from airig.launcher.compose.plan import plan_for_running
 from airig.launcher.settings import load_settings
 
 

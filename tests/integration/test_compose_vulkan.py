@@ -21,9 +21,9 @@ from support import write_env
 from unit.gpu_hosts import alder_lake_igpu, arc_a770, radeon_780m
 from unit.hardware_fakes import GIB, FakeDocker, FakeHost
 
+from airig.launcher.compose.plan import build_plan
 from airig.launcher.hardware import decide_profile, detect
 from airig.launcher.hardware.choice import detected_env, gpu_slots, igpu_on, select_images
-from airig.launcher.plan import build_plan
 from airig.launcher.settings import load_settings
 
 pytestmark = pytest.mark.skipif(

@@ -205,6 +205,53 @@ def test_the_brain_rooms_stand_in_their_layers():
     assert layers(edges) <= 8
 
 
+# The launcher's rooms (airig/launcher/*), bottom up: what each may import besides the
+# loose modules under it (LAUNCHER_BASE). compose/ is the plan and the one Docker adapter;
+# hardware/ and proofs/ look at the host's GPUs through it; lifecycle/ holds the verbs that
+# change the kit, views/ those that only read it; cli/ is the command line over all of them.
+LAUNCHER_BASE = {"settings", "envfile", "console", "gpu_info"}
+LAUNCHER_ROOMS: dict[str, set[str]] = {
+    "settings": set(),
+    "envfile": set(),
+    "console": set(),
+    "gpu_info": set(),
+    "images": set(),
+    "brain_client": set(),
+    "recipes": set(),
+    "plan_inputs": {"recipes"},
+    "inputs_sync": {"brain_client"},
+    "compose": {"images"},
+    "hardware": {"compose", "images"},
+    "proofs": {"compose", "hardware", "images"},
+    "lifecycle": {"compose", "hardware", "proofs", "images", "recipes", "brain_client"},
+    "views": {"lifecycle", "compose", "hardware", "proofs", "images", "brain_client"},
+    "cli": {
+        "views", "lifecycle", "compose", "hardware", "proofs", "images", "recipes",
+        "brain_client", "plan_inputs", "inputs_sync",
+    },  # fmt: skip
+}
+# At most this many modules lie loose at airig/launcher/'s top (__init__.py included): a
+# new one goes into a room.
+LAUNCHER_LOOSE_MAX = 10
+
+
+def test_the_launcher_rooms_stand_in_their_layers():
+    edges = children_graph("airig.launcher")
+    assert set(edges) - {"__init__"} <= set(LAUNCHER_ROOMS), "a new room: give it its place"
+    wrong = sorted(
+        f"airig.launcher.{room} -> airig.launcher.{target}"
+        for room, targets in edges.items()
+        for target in targets
+        if target not in LAUNCHER_ROOMS.get(room, set()) | LAUNCHER_BASE
+    )
+    assert wrong == []
+
+
+def test_few_modules_lie_loose_at_the_launchers_top():
+    loose = sorted(p.name for p in (PACKAGE / "launcher").glob("*.py"))
+    assert len(loose) <= LAUNCHER_LOOSE_MAX, loose
+
+
 def test_every_module_belongs_to_a_room():
     assert {room_of(name) for name in graph()} <= set(ALLOWED)
     # the flat root holds only the package's face and its entry point

@@ -18,15 +18,15 @@ from rich.markup import escape
 from airig import __version__
 from airig.common.errors import ConfigError
 from airig.launcher.cli.edge import run_at_edge
+from airig.launcher.compose.docker import Docker
+from airig.launcher.compose.plan import plan_for_running, worker_layout
 from airig.launcher.console import console, err_console
-from airig.launcher.docker import Docker
 from airig.launcher.envfile import ensure_env
-from airig.launcher.plan import plan_for_running, worker_layout
 from airig.launcher.settings import Settings, checkout_settings, repo_root
-from airig.launcher.status import checks_table, layout_table, service_rows, services_table
+from airig.launcher.views.status import checks_table, layout_table, service_rows, services_table
 
 if TYPE_CHECKING:
-    from airig.launcher.up import UpResult
+    from airig.launcher.lifecycle.up import UpResult
 
 app = typer.Typer(
     add_completion=False,
@@ -90,7 +90,7 @@ def up(
     ] = None,
 ) -> None:
     """Detect the hardware, check the host and start all three stacks."""
-    from airig.launcher.up import Launcher  # hardware detection: not loaded for `status`
+    from airig.launcher.lifecycle.up import Launcher  # hardware detection: not loaded for `status`
 
     root = repo_root()
     if not dry_run:
@@ -153,7 +153,7 @@ def join(
     """Join another machine's brain: this rig's models and GPU workers, no brain here.
 
     The token: --token-file, AIRIG_JOIN_TOKEN or a hidden prompt (--token shows in `ps`)."""
-    from airig.launcher.join import ARGV_NOTE, join_rig, join_token
+    from airig.launcher.lifecycle.join import ARGV_NOTE, join_rig, join_token
 
     token, source = join_token(token, token_file, os.environ, sys.stdin.isatty())
     if source == "--token":
@@ -226,7 +226,7 @@ def down(
             "Delete all downloaded models too (they take long to pull)?", default=False
         ):
             keep_models = True
-    from airig.launcher.up import Launcher
+    from airig.launcher.lifecycle.up import Launcher
 
     launcher = Launcher(settings, Docker(), console)
     plan = plan_for_running(settings)
@@ -237,7 +237,7 @@ def down(
 @app.command()
 def status(as_json: JsonOpt = False) -> None:
     """Services, their health and URLs; workers, their GPUs and warnings."""
-    from airig.launcher.status import brain_store, brain_workers, store_table, workers_table
+    from airig.launcher.views.status import brain_store, brain_workers, store_table, workers_table
 
     settings = _settings()
     rows = service_rows(Docker(), plan_for_running(settings))
@@ -246,7 +246,7 @@ def status(as_json: JsonOpt = False) -> None:
         return
     workers = brain_workers(settings) if rows else None
     store = brain_store(settings) if workers is not None else None
-    from airig.launcher.update import image_rows
+    from airig.launcher.lifecycle.update import image_rows
 
     images = image_rows(settings)  # .airig/images.lock: tag, digest, age
     from airig.launcher.proofs.cache import proof_report
@@ -280,7 +280,7 @@ def status(as_json: JsonOpt = False) -> None:
 def _joined_status(settings: Settings, rows: list[dict[str, Any]], as_json: bool) -> None:
     """A joined rig has no brain: its workers are listed on the brain's machine; here,
     whether that brain still takes this rig's join token."""
-    from airig.launcher.join import join_state
+    from airig.launcher.lifecycle.join import join_state
 
     joined = join_state(settings)
     if as_json:
@@ -304,7 +304,7 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
 ) -> None:
     """Show the logs of one service, or of every stack."""
-    from airig.launcher.logs import show_logs
+    from airig.launcher.views.logs import show_logs
 
     show_logs(_settings(), Docker(), service, tail, follow)
 
@@ -312,7 +312,7 @@ def logs(
 @app.command()
 def doctor(as_json: JsonOpt = False) -> None:
     """Check everything airig depends on; ✔/✘ with a fix for each."""
-    from airig.launcher.doctor import run_doctor
+    from airig.launcher.views.doctor import run_doctor
 
     checks, data = run_doctor(_settings(), Docker())
     if as_json:
@@ -356,7 +356,7 @@ def detect(as_json: JsonOpt = False, profile: ProfileOpt = None) -> None:
             if choice.fix:
                 console.print(f"  [yellow]→ {escape(choice.fix)}[/]")
         if choice.images is not None:
-            from airig.launcher.up import image_lines
+            from airig.launcher.lifecycle.up import image_lines
 
             for line in image_lines(choice.images):
                 console.print(line, highlight=False, soft_wrap=True)

@@ -1,5 +1,5 @@
 """`backup` and `restore`: the kit's store, results, settings and workflows in one archive
-(``airig/launcher/backup.py``, ``restore.py``; the layout in ``backup_archive.py``)."""
+(``airig/launcher/lifecycle/backup.py``, ``restore.py``; the layout in ``backup_archive.py``)."""
 
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
         results, outputs, .env, tuning log, image lock and ComfyUI workflows; --inputs adds
         the uploaded inputs, --models the models."""
         from airig.common.errors import ConfigError
-        from airig.launcher.backup import schedule_lines, take
-        from airig.launcher.backup_archive import verify
+        from airig.launcher.lifecycle.backup import schedule_lines, take
+        from airig.launcher.lifecycle.backup_archive import verify
 
         if check is not None:
             manifest = verify(check)
@@ -83,7 +83,7 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
             print(schedule_lines(settings, folder.expanduser().resolve(), keep or 7, schedule))
             return
         from airig.launcher.brain_client import BrainClient
-        from airig.launcher.docker import Docker
+        from airig.launcher.compose.docker import Docker
 
         client = BrainClient.from_settings(settings)
         result = take(
@@ -115,8 +115,8 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
     ) -> None:
         """Bring back the kit an archive holds (a fresh clone, or after `down --volumes`),
         then start it; models it does not hold are pulled and verified as on a first `up`."""
-        from airig.launcher.docker import Docker
-        from airig.launcher.restore import prepare
+        from airig.launcher.compose.docker import Docker
+        from airig.launcher.lifecycle.restore import prepare
         from airig.launcher.settings import repo_root
 
         manifest = prepare(
@@ -133,7 +133,7 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
 
 def _record(client: Any, body: dict[str, Any]) -> None:
     from airig.common.errors import AirigError
-    from airig.launcher.backup_archive import BackupError
+    from airig.launcher.lifecycle.backup_archive import BackupError
 
     try:
         client.record_backup(body)
@@ -160,7 +160,7 @@ def _ago(ts: float) -> str:
 
 def _contents(manifest: Any) -> None:
     """What an archive holds, part by part, and what it leaves out."""
-    from airig.launcher.backup_archive import describe
+    from airig.launcher.lifecycle.backup_archive import describe
 
     held, left = describe(manifest)
     console.print(f"  {escape(held)}")
@@ -168,6 +168,6 @@ def _contents(manifest: Any) -> None:
 
 
 def _bytes(size: float) -> str:
-    from airig.launcher.backup_archive import human_bytes
+    from airig.launcher.lifecycle.backup_archive import human_bytes
 
     return human_bytes(size)

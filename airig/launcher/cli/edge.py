@@ -14,8 +14,8 @@ from typing import Protocol, cast
 import typer
 
 from airig.common.errors import AirigError
+from airig.launcher.compose.docker import ENGINE_HINT
 from airig.launcher.console import fail
-from airig.launcher.docker import ENGINE_HINT
 
 INTERRUPTED = 130  # Ctrl-C's exit code: 128 + SIGINT, as a shell reports it
 

@@ -3,7 +3,7 @@
 The host cannot read Docker volumes, so each command runs the init container's own entry
 point (``python -m airig.provision <service> --verify-only`` …) in a one-off container of
 the service's init definition, with the same volumes, and renders its event lines
-(``airig/launcher/provision_runs.py``, which ``triage`` uses too).
+(``airig/launcher/compose/provision_runs.py``, which ``triage`` uses too).
 The main CLI mounts it with ``app.add_typer(build_models_app(), name="models")``; the
 factory returns a python-on-whales client for 02-compute (tests pass their own).
 """
@@ -18,7 +18,12 @@ import typer
 from rich.console import Console
 
 from airig.common.errors import AirigError, ConfigError, ProvisionError
-from airig.launcher.provision_runs import ClientFactory, Service, default_client, run_services
+from airig.launcher.compose.provision_runs import (
+    ClientFactory,
+    Service,
+    default_client,
+    run_services,
+)
 from airig.provision.progress import Summary
 
 ServiceOption = Annotated[

@@ -15,12 +15,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from airig.common.errors import AirigError
+from airig.launcher.compose.docker import Docker
+from airig.launcher.compose.plan import StackPlan, plan_for_running
 from airig.launcher.console import console, err_console
-from airig.launcher.docker import Docker
-from airig.launcher.plan import StackPlan, plan_for_running
-from airig.launcher.restart import ComposeServices, outcome_line, restart_one, wait_healthy
-from airig.launcher.settings import Settings, checkout_settings
-from airig.launcher.tune import (
+from airig.launcher.lifecycle.restart import (
+    ComposeServices,
+    outcome_line,
+    restart_one,
+    wait_healthy,
+)
+from airig.launcher.lifecycle.tune import (
     Change,
     KnobError,
     apply,
@@ -29,6 +33,7 @@ from airig.launcher.tune import (
     read_log,
     rollback_change,
 )
+from airig.launcher.settings import Settings, checkout_settings
 
 
 def restart(
@@ -130,8 +135,8 @@ def _triage_summary(settings: Settings) -> str | None:
     """One line of what `triage` finds now (no `models verify`: too slow here); None when
     triage itself cannot run."""
     try:
-        from airig.launcher.triage import classify
-        from airig.launcher.triage.collect import collect
+        from airig.launcher.views.triage import classify
+        from airig.launcher.views.triage.collect import collect
 
         findings = classify(collect(settings, Docker(), None, TRIAGE_SINCE_S, False))
     except (ImportError, AirigError):

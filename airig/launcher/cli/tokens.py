@@ -114,7 +114,7 @@ def _client(settings: Settings) -> BrainClient:
 
 
 def _print_join(settings: Settings, made: dict[str, Any]) -> None:
-    from airig.launcher.join import join_command
+    from airig.launcher.lifecycle.join import join_command
 
     command, warnings = join_command(settings, made["token"])
     console.print("On the other machine, in its airig folder, run:")

@@ -31,12 +31,12 @@ def triage(
     """Sort what is wrong into classes (crash, stop, flapping, OOM, CPU fallback, models,
     agents, the brain's alerts), each with its evidence, the first action, a check and the
     rollback."""
-    from airig.launcher.docker import Docker
+    from airig.launcher.compose.docker import Docker
     from airig.launcher.settings import checkout_settings
-    from airig.launcher.triage import classify
-    from airig.launcher.triage.backend import backends
-    from airig.launcher.triage.collect import collect, parse_since
-    from airig.launcher.triage.render import as_data, show
+    from airig.launcher.views.triage import classify
+    from airig.launcher.views.triage.backend import backends
+    from airig.launcher.views.triage.collect import collect, parse_since
+    from airig.launcher.views.triage.render import as_data, show
 
     since_s = parse_since(since)
     facts = collect(checkout_settings(), Docker(), service, since_s, verify)

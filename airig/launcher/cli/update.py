@@ -1,6 +1,6 @@
 """`update [SERVICE] [--check]`: move the compute images to what their tags name now.
 
-The launcher mounts it with ``register(app)``; the work is ``airig/launcher/update.py``.
+The launcher mounts it with ``register(app)``; the work is ``airig/launcher/lifecycle/update.py``.
 Failures are AirigError, printed by the app's edge as one line and a hint.
 """
 
@@ -13,11 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from airig.common.errors import ConfigError, DockerError
+from airig.launcher.compose.docker import Docker
+from airig.launcher.compose.plan import HOST_ENV, plan_for_running
 from airig.launcher.console import console
-from airig.launcher.docker import Docker
-from airig.launcher.plan import HOST_ENV, plan_for_running
-from airig.launcher.settings import checkout_settings
-from airig.launcher.update import (
+from airig.launcher.lifecycle.update import (
     Engine,
     Updater,
     check,
@@ -32,6 +31,7 @@ from airig.launcher.update import (
     to_update,
     wait_healthy,
 )
+from airig.launcher.settings import checkout_settings
 
 
 def update(

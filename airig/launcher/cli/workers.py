@@ -18,7 +18,7 @@ from airig.common.errors import ConfigError
 from airig.launcher.brain_client import BrainClient
 from airig.launcher.console import console
 from airig.launcher.settings import Settings
-from airig.launcher.status import workers_table
+from airig.launcher.views.status import workers_table
 
 
 def build_workers_app(settings_of: Callable[[], Settings]) -> typer.Typer:

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airig.common.errors import DockerError, HardwareError
-from airig.launcher.docker import Docker
+from airig.launcher.compose.docker import Docker
+from airig.launcher.compose.plan import GpuSlot, amd_host_env, intel_host_env
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware import HardwareReport, detect, kfd_visible, nvml_visible
 from airig.launcher.hardware.decide import decide_profile
@@ -18,7 +19,6 @@ from airig.launcher.hardware.intel import intel_usable
 from airig.launcher.hardware.vulkan import VulkanProbe, run_probe
 from airig.launcher.images import ImageSelection, choose_images, load_catalog, pins_from
 from airig.launcher.images.vulkan_verdict import with_vulkan_verdict
-from airig.launcher.plan import GpuSlot, amd_host_env, intel_host_env
 from airig.launcher.settings import Settings
 
 VENDOR_OF = {"gpu-nvidia": "nvidia", "gpu-amd": "amd", "gpu-intel": "intel"}

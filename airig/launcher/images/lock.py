@@ -15,7 +15,7 @@ rolls back when the new one fails). The file is JSON, one entry per image variab
         "created": "2026-11-20T03:12:09Z",                    # the image's build time
         "locked_at": "2026-11-25T08:40:00+00:00"}}}
 
-Pure: no Docker here (``airig/launcher/update.py`` reads the engine and the registry).
+Pure: no Docker here (``airig/launcher/lifecycle/update.py`` reads the engine and the registry).
 """
 
 from __future__ import annotations

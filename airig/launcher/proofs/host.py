@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from airig.launcher.docker import Docker, engine_errors
+from airig.launcher.compose.docker import Docker, engine_errors
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware.choice import Choice, backends_from, igpu_on, profile_gpus
 from airig.launcher.images import ImageChoice, ImageSelection, choose_images, pins_from

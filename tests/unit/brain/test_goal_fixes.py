@@ -11,8 +11,8 @@ from airig.common.shared_settings import PLANNER_MODEL
 from airig.launcher.brain_client import BrainClient
 from airig.launcher.cli import goal_flow
 from airig.launcher.cli.tasks import app
+from airig.launcher.lifecycle.up import planner_warning
 from airig.launcher.settings import load_settings
-from airig.launcher.up import planner_warning
 
 TOKEN = "admin-secret-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

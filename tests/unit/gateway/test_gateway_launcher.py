@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 
 from airig.common.errors import ConfigError, PreflightError
-from airig.launcher.plan import build_plan, plan_for_running
-from airig.launcher.preflight import escalation_check
+from airig.launcher.compose.plan import build_plan, plan_for_running
+from airig.launcher.lifecycle.preflight import escalation_check
+from airig.launcher.lifecycle.up import Launcher, _require
 from airig.launcher.settings import load_settings
-from airig.launcher.up import Launcher, _require
 
 ROOT = Path(__file__).resolve().parents[3]
 KEY = "sk-secret-0123456789abcdef"

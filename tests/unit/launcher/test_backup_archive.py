@@ -1,5 +1,5 @@
-"""The backup archive (airig/launcher/backup_archive.py): what it writes, and every archive
-`backup --verify` and `restore` must refuse before touching anything."""
+"""The backup archive (airig/launcher/lifecycle/backup_archive.py): what it writes, and
+every archive `backup --verify` and `restore` must refuse before touching anything."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airig.launcher.backup_archive import (
+from airig.launcher.lifecycle.backup_archive import (
     ArchiveWriter,
     BackupError,
     Manifest,
@@ -173,7 +173,7 @@ def test_keep_deletes_only_the_oldest_of_ours(tmp_path):
 
 
 def test_an_older_kits_archive_says_it_holds_no_outputs(tmp_path):
-    from airig.launcher.backup_archive import describe
+    from airig.launcher.lifecycle.backup_archive import describe
 
     manifest = verify(write_archive(tmp_path))  # no data part, no data_included
     assert not manifest.data_included and not manifest.inputs_included

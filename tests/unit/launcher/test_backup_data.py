@@ -23,9 +23,9 @@ import docker.errors
 import pytest
 
 from airig.brain.store import vectors
-from airig.launcher import backup as backup_module
-from airig.launcher.backup import INDEX_SNAPSHOT_PY, take
-from airig.launcher.backup_archive import BackupError, describe, verify
+from airig.launcher.lifecycle import backup as backup_module
+from airig.launcher.lifecycle.backup import INDEX_SNAPSHOT_PY, take
+from airig.launcher.lifecycle.backup_archive import BackupError, describe, verify
 
 PREFIX = "airig"
 
@@ -248,7 +248,7 @@ def test_a_failed_index_snapshot_writes_no_archive(rig, monkeypatch):
 
 
 def test_a_full_disk_while_writing_leaves_no_archive(rig, monkeypatch):
-    from airig.launcher import backup_archive
+    from airig.launcher.lifecycle import backup_archive
 
     def full(self, info, source):
         raise OSError(28, "No space left on device")
@@ -263,11 +263,11 @@ def test_the_cli_summary_says_what_is_in_the_archive(launcher_kit, rig, monkeypa
     from support import run_cli, write_env
 
     import airig.launcher.cli.backup as cli_backup
-    import airig.launcher.docker
+    import airig.launcher.compose.docker
 
     write_env(launcher_kit)
     index(rig.data, {"volcanoes": [1.0, 0.0, 0.0]})
-    monkeypatch.setattr(airig.launcher.docker, "Docker", lambda: rig.engine)
+    monkeypatch.setattr(airig.launcher.compose.docker, "Docker", lambda: rig.engine)
     monkeypatch.setattr(cli_backup, "_record", lambda client, body: None)
     code, out, err = run_cli(monkeypatch, capsys, None, "backup", "--to", str(rig.backups))
     assert code == 0, out + err

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from airig.launcher.cli.tasks import app, parse_age
 from airig.launcher.settings import checkout_settings
-from airig.launcher.status import brain_store, store_table
+from airig.launcher.views.status import brain_store, store_table
 
 TOKEN = "admin-secret-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import airig.launcher.console
 from airig.launcher.cli.runbook import _show_log
 from airig.launcher.cli.tasks import app
-from airig.launcher.status import services_table
+from airig.launcher.views.status import services_table
 
 TOKEN = "admin-secret-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

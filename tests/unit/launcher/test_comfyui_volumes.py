@@ -21,8 +21,8 @@ import yaml
 from rich.console import Console
 
 from airig.common.errors import DockerError
-from airig.launcher import comfy_volumes
-from airig.launcher.up import VOLUMES
+from airig.launcher.lifecycle import comfy_volumes
+from airig.launcher.lifecycle.up import VOLUMES
 from airig.provision.comfyui_move import MARKER, TEMP_SUFFIX, move_all, move_tree
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -6,9 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airig.launcher.gpu_info import GpuInfo
-from airig.launcher.images import choose_images, load_catalog
-from airig.launcher.plan import (
+from airig.launcher.compose.plan import (
     AMD_COMPUTE_SERVICES,
     GpuSlot,
     StackPlan,
@@ -18,8 +16,10 @@ from airig.launcher.plan import (
     build_plan,
     plan_for_running,
 )
+from airig.launcher.gpu_info import GpuInfo
+from airig.launcher.images import choose_images, load_catalog
+from airig.launcher.lifecycle.up import Launcher
 from airig.launcher.settings import load_settings
-from airig.launcher.up import Launcher
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -189,7 +189,7 @@ def test_brain_gpu_group_naming_a_missing_gpu_is_a_config_error(tmp_path):
 
 
 def test_the_layout_names_each_worker_its_gpus_and_its_ollama(tmp_path):
-    from airig.launcher.plan import worker_layout
+    from airig.launcher.compose.plan import worker_layout
 
     gpus = [GpuSlot(i, "GTX 1060 6GB", 6 << 30) for i in range(5)]
     plan = build_plan(settings(tmp_path, "AIRIG_BRAIN_GPUS=0,3\n"), "gpu-nvidia", gpus)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from airig.launcher.docker import group_states, summary_state
-from airig.launcher.status import service_rows
-from airig.launcher.up import host_port
+from airig.launcher.compose.docker import group_states, summary_state
+from airig.launcher.lifecycle.up import host_port
+from airig.launcher.views.status import service_rows
 
 
 def listed(name: str, project: str = "airig-infra", **fields: Any) -> dict[str, Any]:

@@ -28,17 +28,23 @@ from support import error_lines, run_cli
 import airig.launcher.cli.app
 import airig.launcher.console
 from airig.common.errors import ConfigError, DockerError, HardwareError
-from airig.launcher.docker import Docker
+from airig.launcher.compose.docker import Docker
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware import decide_profile, detect, render_table
 from airig.launcher.hardware.choice import choose_profile, gpu_slots
 from airig.launcher.hardware.decide import PROBE_TIMEOUT_FIX
 from airig.launcher.hardware.pci import normalize_address
 from airig.launcher.hardware.report import HardwareReport
-from airig.launcher.preflight import Check
+from airig.launcher.lifecycle.preflight import Check
+from airig.launcher.lifecycle.up import Launcher
 from airig.launcher.settings import load_settings
-from airig.launcher.status import bundle, checks_table, redacted_env, services_table, workers_table
-from airig.launcher.up import Launcher
+from airig.launcher.views.status import (
+    bundle,
+    checks_table,
+    redacted_env,
+    services_table,
+    workers_table,
+)
 
 NVIDIA = 0x10DE
 # Engine text with both traps: "[[gpu]]" (eaten by markup) and "[/…]" (a closing tag).

@@ -26,7 +26,7 @@ from airig.launcher.images.lock import (
     write_lock,
 )
 from airig.launcher.images.remote import ARCH, Registry, parse, scheme_of
-from airig.launcher.update import age, short
+from airig.launcher.lifecycle.update import age, short
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 AMD, CFG = "sha256:" + "a" * 64, "sha256:" + "c" * 64

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import docker.errors
 
-from airig.launcher.init_logs import InitLogs, started_at
+from airig.launcher.lifecycle.init_logs import InitLogs, started_at
 
 
 def iso(ts: float) -> str:

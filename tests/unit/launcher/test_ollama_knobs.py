@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airig.launcher.plan import GpuSlot, build_plan, plan_for_running
+from airig.launcher.compose.plan import GpuSlot, build_plan, plan_for_running
+from airig.launcher.lifecycle.tune import services_using
 from airig.launcher.settings import checkout_settings
-from airig.launcher.tune import services_using
 
 GPUS = [GpuSlot(0, "GTX 1060"), GpuSlot(1, "GTX 1060"), GpuSlot(2, "GTX 1060")]
 

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-import airig.launcher.logs
+import airig.launcher.views.logs
 from airig.launcher.cli.tasks import watch
 from airig.launcher.console import console
-from airig.launcher.logs import show_logs
-from airig.launcher.status import services_table
+from airig.launcher.views.logs import show_logs
+from airig.launcher.views.status import services_table
 
 LONG_JSON = json.dumps({"level": "info", "message": "x" * 200, "path": "/a/" + "b" * 60})
 
@@ -38,7 +38,7 @@ class FakeDocker:
 @pytest.mark.parametrize("follow", [False, True])
 def test_logs_writes_json_lines_whole(monkeypatch, capsys, follow):
     plan = SimpleNamespace(stacks=[SimpleNamespace(name="01-infra")])
-    monkeypatch.setattr(airig.launcher.logs, "plan_for_running", lambda settings: plan)
+    monkeypatch.setattr(airig.launcher.views.logs, "plan_for_running", lambda settings: plan)
     show_logs(None, FakeDocker(), None, 40, follow)  # type: ignore[arg-type]
     out = capsys.readouterr().out
     assert out == f"{LONG_JSON}\n{LONG_JSON}\n"

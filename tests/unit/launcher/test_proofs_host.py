@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from docker.errors import ImageNotFound, NotFound
 
-from airig.launcher.docker import Docker
+from airig.launcher.compose.docker import Docker
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware.choice import Choice, select_images
 from airig.launcher.hardware.report import HardwareReport

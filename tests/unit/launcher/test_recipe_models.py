@@ -119,8 +119,8 @@ def test_up_pulls_the_recipes_models_through_host_env(rig, monkeypatch):
     from hardware_fakes import FakeDocker
     from rich.console import Console
 
-    from airig.launcher.docker import Docker
-    from airig.launcher.up import Launcher
+    from airig.launcher.compose.docker import Docker
+    from airig.launcher.lifecycle.up import Launcher
 
     class Engine(Docker):
         def sdk(self):

@@ -15,12 +15,12 @@ import pytest
 from rich.console import Console
 
 from airig.common.errors import ConfigError, DockerError
-from airig.launcher.docker import compose_pulls
+from airig.launcher.compose.docker import compose_pulls
+from airig.launcher.compose.plan import ComposePlan, StackPlan
+from airig.launcher.compose.pull import pull_error, pull_missing
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.images import choose_images, load_catalog
 from airig.launcher.images.registry import mirrored, split_domain
-from airig.launcher.plan import ComposePlan, StackPlan
-from airig.launcher.pull import pull_error, pull_missing
 from airig.launcher.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[3]

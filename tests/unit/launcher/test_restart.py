@@ -8,9 +8,9 @@ import pytest
 
 import airig.launcher.cli.runbook as runbook
 from airig.common.errors import ConfigError
-from airig.launcher.docker import ServiceState
-from airig.launcher.plan import ComposePlan, StackPlan, plan_for_running
-from airig.launcher.restart import find_service, restart_one, wait_healthy
+from airig.launcher.compose.docker import ServiceState
+from airig.launcher.compose.plan import ComposePlan, StackPlan, plan_for_running
+from airig.launcher.lifecycle.restart import find_service, restart_one, wait_healthy
 from airig.launcher.settings import checkout_settings
 from tests.support import one_error, run_cli
 
@@ -123,7 +123,7 @@ def test_the_command_refuses_an_unknown_service(
 
 def test_a_compute_service_restart_says_its_queued_work_waited() -> None:
     """Issue 35 §2: the brain holds a compute service's queued tasks while it is down."""
-    from airig.launcher.restart import Outcome, outcome_line
+    from airig.launcher.lifecycle.restart import Outcome, outcome_line
 
     back = outcome_line(Outcome("ollama-cpu", True, "healthy"))
     assert back.endswith(

@@ -20,9 +20,14 @@ import pytest
 from support import unprivileged
 from test_restore_prepare import ENV, FakeDocker
 
-from airig.launcher import restore
-from airig.launcher.backup_archive import ArchiveWriter, BackupError, Manifest, archive_name
-from airig.launcher.restore import PENDING, apply_pending, prepare
+from airig.launcher.lifecycle import restore
+from airig.launcher.lifecycle.backup_archive import (
+    ArchiveWriter,
+    BackupError,
+    Manifest,
+    archive_name,
+)
+from airig.launcher.lifecycle.restore import PENDING, apply_pending, prepare
 
 OLD_ENV = b"BRAIN_ADMIN_TOKEN=the-old-one-0123456789abcdef\n"
 DATA_FILES = {

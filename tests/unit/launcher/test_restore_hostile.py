@@ -23,9 +23,10 @@ import pytest
 from support import one_error, run_cli
 from test_restore_prepare import ENV, FakeDocker
 
-from airig.launcher import backup, restore
-from airig.launcher.backup import DATA_VOLUMES, MODEL_VOLUMES, STORE_MEMBER
-from airig.launcher.backup_archive import (
+from airig.launcher.envfile import read_env
+from airig.launcher.lifecycle import backup, restore
+from airig.launcher.lifecycle.backup import DATA_VOLUMES, MODEL_VOLUMES, STORE_MEMBER
+from airig.launcher.lifecycle.backup_archive import (
     DATA_VOLUME,
     STATE_FILES,
     STORE_VOLUME,
@@ -34,8 +35,7 @@ from airig.launcher.backup_archive import (
     archive_name,
     verify,
 )
-from airig.launcher.envfile import read_env
-from airig.launcher.restore import PENDING, prepare
+from airig.launcher.lifecycle.restore import PENDING, prepare
 
 OLD_ENV = b"AIRIG_PROJECT_PREFIX=airig\nBRAIN_ADMIN_TOKEN=the-old-one-0123456789abcdef\n"
 STORE = b"SQLite format 3\x00" + b"\x00" * 100
@@ -114,7 +114,7 @@ def test_an_archive_without_env_is_refused_before_anything(tmp_path: Path) -> No
 def test_restore_yes_without_env_is_one_line_at_the_command(
     launcher_kit: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import airig.launcher.docker as docker_module
+    import airig.launcher.compose.docker as docker_module
 
     engine = FakeDocker(volumes=["airig-brain-state", "airig-results"])
     monkeypatch.setattr(docker_module, "Docker", lambda: engine)

@@ -1,4 +1,4 @@
-"""`restore ARCHIVE`'s first half (airig/launcher/restore.py ``prepare``): it refuses in
+"""`restore ARCHIVE`'s first half (airig/launcher/lifecycle/restore.py ``prepare``): it refuses in
 one line, before writing anything, what would lose data; on a fresh clone it writes the
 checkout's files and leaves `up` the volumes."""
 
@@ -12,8 +12,13 @@ from types import SimpleNamespace
 import docker.errors
 import pytest
 
-from airig.launcher.backup_archive import ArchiveWriter, BackupError, Manifest, archive_name
-from airig.launcher.restore import PENDING, prepare
+from airig.launcher.lifecycle.backup_archive import (
+    ArchiveWriter,
+    BackupError,
+    Manifest,
+    archive_name,
+)
+from airig.launcher.lifecycle.restore import PENDING, prepare
 
 ENV = b"AIRIG_PROJECT_PREFIX=airig\nBRAIN_ADMIN_TOKEN=restored-secret-token-0123456789\n"
 

@@ -17,9 +17,9 @@ from test_restore_prepare import ENV, FakeDocker
 
 from airig.brain.api.app import create_app
 from airig.brain.store import backups
-from airig.launcher.backup_archive import ArchiveWriter, Manifest, archive_name
 from airig.launcher.cli.backup import backup_line
-from airig.launcher.restore import apply_pending, prepare
+from airig.launcher.lifecycle.backup_archive import ArchiveWriter, Manifest, archive_name
+from airig.launcher.lifecycle.restore import apply_pending, prepare
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 

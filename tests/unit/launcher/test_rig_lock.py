@@ -5,7 +5,7 @@ whose configuration differs (another checkout's .env secrets and images: the e2e
 uses the default prefix too) recreates them meanwhile, and the first one's inspect finds
 its id gone (compose 2.40.3 says exactly "Error response from daemon: No such container:
 <id>", reproduced with two real compose runs). `up` and `down` now hold one lock per rig
-and engine (launcher/rig_lock.py): the second run waits and says for whom.
+and engine (launcher/lifecycle/rig_lock.py): the second run waits and says for whom.
 
 The launcher's own listings (the docker SDK lists, then inspects one by one) leave out a
 container removed in between, and removing one that is already gone is no failure.
@@ -27,13 +27,13 @@ from docker.models.containers import ContainerCollection
 from rich.console import Console
 from support import wait_until
 
-import airig.launcher.up
+import airig.launcher.lifecycle.up
 from airig.common.errors import DockerError
-from airig.launcher import rig_lock
-from airig.launcher.docker import Docker, ServiceState
-from airig.launcher.plan import build_plan
+from airig.launcher.compose.docker import Docker, ServiceState
+from airig.launcher.compose.plan import build_plan
+from airig.launcher.lifecycle import rig_lock
+from airig.launcher.lifecycle.up import Launcher, UpResult
 from airig.launcher.settings import load_settings
-from airig.launcher.up import Launcher, UpResult
 
 IDS = (f"{n:012x}a4d312" for n in itertools.count(1))
 
@@ -118,8 +118,8 @@ def checkout(launcher_kit: Path, lock_dir: Path, monkeypatch):
         )
         return launcher, plan, out
 
-    monkeypatch.setattr(airig.launcher.up, "apply_restore", lambda *a: None)
-    monkeypatch.setattr(airig.launcher.up, "prepare_comfyui", lambda *a: None)
+    monkeypatch.setattr(airig.launcher.lifecycle.up, "apply_restore", lambda *a: None)
+    monkeypatch.setattr(airig.launcher.lifecycle.up, "prepare_comfyui", lambda *a: None)
     return make
 
 
@@ -164,7 +164,7 @@ def test_a_second_up_waits_and_never_recreates_what_the_first_one_waits_on(check
 def test_the_race_itself_without_the_lock(checkout, monkeypatch):
     """What the lock prevents: B's compose recreates the container A listed, and A's
     inspect finds its id gone, the issue's words, and A rolls everything back."""
-    monkeypatch.setattr(airig.launcher.up, "rig_lock", _no_lock)
+    monkeypatch.setattr(airig.launcher.lifecycle.up, "rig_lock", _no_lock)
     engine = Engine()
     first = Compose(engine, "checkout A", hold_at="02-compute")
     up_a, _, _ = checkout(first)

@@ -18,12 +18,12 @@ from support import one_error, run_cli
 
 from airig.brain.api.app import create_app
 from airig.common.errors import ConfigError
-from airig.launcher.docker import Docker, ServiceState, group_states
+from airig.launcher.compose.docker import Docker, ServiceState, group_states
+from airig.launcher.compose.plan import GpuSlot, build_plan
 from airig.launcher.envfile import read_env, set_values
-from airig.launcher.join import check_brain, check_brain_url, join_command
-from airig.launcher.plan import GpuSlot, build_plan
+from airig.launcher.lifecycle.join import check_brain, check_brain_url, join_command
+from airig.launcher.lifecycle.up import Launcher
 from airig.launcher.settings import load_settings
-from airig.launcher.up import Launcher
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BRAIN = "https://brain.example.lan"
@@ -126,7 +126,7 @@ def test_a_server_that_is_not_a_brain_never_sees_the_token(monkeypatch):
         seen.append((url, dict(headers or {})))
         return NotFound()
 
-    monkeypatch.setattr("airig.launcher.join.requests.get", get)
+    monkeypatch.setattr("airig.launcher.lifecycle.join.requests.get", get)
     with pytest.raises(ConfigError, match="does not answer like an airig brain"):
         check_brain("https://wiki.example.lan", "join-token-123456")
     assert seen == [("https://wiki.example.lan/health", {})]
@@ -147,7 +147,7 @@ def test_a_degraded_brain_is_said_as_such_and_never_sees_the_token(monkeypatch):
         seen.append(url)
         return Degraded()
 
-    monkeypatch.setattr("airig.launcher.join.requests.get", get)
+    monkeypatch.setattr("airig.launcher.lifecycle.join.requests.get", get)
     with pytest.raises(ConfigError) as caught:
         check_brain("https://brain.example.lan", "join-token-123456")
     assert "is degraded: its store is full" in caught.value.message
@@ -517,7 +517,7 @@ def test_token_create_needs_a_purpose(kit, monkeypatch, capsys):
 
 # ------------------------------------------------------------------ status, client, .env
 def test_status_shows_each_workers_host(tmp_path):
-    from airig.launcher.status import workers_table
+    from airig.launcher.views.status import workers_table
 
     settings = h.make_settings(tmp_path, BRAIN_CLAIM_WAIT_S=0)
     with TestClient(create_app(settings)) as client:

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from rich.console import Console
 
 from airig.brain.api.app import create_app
-from airig.launcher.status import workers_table
+from airig.launcher.views.status import workers_table
 
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
@@ -41,8 +41,8 @@ def test_a_hot_gpu_worker_shows_its_temperature_and_the_warning(tmp_path):
 
 
 def test_status_lists_the_dashboard_url_with_the_brain():
-    from airig.launcher.docker import ServiceState
-    from airig.launcher.status import _row
+    from airig.launcher.compose.docker import ServiceState
+    from airig.launcher.views.status import _row
 
     brain = ServiceState("brain", "airig-agents-brain-1", "running", "healthy", None,
                          ["127.0.0.1:8080->8080/tcp"])  # fmt: skip

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from support import write_env
 
-from airig.launcher import plan as plans
-from airig.launcher.plan import (
+from airig.launcher.compose import plan as plans
+from airig.launcher.compose.plan import (
     GpuSlot,
     VulkanBuild,
     build_plan,
@@ -18,8 +18,8 @@ from airig.launcher.plan import (
     plan_for_running,
     vulkan_compute_overlay,
 )
+from airig.launcher.lifecycle.up import Launcher
 from airig.launcher.settings import STACKS, load_settings
-from airig.launcher.up import Launcher
 
 ROOT = Path(__file__).resolve().parents[3]
 REQUIRED = re.compile(r"\$\{([A-Z0-9_]+):\?")
@@ -89,8 +89,8 @@ def test_down_keeps_the_launchers_history_and_readme_says_which(kit):
     """README said `.airig/` keeps only `tuning.log` (issue 35 §5): `down` keeps the
     image lock, the update log and the proofs' verdicts too, and README names each."""
     from airig.launcher.images.lock import LOCK_FILE
+    from airig.launcher.lifecycle.update import LOG_FILE
     from airig.launcher.proofs.cache import PROOFS_FILE
-    from airig.launcher.update import LOG_FILE
 
     kept = sorted(["tuning.log", LOCK_FILE, LOG_FILE, PROOFS_FILE])
     write_env(kit)

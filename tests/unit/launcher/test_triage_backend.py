@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import airig.launcher.triage.collect as collect
-from airig.launcher.triage import ContainerFacts, Facts, classify
-from airig.launcher.triage.backend import backend, backends
-from airig.launcher.triage.facts import GPU_FALLBACK, DeviceRequest
-from airig.launcher.triage.render import BACKENDS, HEALTHY, as_data, show
+import airig.launcher.views.triage.collect as collect
+from airig.launcher.views.triage import ContainerFacts, Facts, classify
+from airig.launcher.views.triage.backend import backend, backends
+from airig.launcher.views.triage.facts import GPU_FALLBACK, DeviceRequest
+from airig.launcher.views.triage.render import BACKENDS, HEALTHY, as_data, show
 
 # ollama/ollama's own ENV (its Dockerfile's final stage), which the kit's Vulkan image
 # inherits: NVIDIA_VISIBLE_DEVICES=all is in every Ollama and names no GPU by itself

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from airig.launcher.triage import ContainerFacts, Facts, classify
-from airig.launcher.triage.collect import relevant_alerts
-from airig.launcher.triage.facts import (
+from airig.launcher.views.triage import ContainerFacts, Facts, classify
+from airig.launcher.views.triage.collect import relevant_alerts
+from airig.launcher.views.triage.facts import (
     AGENTS,
     MODEL_SYNC,
     SERVICE_DOWN,

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from airig.launcher.triage import ContainerFacts, Facts, Healthcheck, classify
-from airig.launcher.triage.classify import flap_period
-from airig.launcher.triage.facts import (
+from airig.launcher.views.triage import ContainerFacts, Facts, Healthcheck, classify
+from airig.launcher.views.triage.classify import flap_period
+from airig.launcher.views.triage.facts import (
     AGENTS,
     FLAPPING,
     GPU_FALLBACK,

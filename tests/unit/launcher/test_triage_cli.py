@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 from support import one_error, run_cli
 
-import airig.launcher.triage.collect as collect
-from airig.launcher.triage import Facts, Healthcheck
-from airig.launcher.triage.render import HEALTHY
+import airig.launcher.views.triage.collect as collect
+from airig.launcher.views.triage import Facts, Healthcheck
+from airig.launcher.views.triage.render import HEALTHY
 
 NS = 1_000_000_000
 

@@ -10,10 +10,10 @@ import pytest
 from support import one_error, run_cli
 
 import airig.launcher.brain_client as brain_client
-import airig.launcher.triage.collect as collect
+import airig.launcher.views.triage.collect as collect
 from airig.common.errors import ConfigError
-from airig.launcher.service_names import locate, matching, resolve
-from airig.launcher.triage import ContainerFacts
+from airig.launcher.compose.service_names import locate, matching, resolve
+from airig.launcher.views.triage import ContainerFacts
 
 RUNNING = ("whisper-init", "whisper-cpu", "ollama-gpu-nvidia", "worker-cpu", "worker-gpu0")
 ALERT = {

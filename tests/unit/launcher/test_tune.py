@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 import airig.launcher.cli.runbook as runbook
-from airig.launcher.docker import ServiceState
-from airig.launcher.plan import StackPlan, plan_for_running
-from airig.launcher.settings import checkout_settings
-from airig.launcher.tune import (
+from airig.launcher.compose.docker import ServiceState
+from airig.launcher.compose.plan import StackPlan, plan_for_running
+from airig.launcher.lifecycle.tune import (
     KnobError,
     apply,
     log_path,
@@ -24,6 +23,7 @@ from airig.launcher.tune import (
     rollback_change,
     services_using,
 )
+from airig.launcher.settings import checkout_settings
 from tests.support import one_error, run_cli
 
 ENV = """# my rig

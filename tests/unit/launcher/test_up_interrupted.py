@@ -17,13 +17,13 @@ import pytest
 from rich.console import Console
 from support import error_lines
 
-import airig.launcher.up
+import airig.launcher.lifecycle.up
 from airig.common.errors import DockerError
 from airig.launcher.cli.edge import run_at_edge
-from airig.launcher.docker import ServiceState
-from airig.launcher.plan import build_plan
+from airig.launcher.compose.docker import ServiceState
+from airig.launcher.compose.plan import build_plan
+from airig.launcher.lifecycle.up import Interrupted, Launcher, UpResult
 from airig.launcher.settings import load_settings
-from airig.launcher.up import Interrupted, Launcher, UpResult
 
 
 class Adapter:
@@ -88,8 +88,8 @@ def launch(launcher_kit: Path, monkeypatch):
         launcher = Launcher(settings, adapter, Console(file=out, width=200, color_system=None))  # type: ignore[arg-type]
         monkeypatch.setattr(launcher, "_build", lambda plan: None)
         monkeypatch.setattr(launcher, "_up_with_progress", adapter.up)
-        monkeypatch.setattr(airig.launcher.up, "apply_restore", lambda *a: None)
-        monkeypatch.setattr(airig.launcher.up, "prepare_comfyui", lambda *a: None)
+        monkeypatch.setattr(airig.launcher.lifecycle.up, "apply_restore", lambda *a: None)
+        monkeypatch.setattr(airig.launcher.lifecycle.up, "prepare_comfyui", lambda *a: None)
         plan = build_plan(settings, "cpu", [])
         return launcher, plan, out
 

@@ -1,4 +1,4 @@
-"""`update` (airig/launcher/update.py): one image at a time, pulled before anything
+"""`update` (airig/launcher/lifecycle/update.py): one image at a time, pulled before anything
 changes, recreated, waited for, smoke-checked, rolled back on any failure; `up`'s record;
 the command's refusals."""
 
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from airig.common.errors import ConfigError, DockerError
+from airig.launcher.compose.plan import StackPlan, plan_for_running
 from airig.launcher.images.choose import ImageChoice, ImageSelection
 from airig.launcher.images.lock import (
     Locked,
@@ -20,9 +21,7 @@ from airig.launcher.images.lock import (
     read_log,
     write_lock,
 )
-from airig.launcher.plan import StackPlan, plan_for_running
-from airig.launcher.settings import checkout_settings
-from airig.launcher.update import (
+from airig.launcher.lifecycle.update import (
     ImageLock,
     Updater,
     check_lines,
@@ -35,6 +34,7 @@ from airig.launcher.update import (
     verdict,
     wait_healthy,
 )
+from airig.launcher.settings import checkout_settings
 from tests.support import one_error, run_cli
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64

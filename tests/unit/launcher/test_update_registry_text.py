@@ -77,7 +77,7 @@ def check(
     """`update --check` through the CLI, the registry answering through ``reg``."""
     import airig.launcher.cli.update as cli_update
     import airig.launcher.hardware.choice as choice
-    from airig.launcher.update import lookup_cached
+    from airig.launcher.lifecycle.update import lookup_cached
 
     whisper = ImageChoice("whisper", "WHISPER_IMAGE_CPU", TAG, False, "cpu profile")
     chosen = ImageSelection("cpu", (whisper,), {})

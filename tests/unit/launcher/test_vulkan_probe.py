@@ -27,13 +27,13 @@ from rich.console import Console
 from support import error_lines, run_cli
 
 from airig.common.errors import HardwareError
-from airig.launcher.docker import Docker
+from airig.launcher.compose.docker import Docker
 from airig.launcher.hardware import detect
 from airig.launcher.hardware.vulkan import judge, parse_summary, run_probe
 from airig.launcher.images import choose_images, load_catalog
 from airig.launcher.images.vulkan_verdict import with_vulkan_verdict
+from airig.launcher.lifecycle.up import Launcher
 from airig.launcher.settings import load_settings
-from airig.launcher.up import Launcher
 
 HERE = Path(__file__).parent / "vulkaninfo"
 ROOT = Path(__file__).resolve().parents[3]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from airig.common.worker_names import slot_of
-from airig.launcher.service_names import matches_service
-from airig.launcher.triage.facts import ContainerFacts
+from airig.launcher.compose.service_names import matches_service
+from airig.launcher.views.triage.facts import ContainerFacts
 
 
 def service_containers(subject: str, containers: Iterable[ContainerFacts]) -> list[ContainerFacts]:

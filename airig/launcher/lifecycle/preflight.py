@@ -14,9 +14,9 @@ from typing import Any
 
 from airig.common.errors import AirigError
 from airig.common.secrets import is_placeholder
-from airig.launcher.docker import Docker
+from airig.launcher.compose.docker import Docker
+from airig.launcher.compose.plan import gateway_key_path
 from airig.launcher.envfile import missing_keys
-from airig.launcher.plan import gateway_key_path
 from airig.launcher.settings import PORTS, Settings
 
 

@@ -45,8 +45,15 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from airig.common.errors import AirigError
-from airig.launcher.backup import DATA_VOLUMES, MODEL_VOLUMES, STORE_MEMBER, archive_sha256
-from airig.launcher.backup_archive import (
+from airig.launcher.compose.docker import Docker, engine_errors
+from airig.launcher.envfile import read_env, set_values
+from airig.launcher.lifecycle.backup import (
+    DATA_VOLUMES,
+    MODEL_VOLUMES,
+    STORE_MEMBER,
+    archive_sha256,
+)
+from airig.launcher.lifecycle.backup_archive import (
     DATA_VOLUME,
     ENV_MEMBER,
     STATE_FILES,
@@ -55,8 +62,6 @@ from airig.launcher.backup_archive import (
     human_bytes,
     verify,
 )
-from airig.launcher.docker import Docker, engine_errors
-from airig.launcher.envfile import read_env, set_values
 from airig.launcher.settings import Settings, load_settings
 
 PENDING = "restore.json"

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airig.launcher.triage.facts import ContainerFacts, DeviceRequest
+from airig.launcher.views.triage.facts import ContainerFacts, DeviceRequest
 
 COMPUTE = ("ollama", "comfyui", "whisper")
 KFD = "/dev/kfd"

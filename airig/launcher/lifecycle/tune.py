@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from airig.common.errors import ConfigError
+from airig.launcher.compose.plan import ComposePlan, StackPlan
 from airig.launcher.envfile import read_env, set_values
-from airig.launcher.plan import ComposePlan, StackPlan
 from airig.launcher.settings import Settings
 
 STAGES = ("concurrency", "memory", "offload")

@@ -26,14 +26,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import AirigError, DockerError, PreflightError
-from airig.launcher.backup_archive import BackupError
-from airig.launcher.comfy_volumes import COMPUTE_STACK, LEGACY_VOLUME, MODELS_VOLUME, USER_VOLUMES
-from airig.launcher.comfy_volumes import prepare as prepare_comfyui
-from airig.launcher.docker import Docker, ServiceState, engine_errors
-from airig.launcher.hardware.choice import Choice, choose_profile, probe_images
-from airig.launcher.image_source import image_hash, source_hash
-from airig.launcher.images import ImageSelection, comfyui_flag_clash
-from airig.launcher.plan import (
+from airig.launcher.compose.docker import Docker, ServiceState, engine_errors
+from airig.launcher.compose.plan import (
     ESCALATION_PROFILE,
     VULKAN_BUILD,
     ComposePlan,
@@ -42,7 +36,20 @@ from airig.launcher.plan import (
     project_names,
     vulkan_build,
 )
-from airig.launcher.preflight import (
+from airig.launcher.compose.pull import pull_missing
+from airig.launcher.compose.stack_env import remove_written, stack_env_path, stack_env_text
+from airig.launcher.hardware.choice import Choice, choose_profile, probe_images
+from airig.launcher.images import ImageSelection, comfyui_flag_clash
+from airig.launcher.lifecycle.backup_archive import BackupError
+from airig.launcher.lifecycle.comfy_volumes import (
+    COMPUTE_STACK,
+    LEGACY_VOLUME,
+    MODELS_VOLUME,
+    USER_VOLUMES,
+)
+from airig.launcher.lifecycle.comfy_volumes import prepare as prepare_comfyui
+from airig.launcher.lifecycle.image_source import image_hash, source_hash
+from airig.launcher.lifecycle.preflight import (
     Check,
     disk_check,
     docker_checks,
@@ -50,19 +57,17 @@ from airig.launcher.preflight import (
     escalation_check,
     port_checks,
 )
+from airig.launcher.lifecycle.restore import apply_pending as apply_restore
+from airig.launcher.lifecycle.rig_lock import rig_lock
+from airig.launcher.lifecycle.update import hold_images
 from airig.launcher.proofs.host import (
     load_failure,
     load_proof_env,
     prove_images,
     record_load_failure,
 )
-from airig.launcher.pull import pull_missing
 from airig.launcher.recipes import pull_env as recipe_pull_env
-from airig.launcher.restore import apply_pending as apply_restore
-from airig.launcher.rig_lock import rig_lock
 from airig.launcher.settings import Settings
-from airig.launcher.stack_env import remove_written, stack_env_path, stack_env_text
-from airig.launcher.update import hold_images
 
 # The shared volumes, named "<AIRIG_PROJECT_PREFIX>-<name>" (see 01-infra/compose.yaml).
 VOLUMES = {
@@ -310,7 +315,7 @@ class Launcher:
         stack_envs = [stack_env_path(self.settings, s.name) for s in plan.stacks]
         for path in [*plan.generated, *stack_envs]:
             lines.append(f"# write {path.relative_to(self.settings.root)}")
-        for stack in plan.stacks:  # launcher/pull.py: which services, from compose config
+        for stack in plan.stacks:  # launcher/compose/pull.py: which services, from compose config
             pull = self.docker.command(stack, "pull", "--policy", "missing", "SERVICE")
             lines.append(f"{pull}   # per image it runs that the engine lacks, one at a time")
         build = plan.stack(IMAGE_SERVICE[0])
@@ -434,7 +439,7 @@ class Launcher:
         The bars follow the init containers' structured progress lines live, then the
         model → size → verified table; rich draws in this (main) thread.
         """
-        from airig.launcher.init_logs import InitLogs
+        from airig.launcher.lifecycle.init_logs import InitLogs
         from airig.provision.progress import render
 
         follower = InitLogs(self.docker.sdk(), stack.project, INIT_SERVICES, since=time.time())

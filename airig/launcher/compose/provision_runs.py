@@ -36,8 +36,8 @@ class Service(StrEnum):
 
 def default_client() -> DockerClient:
     """This checkout's running 02-compute project, as `up` started it."""
-    from airig.launcher.docker import Docker
-    from airig.launcher.plan import plan_for_running
+    from airig.launcher.compose.docker import Docker
+    from airig.launcher.compose.plan import plan_for_running
     from airig.launcher.settings import checkout_settings
 
     return Docker().client(plan_for_running(checkout_settings()).stack("02-compute"))

@@ -8,7 +8,7 @@ or JSON).
 
 from __future__ import annotations
 
-from airig.launcher.triage.classify import classify
-from airig.launcher.triage.facts import ContainerFacts, Facts, Finding, Healthcheck
+from airig.launcher.views.triage.classify import classify
+from airig.launcher.views.triage.facts import ContainerFacts, Facts, Finding, Healthcheck
 
 __all__ = ["ContainerFacts", "Facts", "Finding", "Healthcheck", "classify"]

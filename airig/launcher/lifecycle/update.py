@@ -30,7 +30,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import ConfigError, DockerError
-from airig.launcher.docker import Docker, engine_errors
+from airig.launcher.compose.docker import Docker, engine_errors
+from airig.launcher.compose.plan import HOST_ENV, ComposePlan, StackPlan
+from airig.launcher.compose.stack_env import stack_env_path, stack_env_text
 from airig.launcher.images.choose import ImageChoice, ImageSelection
 from airig.launcher.images.lock import (
     FailedUpdate,
@@ -50,11 +52,9 @@ from airig.launcher.images.lock import (
     write_lock,
 )
 from airig.launcher.images.remote import Registry
-from airig.launcher.plan import HOST_ENV, ComposePlan, StackPlan
-from airig.launcher.restart import queued_work
+from airig.launcher.lifecycle.restart import queued_work
+from airig.launcher.lifecycle.tune import services_using
 from airig.launcher.settings import Settings
-from airig.launcher.stack_env import stack_env_path, stack_env_text
-from airig.launcher.tune import services_using
 
 LOG_FILE = "update.log"
 WAIT_TIMEOUT_S = 180.0
@@ -287,8 +287,8 @@ class Engine:
         return {s.service for s in self.docker.services(stack)}
 
     def recreate(self, stack: StackPlan, service: str, ref: str) -> None:
-        from airig.launcher.comfy_volumes import SERVER_SERVICES, retire_stale_servers
-        from airig.launcher.restart import ComposeServices
+        from airig.launcher.lifecycle.comfy_volumes import SERVER_SERVICES, retire_stale_servers
+        from airig.launcher.lifecycle.restart import ComposeServices
 
         if service in SERVER_SERVICES:
             # Compose hands the old ComfyUI's anonymous /root to its replacement, and with
@@ -419,7 +419,7 @@ class Updater:
         try:
             self.engine.pull(move.reference)  # before anything changes
         except DockerError as exc:
-            from airig.launcher.pull import pull_error
+            from airig.launcher.compose.pull import pull_error
 
             raise pull_error(move.reference, move.service, exc.message, move.variable,
                              self.settings.image_registry) from None  # fmt: skip

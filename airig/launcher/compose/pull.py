@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import DockerError
-from airig.launcher.docker import Docker
+from airig.launcher.compose.docker import Docker
+from airig.launcher.compose.plan import ComposePlan
 from airig.launcher.images import CATALOG_FILE, ImageSelection
 from airig.launcher.images.registry import split_domain
-from airig.launcher.plan import ComposePlan
 
 # The daemon's words for each failure (moby's registry client and Go's net package, as
 # `docker pull` prints them): "manifest for X not found: manifest unknown", `dial tcp

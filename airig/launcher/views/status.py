@@ -17,9 +17,9 @@ from rich.table import Table
 
 from airig import __version__
 from airig.common.errors import AirigError
-from airig.launcher.docker import Docker, ServiceState
-from airig.launcher.plan import ComposePlan
-from airig.launcher.preflight import Check
+from airig.launcher.compose.docker import Docker, ServiceState
+from airig.launcher.compose.plan import ComposePlan
+from airig.launcher.lifecycle.preflight import Check
 from airig.launcher.settings import REPORTABLE, Settings
 
 SKIP_URL = {"ollama-init", "comfyui-init", "whisper-init", "volumes-init"}

@@ -12,9 +12,9 @@ from statistics import median
 
 from airig.common.gpu_use import comfyui_cpu_device, ollama_cpu_models
 from airig.common.jsonlog import utc_iso
-from airig.launcher.triage.alerts import with_alerts, with_model_sync
-from airig.launcher.triage.backend import gpu_label, offered
-from airig.launcher.triage.facts import (
+from airig.launcher.views.triage.alerts import with_alerts, with_model_sync
+from airig.launcher.views.triage.backend import gpu_label, offered
+from airig.launcher.views.triage.facts import (
     AGENTS,
     FLAPPING,
     GPU_FALLBACK,
@@ -27,7 +27,7 @@ from airig.launcher.triage.facts import (
     Facts,
     Finding,
 )
-from airig.launcher.triage.match import runs_worker, worker_container, worker_fix, worker_name
+from airig.launcher.views.triage.match import runs_worker, worker_container, worker_fix, worker_name
 
 OOM_LINE = re.compile(
     r"out of memory|OutOfMemory|cudaMalloc failed|hipErrorOutOfMemory|"

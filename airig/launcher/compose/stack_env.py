@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from airig.launcher.plan import StackPlan, generated_paths
+from airig.launcher.compose.plan import StackPlan, generated_paths
 from airig.launcher.settings import STACKS, Settings
 
 

@@ -53,7 +53,7 @@ GENERATED_FILES = (
 # (plan_for_running).
 STOPPED_ENV = Path(__file__).with_name("stopped.env")
 # The checkout this module is in: its compose files, when no settings name another root.
-_CHECKOUT = Path(__file__).resolve().parents[2]
+_CHECKOUT = Path(__file__).resolve().parents[3]
 # The profile of a plan that addresses what runs rather than what to start (see
 # plan_for_running): any would do, compose only needs one that exists.
 ANY_PROFILE = "cpu"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from airig.common.errors import AirigError
-from airig.launcher.docker import Docker
+from airig.launcher.compose.docker import Docker
+from airig.launcher.compose.plan import plan_for_running
 from airig.launcher.hardware.choice import choose_profile
-from airig.launcher.plan import plan_for_running
-from airig.launcher.preflight import (
+from airig.launcher.lifecycle.preflight import (
     Check,
     disk_check,
     docker_checks,
@@ -16,9 +16,9 @@ from airig.launcher.preflight import (
     escalation_check,
     port_checks,
 )
+from airig.launcher.lifecycle.up import Launcher
 from airig.launcher.settings import Settings
-from airig.launcher.status import bundle, service_rows
-from airig.launcher.up import Launcher
+from airig.launcher.views.status import bundle, service_rows
 
 
 def run_doctor(settings: Settings, docker: Docker) -> tuple[list[Check], dict[str, Any]]:

@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from airig.common.jsonlog import utc_iso
-from airig.launcher.service_names import matches_service
-from airig.launcher.triage.backend import gpu_label
-from airig.launcher.triage.facts import (
+from airig.launcher.compose.service_names import matches_service
+from airig.launcher.views.triage.backend import gpu_label
+from airig.launcher.views.triage.facts import (
     AGENTS,
     FLAPPING,
     GPU_FALLBACK,
@@ -26,7 +26,7 @@ from airig.launcher.triage.facts import (
     Facts,
     Finding,
 )
-from airig.launcher.triage.match import service_containers, worker_container, worker_fix
+from airig.launcher.views.triage.match import service_containers, worker_container, worker_fix
 
 # findings that explain a service not answering: the alert joins them as evidence
 OUTAGES = frozenset({STARTUP_CRASH, STOPPED, FLAPPING, MEMORY, SERVICE_DOWN})

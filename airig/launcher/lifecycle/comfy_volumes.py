@@ -26,9 +26,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import DockerError
-from airig.launcher.docker import Docker, engine_errors
+from airig.launcher.compose.docker import Docker, engine_errors
+from airig.launcher.compose.plan import StackPlan, project_names
 from airig.launcher.images import ImageSelection
-from airig.launcher.plan import StackPlan, project_names
 from airig.launcher.settings import Settings
 from airig.provision.comfyui_move import FOLDERS, subdir
 

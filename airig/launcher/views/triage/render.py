@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from airig.launcher.triage.backend import ServiceBackend
-from airig.launcher.triage.facts import Finding
+from airig.launcher.views.triage.backend import ServiceBackend
+from airig.launcher.views.triage.facts import Finding
 
 HEALTHY = "✔ nothing wrong: every service runs, no restarts, models and workers as expected"
 BACKENDS = "backends (what each compute container got from Docker):"

@@ -10,12 +10,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from airig.common.errors import AirigError, ConfigError
-from airig.launcher.docker import Docker, engine_errors
-from airig.launcher.plan import plan_for_running
-from airig.launcher.service_names import matches_service, matching, resolve
+from airig.launcher.compose.docker import Docker, engine_errors
+from airig.launcher.compose.plan import plan_for_running
+from airig.launcher.compose.service_names import matches_service, matching, resolve
 from airig.launcher.settings import Settings
-from airig.launcher.triage.backend import gpu_paths
-from airig.launcher.triage.facts import ContainerFacts, DeviceRequest, Facts, Healthcheck
+from airig.launcher.views.triage.backend import gpu_paths
+from airig.launcher.views.triage.facts import ContainerFacts, DeviceRequest, Facts, Healthcheck
 
 if TYPE_CHECKING:
     from airig.launcher.brain_client import BrainClient
@@ -254,7 +254,7 @@ def expected_workers(settings: Settings) -> dict[str, int]:
     """The plan's workers: the CPU replicas and one per GPU overlay service `up` wrote."""
     import yaml
 
-    from airig.launcher.plan import GPU_OVERLAY
+    from airig.launcher.compose.plan import GPU_OVERLAY
 
     expected = {"worker-cpu": settings.cpu_workers}
     try:
@@ -340,7 +340,7 @@ def _bad_models(
     """`models verify`'s own path: the provisioner in a one-off init container."""
     from rich.console import Console
 
-    from airig.launcher.provision_runs import Service, default_client, run_services
+    from airig.launcher.compose.provision_runs import Service, default_client, run_services
 
     wanted = [s for s in Service if any(c.service.startswith(s.value) for c in chosen)]
     if not wanted:

@@ -28,10 +28,10 @@ from rich.console import Console
 
 from airig.common.errors import ConfigError
 from airig.launcher.brain_client import url_host
-from airig.launcher.docker import Docker
+from airig.launcher.compose.docker import Docker
 from airig.launcher.envfile import read_env, set_values
+from airig.launcher.lifecycle.up import Launcher, UpResult
 from airig.launcher.settings import Settings, load_settings
-from airig.launcher.up import Launcher, UpResult
 
 JOIN_KEYS = ("AIRIG_JOIN_BRAIN_URL", "AIRIG_JOIN_TOKEN")
 SECOND_RIG = 'README, "Second rig"'
@@ -233,7 +233,7 @@ def join_rig(
 
 def _refuse_own_brain(launcher: Launcher) -> None:
     """A rig that runs a brain is the brain's machine: joining would orphan its workers."""
-    from airig.launcher.plan import plan_for_running
+    from airig.launcher.compose.plan import plan_for_running
 
     agents = plan_for_running(launcher.settings).stack("03-agents")
     if any(s.service == "brain" for s in launcher.docker.services(agents)):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from airig.common.errors import DockerError
-from airig.launcher.plan import StackPlan
+from airig.launcher.compose.plan import StackPlan
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -193,7 +193,7 @@ class Docker:
     def pull_service(self, stack: StackPlan, service: str) -> Iterator[str]:
         """`docker compose pull` of one service, yielding Compose's progress lines as they
         come (python-on-whales' pull has no --policy). A failure is a DockerError whose
-        message ends with Compose's last line (the daemon's reason: launcher/pull.py words
+        message ends with Compose's last line (the daemon's reason: launcher/compose/pull.py words
         it for the user)."""
         from python_on_whales.utils import stream_stdout_and_stderr
 

@@ -56,7 +56,7 @@ ROOTS = ("env", "state", "volumes")
 DATA_VOLUME = "data"
 DATA_PARTS = ("outputs", "index", "inputs")
 ENV_MEMBER = "env/.env"
-# The launcher state `backup` keeps (airig/launcher/backup.py STATE_FILES): a restore
+# The launcher state `backup` keeps (airig/launcher/lifecycle/backup.py STATE_FILES): a restore
 # writes these into .airig/ and no other name (not host.env, not restore.json).
 STATE_FILES = ("tuning.log", "images.lock", "update.log")
 # The kit's volumes an archive may hold, by their name without the rig's prefix

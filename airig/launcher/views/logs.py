@@ -6,10 +6,10 @@ a JSON line stays one line for `grep` and `jq`.
 
 from __future__ import annotations
 
+from airig.launcher.compose.docker import Docker
+from airig.launcher.compose.plan import plan_for_running
+from airig.launcher.compose.service_names import locate
 from airig.launcher.console import console
-from airig.launcher.docker import Docker
-from airig.launcher.plan import plan_for_running
-from airig.launcher.service_names import locate
 from airig.launcher.settings import Settings
 
 

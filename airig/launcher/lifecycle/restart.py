@@ -15,9 +15,9 @@ from typing import Protocol
 
 from rich.markup import escape
 
-from airig.launcher.docker import Docker, ServiceState, docker_errors
-from airig.launcher.plan import ComposePlan, StackPlan
-from airig.launcher.service_names import locate
+from airig.launcher.compose.docker import Docker, ServiceState, docker_errors
+from airig.launcher.compose.plan import ComposePlan, StackPlan
+from airig.launcher.compose.service_names import locate
 
 WAIT_TIMEOUT_S = 180.0
 POLL_S = 2.0
