@@ -415,6 +415,13 @@ class OcrPayload(Payload):
     language: LanguageCode = "eng"
     options: Options | None = None
 
+    @field_validator("model", mode="before")
+    @classmethod
+    def _no_model(cls, value: Any) -> Any:
+        # A recipe's `{{ models.vision | optional }}` is "" on a rig that does not pull
+        # the vision model (pdf-text on the default .env): no model, so auto is tesseract.
+        return None if value == "" else value
+
     @model_validator(mode="after")
     def _inputs(self) -> OcrPayload:
         if (self.image is None) == (self.images is None):

@@ -1,16 +1,23 @@
 """The shipped recipes (``recipes/*.yaml``) as a user runs them: what their globs take
-from a folder, what the CLI says about the rest, and what the brain fixes in them."""
+from a folder, what the CLI says about the rest, what the brain fixes in them, and that
+every one passes the brain's plan rules (``load_plan``, what ``POST /v1/plans`` runs) while
+a recipe with a bad field is refused."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import yaml
 
 from airig.brain.plans.fanout import glob_items
 from airig.brain.plans.load import load_plan
-from airig.brain.plans.validate import Limits
+from airig.brain.plans.parse import PlanSyntaxError
+from airig.brain.plans.validate import Limits, PlanInvalid
+from airig.brain.settings import BrainSettings
+from airig.common.task_schemas import OcrPayload
 from airig.launcher import plan_inputs
+from airig.launcher.brain_client import CONTENT_TYPES
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 PHOTOS = ["IMG_0001.JPG", "b.jpeg", "c.png", "d.webp", "e.gif", "f.bmp", "g.tif", "h.TIFF",
@@ -129,3 +136,109 @@ def test_a_recipe_declares_every_task_class_so_submit_prints_no_fix(tmp_path, re
     for task in plan.tasks:
         if task.type != "group":  # the class each type would be given: the same work
             assert task.task_class == infer_class({"type": task.type})[0], task.id
+
+
+# ------------------------------------------------------------------ the brain's plan rules
+SHIPPED = sorted(p.name for p in RECIPES.glob("*.yaml"))
+# One input of each kind a recipe globs, so that every template task of a group is built
+# as an item and validated as one.
+ONE_OF_EACH = ["a.jpg", "a.mp4", "a.pdf"]
+
+
+def brain_limits() -> Limits:
+    """The limits ``POST /v1/plans`` applies (api/routes/plans.py), at the brain's defaults."""
+    field = BrainSettings.model_fields
+    return Limits(
+        field["max_tasks"].default,
+        field["max_payload_bytes"].default,
+        field["plan_max_tasks"].default,
+    )
+
+
+def _as_submitted(body: bytes, recipe: str, vision: bool) -> bytes:
+    """``body`` filled as `submit` fills it: the folders, then the models (an ``| optional``
+    one empty when the rig does not pull it, as on the default .env)."""
+    body = plan_inputs.fill(body, "inputs/folder", f"outputs/{Path(recipe).stem}/folder")
+
+    def model(m) -> str:
+        return "" if m.group(2) and not vision else f"{m.group(1)}-model"
+
+    return plan_inputs.MODEL.sub(model, body.decode()).encode()
+
+
+def test_the_recipes_are_the_shipped_ones():
+    # the parametrized tests below read this list: an empty folder would pass them all
+    assert {"video-notes.yaml", "pdf-text.yaml", "photos-captions.yaml"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("vision", [True, False], ids=["vision-pulled", "default-env"])
+@pytest.mark.parametrize("recipe", SHIPPED)
+def test_every_recipe_passes_the_brains_plan_rules(tmp_path, recipe, vision):
+    body = _as_submitted((RECIPES / recipe).read_bytes(), recipe, vision)
+    assert b"{{ inputs_dir" not in body and b"{{ models." not in body
+    content_type = CONTENT_TYPES[Path(recipe).suffix]  # what `submit` sends
+    plan, tainted, _ = load_plan(body, content_type, brain_limits(), _folder(tmp_path, ONE_OF_EACH))
+    assert plan.fixes == [] and tainted == set()
+    groups = [t for t in plan.tasks if t.type == "group"]
+    assert groups and all(t.payload["items"] for t in groups), "its glob took no file"
+    built = [t for t in plan.tasks if t.type != "group"]
+    assert built, "no task of the recipe was built and validated"
+
+
+def _first_template(plan: dict) -> dict:
+    group = next(t for t in plan["tasks"] if "for_each" in t)
+    return group["tasks"][0]
+
+
+BAD_FIELDS = {
+    # a typo in a payload key, a task key, a type, a value of the wrong type, a plan key
+    "payload key": (lambda plan: _first_template(plan)["payload"].update(dip=200), "payload.dip"),
+    "task key": (lambda plan: _first_template(plan).update(retries=3), "retries"),
+    "type": (lambda plan: _first_template(plan).update(type="transcript"), "type"),
+    "timeout": (lambda plan: _first_template(plan).update(timeout_s="1h"), "timeout_s"),
+    "plan key": (lambda plan: plan.update(inputs="~/talks"), "plan"),
+    "absolute glob": (
+        lambda plan: next(t for t in plan["tasks"] if "for_each" in t)["for_each"].update(
+            glob="/etc/*"
+        ),
+        "for_each.glob",
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_FIELDS))
+@pytest.mark.parametrize("recipe", SHIPPED)
+def test_a_recipe_with_a_bad_field_is_refused_naming_it(tmp_path, recipe, bad):
+    spoil, field = BAD_FIELDS[bad]
+    plan = yaml.safe_load((RECIPES / recipe).read_text())
+    spoil(plan)
+    body = _as_submitted(yaml.safe_dump(plan, allow_unicode=True).encode(), recipe, True)
+    with pytest.raises(PlanInvalid) as refused:
+        load_plan(body, "application/yaml", brain_limits(), _folder(tmp_path, ONE_OF_EACH))
+    fields = [str(e.get("field")) for e in refused.value.errors]
+    assert any(f.endswith(field) for f in fields), fields
+
+
+@pytest.mark.parametrize("recipe", SHIPPED)
+def test_a_recipe_cut_short_is_refused(tmp_path, recipe):
+    text = (RECIPES / recipe).read_text()
+    body = _as_submitted(text[: text.index("tasks:") + 20].encode(), recipe, True)
+    with pytest.raises((PlanSyntaxError, PlanInvalid)):
+        load_plan(body, "application/yaml", brain_limits(), _folder(tmp_path, ONE_OF_EACH))
+
+
+def test_pdf_text_on_the_default_env_reaches_the_brain_with_no_model(tmp_path):
+    """The default .env pulls no vision model: `submit` fills pdf-text's optional model
+    with "", which the brain refused (`tasks.ocr.payload.model`: at least 1 character)."""
+    body = _as_submitted((RECIPES / "pdf-text.yaml").read_bytes(), "pdf-text.yaml", False)
+    plan, _, _ = load_plan(body, "application/yaml", brain_limits(), _folder(tmp_path, ["a.pdf"]))
+    [ocr] = [t for t in plan.tasks if t.type == "ocr"]
+    assert ocr.payload["engine"] == "auto"
+    # as the worker reads it once the pages are filled in: no model, so tesseract
+    as_run = OcrPayload.model_validate({**ocr.payload, "images": ["outputs/a-pages/1.png"]})
+    assert as_run.model is None
+    # "no model" is not a way round a task that asks for the vision model by name
+    vision = body.replace(b"engine: auto", b"engine: vision")
+    with pytest.raises(PlanInvalid) as refused:
+        load_plan(vision, "application/yaml", brain_limits(), _folder(tmp_path / "v", ["a.pdf"]))
+    assert "engine 'vision' needs 'model'" in str(refused.value.errors)
