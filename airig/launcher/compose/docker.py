@@ -13,15 +13,14 @@ python-on-whales is imported only where compose runs (`status` never needs it).
 
 from __future__ import annotations
 
-import re
 import shlex
 import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from airig.common.errors import DockerError
+from airig.launcher.compose.container import SERVICE_LABEL, ContainerState
 from airig.launcher.compose.plan import StackPlan
 
 if TYPE_CHECKING:
@@ -40,22 +39,7 @@ ENGINE_HINT = "check the daemon with `docker info` (sudo systemctl restart docke
 # The labels Compose puts on every container it makes; `compose run` containers are one-off
 # (`compose ps` leaves them out).
 PROJECT_LABEL = "com.docker.compose.project"
-SERVICE_LABEL = "com.docker.compose.service"
 ONEOFF_LABEL = "com.docker.compose.oneoff"
-# The engine's container list has no health field before API 1.52, only the Status text:
-# "Up 5 minutes (healthy)", "Up 2 seconds (health: starting)", "Exited (1) 3 minutes ago".
-STATUS_HEALTH = re.compile(r"\((healthy|unhealthy|health: starting)\)")
-STATUS_EXIT = re.compile(r"^(?:Exited|Restarting) \((-?\d+)\)")
-
-
-@dataclass
-class ServiceState:
-    service: str
-    container: str
-    state: str  # running | exited | created | restarting …
-    health: str  # healthy | unhealthy | starting | "" (no healthcheck)
-    exit_code: int | None
-    ports: list[str]
 
 
 @contextmanager
@@ -261,13 +245,22 @@ class Docker:
             found = self.sdk().containers.list(filters=filters, ignore_removed=True)
         return cast(list[Any], found)
 
-    def project_services(self, projects: Iterable[str]) -> dict[str, list[ServiceState]]:
+    def project_services(self, projects: Iterable[str]) -> dict[str, list[ContainerState]]:
         """Each project's Compose containers, as `compose ps --all` lists them, from one
         engine call for all of them (the list only: no inspect per container)."""
         wanted = list(projects)
         with engine_errors("listing containers"):
             rows = self.sdk().api.containers(all=True, filters={"label": PROJECT_LABEL})
         return group_states(cast(list[dict[str, Any]], rows), wanted)
+
+    def service_states(self, stack: StackPlan, service: str) -> list[ContainerState]:
+        """``service``'s containers in ``stack``, each inspected: with the restart count
+        that the list lacks, which tells a crash loop from a container that is starting."""
+        return [
+            ContainerState.from_inspect(c.attrs)
+            for c in self.containers(label=f"{SERVICE_LABEL}={service}")
+            if c.labels.get(PROJECT_LABEL) == stack.project
+        ]
 
     def health_log(self, container: str) -> list[str]:
         """The outputs of ``container``'s last healthchecks, oldest first (the engine keeps
@@ -324,7 +317,7 @@ class Docker:
         with docker_errors(f"stopping {stack.name}"):
             self.client(stack).compose.down(remove_orphans=True, quiet=True, volumes=anonymous)
 
-    def services(self, stack: StackPlan) -> list[ServiceState]:
+    def services(self, stack: StackPlan) -> list[ContainerState]:
         """``stack``'s containers, running or not (`compose ps --all`), from the engine."""
         return self.project_services([stack.project])[stack.project]
 
@@ -364,40 +357,17 @@ def _client(**config: Any) -> DockerClient:
     return DockerClient(**config)
 
 
-def group_states(rows: list[dict[str, Any]], projects: list[str]) -> dict[str, list[ServiceState]]:
+def group_states(
+    rows: list[dict[str, Any]], projects: list[str]
+) -> dict[str, list[ContainerState]]:
     """The engine's container list (``GET /containers/json``) as each project's services,
     sorted by container name as `compose ps` sorts them; one-off containers left out."""
-    grouped: dict[str, list[ServiceState]] = {project: [] for project in projects}
+    grouped: dict[str, list[ContainerState]] = {project: [] for project in projects}
     for row in rows:
         labels = row.get("Labels") or {}
         states = grouped.get(labels.get(PROJECT_LABEL, ""))
         if states is not None and labels.get(ONEOFF_LABEL) != "True":
-            states.append(summary_state(row))
+            states.append(ContainerState.from_summary(row))
     for states in grouped.values():
         states.sort(key=lambda s: s.container)
     return grouped
-
-
-def summary_state(row: dict[str, Any]) -> ServiceState:
-    """One entry of the engine's container list as a ServiceState: state, health and exit
-    code as an inspect gives them, published ports as ``IP:PORT->PORT/PROTO``."""
-    name = (row.get("Names") or ["/?"])[0].lstrip("/")
-    status = row.get("Status") or ""
-    health = (row.get("Health") or {}).get("Status")  # API >= 1.52 only
-    if health is None:
-        found = STATUS_HEALTH.search(status)
-        health = found[1].removeprefix("health: ") if found else ""
-    exited = STATUS_EXIT.match(status)
-    ports = [
-        f"{p.get('IP', '')}:{p['PublicPort']}->{p['PrivatePort']}/{p.get('Type', 'tcp')}"
-        for p in row.get("Ports") or []
-        if p.get("PublicPort")  # an exposed port nothing publishes: no URL
-    ]
-    return ServiceState(
-        service=(row.get("Labels") or {}).get(SERVICE_LABEL, name),
-        container=name,
-        state=row.get("State") or "",
-        health="" if health == "none" else health,
-        exit_code=int(exited[1]) if exited else 0,
-        ports=ports,
-    )

@@ -9,24 +9,27 @@ changed .env.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from rich.markup import escape
 
-from airig.launcher.compose.docker import Docker, ServiceState, docker_errors
+from airig.launcher.compose import container
+from airig.launcher.compose.container import WAIT_TIMEOUT_S, ContainerState
+from airig.launcher.compose.docker import Docker, docker_errors
 from airig.launcher.compose.plan import ComposePlan, StackPlan
 from airig.launcher.compose.service_names import locate
 
-WAIT_TIMEOUT_S = 180.0
 POLL_S = 2.0
 
 
 class Services(Protocol):
     """What restarting needs from the adapter (a fake in the tests)."""
 
-    def services(self, stack: StackPlan) -> list[ServiceState]: ...
+    def services(self, stack: StackPlan) -> list[ContainerState]: ...
+
+    def states(self, stack: StackPlan, service: str) -> list[ContainerState]: ...
 
     def restart(self, stack: StackPlan, service: str, recreate: bool) -> None: ...
 
@@ -37,8 +40,11 @@ class ComposeServices:
     def __init__(self, docker: Docker) -> None:
         self.docker = docker
 
-    def services(self, stack: StackPlan) -> list[ServiceState]:
+    def services(self, stack: StackPlan) -> list[ContainerState]:
         return self.docker.services(stack)
+
+    def states(self, stack: StackPlan, service: str) -> list[ContainerState]:
+        return self.docker.service_states(stack, service)
 
     def restart(self, stack: StackPlan, service: str, recreate: bool) -> None:
         compose = self.docker.client(stack).compose
@@ -71,29 +77,16 @@ def wait_healthy(
     timeout: float = WAIT_TIMEOUT_S,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    restarts_before: Mapping[str, int] | None = None,
 ) -> Outcome:
-    """Poll the service's containers until every one is healthy (or running, without a
-    healthcheck), one has exited, or ``timeout`` passes."""
-    deadline = clock() + timeout
-    while True:
-        detail = _verdict([s for s in docker.services(stack) if s.service == service])
-        if detail == "healthy" or detail.startswith("exited"):
-            return Outcome(service, detail == "healthy", detail)
-        if clock() >= deadline:
-            return Outcome(service, False, f"{detail} after {timeout:g} s")
-        sleep(POLL_S)
-
-
-def _verdict(states: list[ServiceState]) -> str:
-    if not states:
-        return "not running"
-    for s in states:
-        if s.state == "exited" or s.state == "dead":
-            return f"exited (code {s.exit_code})"
-    for s in states:
-        if s.state != "running" or s.health not in ("healthy", ""):
-            return s.health or s.state
-    return "healthy"
+    """The one wait (``container.wait_healthy``) over the service's inspected containers:
+    healthy, a failure (exited, restarted since ``restarts_before``, unhealthy), or still
+    starting at ``timeout``."""
+    detail = container.wait_healthy(
+        lambda: docker.states(stack, service), service, timeout,
+        restarts_before=restarts_before, sleep=sleep, clock=clock, poll_s=POLL_S,
+    )  # fmt: skip
+    return Outcome(service, detail == container.HEALTHY, detail)
 
 
 def restart_one(
@@ -105,8 +98,11 @@ def restart_one(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     stack, service = find_service(plan, docker, name)
+    # a restart of ours is no crash: only a restart after it counts (a recreated container
+    # starts again from none)
+    before = {s.container: s.restarts for s in docker.states(stack, service)}
     docker.restart(stack, service, recreate)
-    return wait_healthy(docker, stack, service, timeout, sleep)
+    return wait_healthy(docker, stack, service, timeout, sleep, restarts_before=before)
 
 
 def outcome_line(outcome: Outcome) -> str:

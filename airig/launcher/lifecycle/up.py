@@ -26,7 +26,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import AirigError, DockerError, PreflightError
-from airig.launcher.compose.docker import Docker, ServiceState, engine_errors
+from airig.launcher.compose.container import HEALTHY, ContainerState, is_ok, verdict
+from airig.launcher.compose.docker import Docker, engine_errors
 from airig.launcher.compose.plan import (
     ESCALATION_PROFILE,
     VULKAN_BUILD,
@@ -489,7 +490,7 @@ class Launcher:
         logs cannot be read gets one line saying so."""
         from docker.errors import NotFound
 
-        diagnosis = Diagnosis([s for s in self.docker.services(stack) if not _is_ok(s)])
+        diagnosis = Diagnosis([s for s in self.docker.services(stack) if not is_ok(s)])
         for svc in diagnosis.failing:
             code = "" if svc.exit_code in (None, 0) else f", exit code {svc.exit_code}"
             self.console.print(
@@ -512,7 +513,7 @@ class Launcher:
             diagnosis.printed |= bool(lines)
         return diagnosis
 
-    def _last_check(self, svc: ServiceState) -> list[str]:
+    def _last_check(self, svc: ContainerState) -> list[str]:
         """The last healthcheck's output of an unhealthy service, the one line that says
         why: its log may show a server that started fine (a check that timed out)."""
         from docker.errors import NotFound
@@ -555,7 +556,7 @@ class Launcher:
 class Diagnosis:
     """What `diagnose` found and printed about a stack that failed to start."""
 
-    failing: list[ServiceState]
+    failing: list[ContainerState]
     printed: bool = False  # some log lines were shown above the error
     gone: list[str] = field(default_factory=list)  # services whose container vanished
 
@@ -646,14 +647,8 @@ def _image_service(plan: ComposePlan) -> str:
     return JOINED_IMAGE_SERVICE if plan.join_brain_url else IMAGE_SERVICE[1]
 
 
-def _is_ok(s: ServiceState) -> bool:
-    if s.state == "exited":
-        return s.exit_code == 0
-    return s.state == "running" and s.health in ("", "healthy")
-
-
-def _all_healthy(services: list[ServiceState]) -> bool:
-    return bool(services) and all(_is_ok(s) for s in services)
+def _all_healthy(services: list[ContainerState]) -> bool:
+    return verdict(services, done_ok=True) == HEALTHY
 
 
 def _probe_lacked_image(choice: Choice) -> bool:

@@ -12,7 +12,7 @@ back, recreates the services again and says why in one line. Every update, rollb
 lock `up` writes is one JSON line in ``.airig/update.log``.
 
 A pull or a health wait can take minutes: ``Updater`` says each step as it starts (and a
-wait every ``PROGRESS_S`` with its elapsed time) through ``say``, one plain line each, so
+wait every ``container.PROGRESS_S`` with its elapsed time) through ``say``, one plain line each, so
 the user sees what it is doing and a piped log reads the same.
 """
 
@@ -30,6 +30,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import ConfigError, DockerError
+from airig.launcher.compose import container
+from airig.launcher.compose.container import WAIT_TIMEOUT_S, ContainerState
 from airig.launcher.compose.docker import Docker, engine_errors
 from airig.launcher.compose.plan import HOST_ENV, ComposePlan, StackPlan
 from airig.launcher.compose.stack_env import stack_env_path, stack_env_text
@@ -57,14 +59,9 @@ from airig.launcher.lifecycle.tune import services_using
 from airig.launcher.settings import Settings
 
 LOG_FILE = "update.log"
-WAIT_TIMEOUT_S = 180.0
-POLL_S = 1.0
-PROGRESS_S = 15.0  # a health wait says how long it has waited this often
 # The request that shows a service answers its API, not only its healthcheck: the routes
 # the brain's probes and the executors call (airig/common/gpu_use.py, executors/resource.py).
 SMOKE = {"ollama": "/api/tags", "comfyui": "/system_stats", "whisper": "/v1/models"}
-SERVICE_LABEL = "com.docker.compose.service"
-PROJECT_LABEL = "com.docker.compose.project"
 
 
 def log_path(settings: Settings) -> Path:
@@ -296,36 +293,9 @@ class Engine:
             retire_stale_servers(self.docker, stack.project, ref)
         ComposeServices(self.docker).restart(stack, service, recreate=True)
 
-    def state(self, stack: StackPlan, service: str) -> list[dict[str, Any]]:
-        """Each container of the service: status, health, restart count."""
-        out = []
-        for c in self.docker.containers(label=f"{SERVICE_LABEL}={service}"):
-            if c.labels.get(PROJECT_LABEL) != stack.project:
-                continue
-            st = c.attrs.get("State") or {}
-            out.append({
-                "status": st.get("Status", ""),
-                "health": (st.get("Health") or {}).get("Status", ""),
-                "restarts": int(c.attrs.get("RestartCount") or 0),
-                "exit": st.get("ExitCode"),
-            })  # fmt: skip
-        return out
-
-
-def verdict(states: list[dict[str, Any]]) -> str | None:
-    """ "healthy", a failure in words, or None while it is still starting. A container that
-    exited or restarted has failed: `restart: unless-stopped` would crash-loop it, and a
-    crash loop never reports unhealthy."""
-    if not states:
-        return "not running"
-    for s in states:
-        if s["status"] in ("exited", "dead") or s["restarts"] or s["status"] == "restarting":
-            return f"exited (code {s['exit']})"
-        if s["health"] == "unhealthy":
-            return "unhealthy"
-    if all(s["status"] == "running" and s["health"] in ("healthy", "") for s in states):
-        return "healthy"
-    return None
+    def state(self, stack: StackPlan, service: str) -> list[ContainerState]:
+        """Each container of the service, inspected: state, health, restart count."""
+        return self.docker.service_states(stack, service)
 
 
 def wait_healthy(
@@ -337,22 +307,12 @@ def wait_healthy(
     clock: Callable[[], float] = time.monotonic,
     say: Callable[[str], None] = lambda _line: None,
 ) -> str:
-    """The service's verdict (``verdict``) once it has one, else after ``timeout``; every
-    PROGRESS_S it says how long it has waited and what the containers report."""
-    start = clock()
-    deadline, next_note = start + timeout, start + PROGRESS_S
-    while True:
-        states = engine.state(stack, service)
-        found = verdict(states)
-        if found is not None:
-            return found
-        if clock() >= deadline:
-            return f"not healthy after {timeout:g} s"
-        if clock() >= next_note:
-            shown = ", ".join(sorted({s["health"] or s["status"] for s in states})) or "starting"
-            say(f"  still waiting for {service} ({shown}, {clock() - start:.0f} s of {timeout:g})")
-            next_note = clock() + PROGRESS_S
-        sleep(POLL_S)
+    """The one wait (``container.wait_healthy``) over the recreated service: a restart
+    counts as a crash, and every PROGRESS_S it says how long it has waited."""
+    return container.wait_healthy(
+        lambda: engine.state(stack, service), service, timeout,
+        sleep=sleep, clock=clock, say=say,
+    )  # fmt: skip
 
 
 def smoke(settings: Settings, service: str, get: Callable[..., Any] = requests.get) -> str | None:

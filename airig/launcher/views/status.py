@@ -17,7 +17,8 @@ from rich.table import Table
 
 from airig import __version__
 from airig.common.errors import AirigError
-from airig.launcher.compose.docker import Docker, ServiceState
+from airig.launcher.compose.container import ContainerState, is_ok
+from airig.launcher.compose.docker import Docker
 from airig.launcher.compose.plan import ComposePlan
 from airig.launcher.lifecycle.preflight import Check
 from airig.launcher.settings import REPORTABLE, Settings
@@ -40,7 +41,7 @@ def service_rows(docker: Docker, plan: ComposePlan) -> list[dict[str, Any]]:
     ]
 
 
-def _row(svc: ServiceState) -> dict[str, Any]:
+def _row(svc: ContainerState) -> dict[str, Any]:
     urls = []
     for mapping in svc.ports:
         host, _, _target = mapping.partition("->")
@@ -66,9 +67,10 @@ def services_table(rows: list[dict[str, Any]], title: str = "airig services") ->
     for col in ("stack", "service", "state", "health", "url"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        ok = (r["state"] == "running" and r["health"] in ("healthy", "-")) or (
-            r["state"] == "exited" and r["exit_code"] == 0
-        )
+        health = "" if r["health"] == "-" else r["health"]
+        seen = ContainerState(r.get("service", ""), r.get("container", ""), r["state"], health,
+                              r.get("exit_code"))  # fmt: skip
+        ok = is_ok(seen)
         state = r["state"] if r["state"] != "exited" else f"exited ({r['exit_code']})"
         colour = "green" if ok else "red"
         table.add_row(

@@ -5,9 +5,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from airig.launcher.compose.docker import group_states, summary_state
+from airig.launcher.compose.container import ContainerState
+from airig.launcher.compose.docker import group_states
 from airig.launcher.lifecycle.up import host_port
 from airig.launcher.views.status import service_rows
+
+summary = ContainerState.from_summary
 
 
 def listed(name: str, project: str = "airig-infra", **fields: Any) -> dict[str, Any]:
@@ -25,7 +28,7 @@ def test_a_healthy_service_keeps_its_published_ports_only() -> None:
         {"IP": "::", "PrivatePort": 8080, "PublicPort": 18080, "Type": "tcp"},
         {"PrivatePort": 9000, "Type": "tcp"},  # exposed, not published
     ])  # fmt: skip
-    state = summary_state(row)
+    state = summary(row)
     assert (state.service, state.container, state.state) == ("brain", "airig-infra-brain-1",
                                                              "running")  # fmt: skip
     assert state.health == "healthy" and state.exit_code == 0
@@ -33,12 +36,12 @@ def test_a_healthy_service_keeps_its_published_ports_only() -> None:
 
 
 def test_health_and_exit_code_come_from_the_status_text() -> None:
-    starting = summary_state(listed("ollama", Status="Up 2 seconds (health: starting)"))
-    sick = summary_state(listed("ollama", Status="Up 9 minutes (unhealthy)"))
-    plain = summary_state(listed("ollama", Status="Up 9 minutes"))
-    done = summary_state(listed("init", State="exited", Status="Exited (0) 3 minutes ago"))
-    killed = summary_state(listed("init", State="exited", Status="Exited (137) 1 second ago"))
-    looping = summary_state(listed("w", State="restarting", Status="Restarting (1) 2 seconds ago"))
+    starting = summary(listed("ollama", Status="Up 2 seconds (health: starting)"))
+    sick = summary(listed("ollama", Status="Up 9 minutes (unhealthy)"))
+    plain = summary(listed("ollama", Status="Up 9 minutes"))
+    done = summary(listed("init", State="exited", Status="Exited (0) 3 minutes ago"))
+    killed = summary(listed("init", State="exited", Status="Exited (137) 1 second ago"))
+    looping = summary(listed("w", State="restarting", Status="Restarting (1) 2 seconds ago"))
     assert [starting.health, sick.health, plain.health] == ["starting", "unhealthy", ""]
     assert (done.state, done.exit_code, done.health) == ("exited", 0, "")
     assert [killed.exit_code, looping.exit_code] == [137, 1]
@@ -46,14 +49,14 @@ def test_health_and_exit_code_come_from_the_status_text() -> None:
 
 def test_a_newer_engine_s_health_field_wins_over_the_text() -> None:
     row = listed("brain", Status="Up 1 minute (healthy)", Health={"Status": "unhealthy"})
-    assert summary_state(row).health == "unhealthy"
-    assert summary_state(listed("b", Health={"Status": "none"})).health == ""
+    assert summary(row).health == "unhealthy"
+    assert summary(listed("b", Health={"Status": "none"})).health == ""
 
 
 def test_a_container_without_a_service_label_is_named_by_its_container() -> None:
     row = listed("x")
     del row["Labels"]["com.docker.compose.service"]
-    assert summary_state(row).service == "airig-infra-x-1"
+    assert summary(row).service == "airig-infra-x-1"
 
 
 def test_each_project_gets_its_own_services_sorted_one_offs_and_strangers_left_out() -> None:

@@ -8,28 +8,31 @@ import pytest
 
 import airig.launcher.cli.runbook as runbook
 from airig.common.errors import ConfigError
-from airig.launcher.compose.docker import ServiceState
+from airig.launcher.compose.container import ContainerState
 from airig.launcher.compose.plan import ComposePlan, StackPlan, plan_for_running
 from airig.launcher.lifecycle.restart import find_service, restart_one, wait_healthy
 from airig.launcher.settings import checkout_settings
 from tests.support import one_error, run_cli
 
 
-def _state(service: str, state: str = "running", health: str = "healthy") -> ServiceState:
+def _state(service: str, state: str = "running", health: str = "healthy") -> ContainerState:
     code = 1 if state == "exited" else None
-    return ServiceState(service, f"c-{service}", state, health, code, [])
+    return ContainerState(service, f"c-{service}", state, health, code, [])
 
 
 class FakeServices:
     """Per stack, the states each `services` call returns next (the last one repeats)."""
 
-    def __init__(self, states: dict[str, list[list[ServiceState]]]) -> None:
-        self.states = states
+    def __init__(self, states: dict[str, list[list[ContainerState]]]) -> None:
+        self.queue = states
         self.restarted: list[tuple[str, str, bool]] = []
 
-    def services(self, stack: StackPlan) -> list[ServiceState]:
-        queue = self.states.get(stack.name, [[]])
+    def services(self, stack: StackPlan) -> list[ContainerState]:
+        queue = self.queue.get(stack.name, [[]])
         return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    def states(self, stack: StackPlan, service: str) -> list[ContainerState]:
+        return [s for s in self.services(stack) if s.service == service]
 
     def restart(self, stack: StackPlan, service: str, recreate: bool) -> None:
         self.restarted.append((stack.name, service, recreate))
@@ -65,7 +68,7 @@ def test_an_unknown_service_names_the_running_ones(plan: ComposePlan) -> None:
 
 
 def test_the_wait_polls_until_healthy(plan: ComposePlan) -> None:
-    lookup = [[_state("brain")]]  # before the restart
+    lookup = [[_state("brain")]] * 2  # the service, then its restart count before ours
     polls = lookup + [[_state("brain", health="starting")]] * 3 + [[_state("brain")]]
     fake = FakeServices({"03-agents": polls})
     sleeps: list[float] = []
@@ -91,7 +94,7 @@ def test_an_exited_container_stops_the_wait(plan: ComposePlan) -> None:
 
 
 def test_the_wait_gives_up_at_the_timeout(plan: ComposePlan) -> None:
-    fake = FakeServices({"03-agents": [[_state("brain", health="unhealthy")]]})
+    fake = FakeServices({"03-agents": [[_state("brain", health="starting")]]})
     now = [0.0]
 
     def sleep(seconds: float) -> None:
@@ -100,7 +103,37 @@ def test_the_wait_gives_up_at_the_timeout(plan: ComposePlan) -> None:
     outcome = wait_healthy(
         fake, _stack(plan, "03-agents"), "brain", timeout=10, sleep=sleep, clock=lambda: now[0]
     )
-    assert (outcome.healthy, outcome.detail) == (False, "unhealthy after 10 s")
+    assert (outcome.healthy, outcome.detail) == (False, "still starting after 10 s")
+
+
+def test_an_unhealthy_service_stops_the_wait(plan: ComposePlan) -> None:
+    """The engine says unhealthy only after its retries: waiting on is waiting in vain
+    (the old wait polled it until its timeout)."""
+    fake = FakeServices({"03-agents": [[_state("brain", health="unhealthy")]]})
+    outcome = wait_healthy(fake, _stack(plan, "03-agents"), "brain", sleep=pytest.fail)
+    assert (outcome.healthy, outcome.detail) == (False, "unhealthy")
+
+
+def test_a_restarting_container_is_a_crash_not_a_start(plan: ComposePlan) -> None:
+    """`restart` and `update` wait the same way: a crash loop under `restart:
+    unless-stopped` never reports unhealthy, it restarts (the old wait took it for a
+    container still starting and waited out its timeout)."""
+    looping = ContainerState("brain", "c-brain", "restarting", "", 1, [])
+    fake = FakeServices({"03-agents": [[looping]]})
+    outcome = wait_healthy(fake, _stack(plan, "03-agents"), "brain", sleep=pytest.fail)
+    assert (outcome.healthy, outcome.detail) == (False, "exited (code 1)")
+
+
+def test_only_a_restart_after_ours_counts_as_a_crash(plan: ComposePlan) -> None:
+    """A container restarted twice last week is restarted by us and comes up: healthy. One
+    whose restart count rises after our restart has crashed, though it reads running."""
+    old = ContainerState("brain", "c-brain", "running", "healthy", 0, [], restarts=2)
+    crashed = ContainerState("brain", "c-brain", "running", "starting", 3, [], restarts=3)
+    fine = FakeServices({"03-agents": [[old]]})
+    assert restart_one(plan, fine, "brain", sleep=pytest.fail).healthy
+    looped = FakeServices({"03-agents": [[old], [old], [crashed]]})
+    outcome = restart_one(plan, looped, "brain", sleep=pytest.fail)
+    assert (outcome.healthy, outcome.detail) == (False, "exited (code 3)")
 
 
 def test_the_command_says_not_healthy_and_exits_1(

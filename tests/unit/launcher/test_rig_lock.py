@@ -29,7 +29,8 @@ from support import wait_until
 
 import airig.launcher.lifecycle.up
 from airig.common.errors import DockerError
-from airig.launcher.compose.docker import Docker, ServiceState
+from airig.launcher.compose.container import ContainerState
+from airig.launcher.compose.docker import Docker
 from airig.launcher.compose.plan import build_plan
 from airig.launcher.lifecycle import rig_lock
 from airig.launcher.lifecycle.up import Launcher, UpResult
@@ -67,7 +68,7 @@ class Compose:
     def ensure_network(self, name: str) -> bool:
         return False
 
-    def services(self, stack) -> list[ServiceState]:
+    def services(self, stack) -> list[ContainerState]:
         return []
 
     def up(self, stack) -> None:

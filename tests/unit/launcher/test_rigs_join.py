@@ -18,7 +18,8 @@ from support import one_error, run_cli
 
 from airig.brain.api.app import create_app
 from airig.common.errors import ConfigError
-from airig.launcher.compose.docker import Docker, ServiceState, group_states
+from airig.launcher.compose.container import ContainerState
+from airig.launcher.compose.docker import Docker, group_states
 from airig.launcher.compose.plan import GpuSlot, build_plan
 from airig.launcher.envfile import read_env, set_values
 from airig.launcher.lifecycle.join import check_brain, check_brain_url, join_command
@@ -271,7 +272,7 @@ def test_a_missing_or_unreadable_token_is_one_line_and_starts_nothing(
 def test_a_rig_running_its_own_brain_cannot_join(kit, brain, monkeypatch, capsys):
     class BrainHere(Untouchable):
         def services(self, stack):
-            return [ServiceState("brain", "airig-agents-brain-1", "running", "healthy", None, [])]
+            return [ContainerState("brain", "airig-agents-brain-1", "running", "healthy", None, [])]
 
     docker = BrainHere()
     code, _, err = run_cli(monkeypatch, capsys, docker, "join", "--brain", BRAIN,

@@ -41,11 +41,11 @@ def test_a_hot_gpu_worker_shows_its_temperature_and_the_warning(tmp_path):
 
 
 def test_status_lists_the_dashboard_url_with_the_brain():
-    from airig.launcher.compose.docker import ServiceState
+    from airig.launcher.compose.container import ContainerState
     from airig.launcher.views.status import _row
 
-    brain = ServiceState("brain", "airig-agents-brain-1", "running", "healthy", None,
+    brain = ContainerState("brain", "airig-agents-brain-1", "running", "healthy", None,
                          ["127.0.0.1:8080->8080/tcp"])  # fmt: skip
-    ollama = ServiceState("ollama", "o", "running", "healthy", None, ["0.0.0.0:11434->11434/tcp"])
+    ollama = ContainerState("ollama", "o", "running", "healthy", None, ["0.0.0.0:11434->11434/tcp"])
     assert _row(brain)["urls"] == ["http://127.0.0.1:8080", "http://127.0.0.1:8080/dashboard"]
     assert _row(ollama)["urls"] == ["http://localhost:11434"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import airig.launcher.cli.runbook as runbook
-from airig.launcher.compose.docker import ServiceState
+from airig.launcher.compose.container import ContainerState
 from airig.launcher.compose.plan import StackPlan, plan_for_running
 from airig.launcher.lifecycle.tune import (
     KnobError,
@@ -149,9 +149,12 @@ class _Running:
     def __init__(self) -> None:
         self.recreated: list[str] = []
 
-    def services(self, stack: StackPlan) -> list[ServiceState]:
+    def services(self, stack: StackPlan) -> list[ContainerState]:
         names = {"02-compute": ["ollama-cpu"], "03-agents": ["worker-cpu"]}.get(stack.name, [])
-        return [ServiceState(n, n, "running", "healthy", None, []) for n in names]
+        return [ContainerState(n, n, "running", "healthy", None, []) for n in names]
+
+    def states(self, stack: StackPlan, service: str) -> list[ContainerState]:
+        return [s for s in self.services(stack) if s.service == service]
 
     def restart(self, stack: StackPlan, service: str, recreate: bool) -> None:
         assert recreate  # a restarted container would keep the old environment

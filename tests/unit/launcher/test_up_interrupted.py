@@ -20,7 +20,7 @@ from support import error_lines
 import airig.launcher.lifecycle.up
 from airig.common.errors import DockerError
 from airig.launcher.cli.edge import run_at_edge
-from airig.launcher.compose.docker import ServiceState
+from airig.launcher.compose.container import ContainerState
 from airig.launcher.compose.plan import build_plan
 from airig.launcher.lifecycle.up import Interrupted, Launcher, UpResult
 from airig.launcher.settings import load_settings
@@ -32,7 +32,7 @@ class Adapter:
     def __init__(self, stop_at: str, on_up, network_exists: bool = False) -> None:
         self.stop_at, self.on_up, self.network_exists = stop_at, on_up, network_exists
         self.calls: list[tuple[str, str]] = []
-        self.failing: list[ServiceState] = []
+        self.failing: list[ContainerState] = []
         self.logs_text = ""
 
     def ensure_network(self, name: str) -> bool:
@@ -43,7 +43,7 @@ class Adapter:
         self.calls.append(("remove_network", name))
         return f"network {name} removed"
 
-    def services(self, stack) -> list[ServiceState]:
+    def services(self, stack) -> list[ContainerState]:
         return self.failing if ("up", stack.name) in self.calls else []
 
     def up(self, stack) -> None:
@@ -155,7 +155,7 @@ def compose_failed() -> None:
 def failed_start(launch, logs) -> tuple[DockerError, str]:
     """01-infra fails with its brain exited (1); ``logs``: what reading its logs gives."""
     adapter = Adapter("01-infra", compose_failed)
-    adapter.failing = [ServiceState("brain", "airig-brain-1", "exited", "", 1, [])]
+    adapter.failing = [ContainerState("brain", "airig-brain-1", "exited", "", 1, [])]
     adapter.logs_text = logs
     launcher, plan, out = launch(adapter)
     with pytest.raises(DockerError) as raised:
@@ -202,7 +202,7 @@ def test_an_unhealthy_service_shows_why_its_healthcheck_failed(launch) -> None:
     """Its own log says the server started; the healthcheck's output says why (a check that
     timed out on a loaded host turned the gateway unhealthy with a clean log)."""
     adapter = Adapter("01-infra", compose_failed)
-    adapter.failing = [ServiceState("gateway", "airig-gateway-1", "running", "unhealthy", 0, [])]
+    adapter.failing = [ContainerState("gateway", "airig-gateway-1", "running", "unhealthy", 0, [])]
     adapter.logs_text = "Uvicorn running on http://0.0.0.0:8070\n"
     adapter.health_outputs = ["", "gateway unhealthy: [red]TimeoutError: timed out\n"]
     launcher, plan, out = launch(adapter)
@@ -214,7 +214,7 @@ def test_an_unhealthy_service_shows_why_its_healthcheck_failed(launch) -> None:
 @pytest.mark.parametrize("outputs", [[], [""], docker.errors.NotFound("gone")])
 def test_no_healthcheck_output_adds_no_line(launch, outputs) -> None:
     adapter = Adapter("01-infra", compose_failed)
-    adapter.failing = [ServiceState("gateway", "airig-gateway-1", "running", "unhealthy", 0, [])]
+    adapter.failing = [ContainerState("gateway", "airig-gateway-1", "running", "unhealthy", 0, [])]
     adapter.logs_text = "started\n"
     adapter.health_outputs = outputs
     launcher, plan, out = launch(adapter)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from airig.common.errors import ConfigError, DockerError
+from airig.launcher.compose.container import ContainerState, verdict
 from airig.launcher.compose.plan import StackPlan, plan_for_running
 from airig.launcher.images.choose import ImageChoice, ImageSelection
 from airig.launcher.images.lock import (
@@ -31,11 +32,15 @@ from airig.launcher.lifecycle.update import (
     pick,
     running_lock,
     to_update,
-    verdict,
     wait_healthy,
 )
 from airig.launcher.settings import checkout_settings
 from tests.support import one_error, run_cli
+
+
+def _c(status: str, health: str, restarts: int, exit_code: int) -> ContainerState:
+    return ContainerState("whisper-cpu", "c", status, health, exit_code, restarts=restarts)
+
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 TAG = "127.0.0.1:5000/speaches-ai/speaches:0.8.3-cpu"
@@ -179,30 +184,30 @@ def test_a_pull_that_fails_changes_nothing(running: Path) -> None:
     ("states", "found"),
     [
         ([], "not running"),
-        ([{"status": "running", "health": "starting", "restarts": 0, "exit": 0}], None),
-        ([{"status": "running", "health": "healthy", "restarts": 0, "exit": 0}], "healthy"),
-        ([{"status": "running", "health": "", "restarts": 0, "exit": 0}], "healthy"),
-        ([{"status": "running", "health": "unhealthy", "restarts": 0, "exit": 0}], "unhealthy"),
+        ([_c("running", "starting", 0, 0)], None),
+        ([_c("running", "healthy", 0, 0)], "healthy"),
+        ([_c("running", "", 0, 0)], "healthy"),
+        ([_c("running", "unhealthy", 0, 0)], "unhealthy"),
         # a crash loop under `restart: unless-stopped` is never "unhealthy": its restarts are
         (
-            [{"status": "running", "health": "starting", "restarts": 1, "exit": 3}],
+            [_c("running", "starting", 1, 3)],
             "exited (code 3)",
         ),
-        ([{"status": "restarting", "health": "", "restarts": 0, "exit": 3}], "exited (code 3)"),
+        ([_c("restarting", "", 0, 3)], "exited (code 3)"),
     ],
 )
-def test_the_health_verdict(states: list[dict[str, Any]], found: str | None) -> None:
+def test_the_health_verdict(states: list[ContainerState], found: str | None) -> None:
     assert verdict(states) == found
 
 
 def test_the_wait_gives_up_after_its_timeout() -> None:
     class Starting:
-        def state(self, _stack: Any, _service: str) -> list[dict[str, Any]]:
-            return [{"status": "running", "health": "starting", "restarts": 0, "exit": 0}]
+        def state(self, _stack: Any, _service: str) -> list[ContainerState]:
+            return [_c("running", "starting", 0, 0)]
 
     ticks = iter(range(100))
     found = wait_healthy(Starting(), None, "x", 5, lambda _s: None, lambda: next(ticks))  # type: ignore[arg-type]
-    assert found == "not healthy after 5 s"
+    assert found == "still starting after 5 s"
 
 
 # ------------------------------------------------------------------ up's record
@@ -318,11 +323,10 @@ class HealthEngine(FakeEngine):
         text = (self.folder / "host.env").read_text()
         return next(ln for ln in text.splitlines() if ln.startswith("WHISPER_IMAGE_CPU="))[18:]
 
-    def state(self, _stack: StackPlan, _service: str) -> list[dict[str, Any]]:  # type: ignore[override]
+    def state(self, _stack: StackPlan, _service: str) -> list[ContainerState]:  # type: ignore[override]
         broken = self.current().split("@")[1] in self.broken
         status = "exited" if broken else "running"
-        return [{"status": status, "health": "" if broken else "healthy",
-                 "restarts": 0, "exit": 3 if broken else 0}]  # fmt: skip
+        return [_c(status, "" if broken else "healthy", 0, 3 if broken else 0)]  # fmt: skip
 
 
 def run_update(
@@ -413,14 +417,14 @@ def test_a_rolled_back_update_says_its_steps_and_the_rollback(
 
 def test_a_long_health_wait_says_how_long_it_has_waited() -> None:
     class Starting:
-        def state(self, _stack: Any, _service: str) -> list[dict[str, Any]]:
-            return [{"status": "running", "health": "starting", "restarts": 0, "exit": 0}]
+        def state(self, _stack: Any, _service: str) -> list[ContainerState]:
+            return [_c("running", "starting", 0, 0)]
 
     said: list[str] = []
     ticks = iter(range(0, 1000, 5))
     found = wait_healthy(Starting(), None, "whisper-cpu", 60, lambda _s: None,  # type: ignore[arg-type]
                          lambda: next(ticks), said.append)  # fmt: skip
-    assert found == "not healthy after 60 s"
+    assert found == "still starting after 60 s"
     assert said and all(
         line.startswith("  still waiting for whisper-cpu (starting, ") for line in said
     )

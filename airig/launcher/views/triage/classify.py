@@ -138,8 +138,8 @@ def stopped(c: ContainerFacts) -> Iterator[Finding]:
 def crash(c: ContainerFacts) -> Iterator[Finding]:
     """Exited with an error, restarting, unhealthy or restarted within the window (an OOM
     kill is `memory`, a stop is `stopped`)."""
-    failed_exit = c.status in ("exited", "dead") and c.exit_code not in (0, None)
-    broken = c.status == "restarting" or failed_exit or c.health == "unhealthy"
+    # the one verdict (compose/container.py); its restarts are judged here by the window
+    broken = not c.state.is_done() and c.state.failure(c.restart_count) is not None
     restarted = c.restart_count > 0 and bool(c.starts)  # restarted within --since
     if c.oom_killed or stopped_by_user(c) or not (broken or restarted):
         return

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airig.launcher.compose.container import ContainerState
+
 # The SKILL's classes (compute runbook §3), plus the kit's own.
 STARTUP_CRASH = "startup crash"
 FLAPPING = "flapping"
@@ -79,6 +81,14 @@ class ContainerFacts:
     restart_policy: str = ""  # HostConfig.RestartPolicy.Name: unless-stopped, always, no …
     log_tail: tuple[str, ...] = ()
     health_log: tuple[str, ...] = ()  # the last healthcheck outputs
+
+    @property
+    def state(self) -> ContainerState:
+        """The container as every other verb sees it (``compose/container.py``)."""
+        return ContainerState(
+            self.service, self.name, self.status, self.health, self.exit_code,
+            restarts=self.restart_count,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

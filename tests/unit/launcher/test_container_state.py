@@ -1,0 +1,119 @@
+"""One container state and one health verdict for every verb (compose/container.py):
+`up`, `status` and `triage` give the same answer for the same container, and what the
+engine hands back is read without trust."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airig.launcher.compose.container import (
+    HEALTHY,
+    ContainerState,
+    is_ok,
+    verdict,
+    wait_healthy,
+)
+from airig.launcher.lifecycle.up import _all_healthy
+from airig.launcher.views.status import services_table
+from airig.launcher.views.triage.classify import crash
+from airig.launcher.views.triage.facts import ContainerFacts
+
+STATES = [
+    ContainerState("s", "c", "running", "healthy", 0),
+    ContainerState("s", "c", "running", "", 0),
+    ContainerState("s", "c", "running", "starting", 0),
+    ContainerState("s", "c", "running", "unhealthy", 0),
+    ContainerState("s", "c", "restarting", "", 1),
+    ContainerState("s", "c", "exited", "", 0),
+    ContainerState("s", "c", "exited", "", 137),
+    ContainerState("s", "c", "dead", "", 1),
+    ContainerState("s", "c", "created", "", 0),
+]
+
+
+def _green_in_status(state: ContainerState) -> bool:
+    row = {"stack": "x", "service": state.service, "container": state.container,
+           "state": state.state, "health": state.health or "-", "exit_code": state.exit_code,
+           "urls": []}  # fmt: skip
+    table = services_table([row])
+    return str(table.columns[2]._cells[0]).startswith("[green]")
+
+
+@pytest.mark.parametrize("state", STATES, ids=lambda s: f"{s.state}-{s.health}-{s.exit_code}")
+def test_up_status_and_triage_give_one_answer(state: ContainerState) -> None:
+    """Five answers to "is this service healthy?" became one: up's check of a stack,
+    status's colour and triage's crash finding all follow ``verdict``."""
+    answer = verdict([state], done_ok=True)
+    assert _all_healthy([state]) == (answer == HEALTHY) == is_ok(state)
+    assert _green_in_status(state) == (answer == HEALTHY)
+    facts = ContainerFacts("s", state.service, state.container, state.state, state.health,
+                           state.exit_code)  # fmt: skip
+    crashed = list(crash(facts))
+    assert bool(crashed) == (answer not in (HEALTHY, None))
+
+
+def test_a_service_is_healthy_only_when_every_replica_is() -> None:
+    up = ContainerState("w", "w-1", "running", "healthy", 0)
+    starting = ContainerState("w", "w-2", "running", "starting", 0)
+    sick = ContainerState("w", "w-2", "running", "unhealthy", 0)
+    assert verdict([up, up]) == HEALTHY
+    assert verdict([up, starting]) is None
+    assert verdict([up, sick]) == "unhealthy"
+    assert verdict([]) == "not running"
+    # a one-shot init container that finished is done for `up`, a crash for a wait
+    done = ContainerState("init", "i-1", "exited", "", 0)
+    assert verdict([up, done], done_ok=True) == HEALTHY
+    assert verdict([done]) == "exited (code 0)"
+
+
+def test_restarts_before_ours_are_not_a_crash() -> None:
+    state = ContainerState("s", "c", "running", "healthy", 0, restarts=4)
+    assert verdict([state]) == "exited (code 0)"
+    assert verdict([state], restarts_before={"c": 4}) == HEALTHY
+    assert verdict([state], restarts_before={"c": 3}) == "exited (code 0)"
+
+
+def test_an_inspect_is_read_with_its_restart_count() -> None:
+    attrs = {
+        "Name": "/airig-compute-ollama-cpu-1",
+        "RestartCount": 2,
+        "Config": {"Labels": {"com.docker.compose.service": "ollama-cpu"}},
+        "State": {"Status": "running", "ExitCode": 0, "Health": {"Status": "healthy"}},
+    }
+    state = ContainerState.from_inspect(attrs)
+    assert (state.service, state.container, state.restarts) == (
+        "ollama-cpu", "airig-compute-ollama-cpu-1", 2,
+    )  # fmt: skip
+    assert (state.state, state.health, state.exit_code) == ("running", "healthy", 0)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {},
+        {"State": None, "Config": None, "RestartCount": None},
+        {"State": {"Status": 7, "ExitCode": "1", "Health": {"Status": None}}, "RestartCount": "9"},
+        {"State": {"Health": "sick"}, "RestartCount": True, "Name": 12},
+        {"State": {"Status": "x" * 100_000}, "Config": {"Labels": {}}},
+    ],
+)
+def test_what_the_engine_hands_back_is_read_without_trust(attrs: dict[str, Any]) -> None:
+    """Fields missing, of the wrong type or huge: a state is read, never a crash, and its
+    verdict is not healthy unless the engine said so."""
+    state = ContainerState.from_inspect(attrs)
+    assert isinstance(state.restarts, int) and state.restarts == 0
+    assert state.exit_code is None or isinstance(state.exit_code, int)
+    assert verdict([state]) != HEALTHY
+
+
+def test_the_one_wait_says_how_long_and_gives_up_in_words() -> None:
+    ticks = iter(range(0, 1000, 5))
+    said: list[str] = []
+    found = wait_healthy(
+        lambda: [ContainerState("s", "c", "running", "starting", 0)], "s", 60,
+        sleep=lambda _s: None, clock=lambda: next(ticks), say=said.append,
+    )  # fmt: skip
+    assert found == "still starting after 60 s"
+    assert said and all(line.startswith("  still waiting for s (starting, ") for line in said)
