@@ -136,7 +136,7 @@ PLAN_MAX_DEPTH = _shared(
 # ------------------------------------------------------------ the external tier
 ESCALATION = _shared(
     "AIRIG_ESCALATION", OnOff, "off",
-    "on = start the gateway to an external model (README, \"Tiers\"); off = nothing "
+    "on = start the gateway to an external model (docs/tiers.md); off = nothing "
     "leaves the machine.",
 )  # fmt: skip
 GATEWAY_PROVIDER = _shared(

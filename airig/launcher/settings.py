@@ -12,8 +12,8 @@ A key the launcher shares with one of them (the brain's plan caps, the external 
 prices, the tokens …) is declared once, in ``airig/common/shared_settings.py``; its knob
 here (``shared_knob``) adds only the launcher's stack, problem and fix.
 ``tests/unit/test_settings_declared.py`` holds this declaration, ``.env.example`` and the
-README's table to each other; ``tests/unit/test_settings_declared_once.py`` the settings
-modules to the shared declarations.
+Settings table of docs/configuration.md to each other;
+``tests/unit/test_settings_declared_once.py`` the settings modules to the shared declarations.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ BRAIN_ADDRESS = "`http://<AIRIG_BIND_ADDRESS>:<BRAIN_PORT>`"
 def knob(default: Any, key: str, stack: str, help: str, **field: Any) -> Any:
     """One knob: pydantic's Field named ``key`` (its alias) with ``help`` as description.
 
-    ``stack`` is its .env.example section and README group. Optional: ``problem`` (what a
+    ``stack`` is its .env.example section and table group. Optional: ``problem`` (what a
     refused value is) and ``fix`` (how to mend it; {key} is replaced), ``empty_is_default``
     (as compose's ${KEY:-default}), ``in_env_example`` (False: environment only),
     ``secret`` (its value may hold a credential: never in a repr, nor in `doctor`'s bug

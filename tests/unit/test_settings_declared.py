@@ -1,4 +1,5 @@
-"""The launcher's settings declaration against what users read: .env.example and README.
+"""The launcher's settings declaration against what users read: .env.example and the
+manual's configuration page (docs/configuration.md).
 
 ``airig/launcher/settings.py`` declares every key the launcher reads, once, with its type,
 default, help and stack. The rules held here:
@@ -15,8 +16,8 @@ default, help and stack. The rules held here:
 - The example's value is the declared default, except where the example chooses on
   purpose (secrets to generate, the models to pull); compose's own fallbacks
   (``${KEY:-default}``) agree with the declared defaults too.
-- README's "Settings" table is generated from the declaration: on a difference this test
-  prints the table to paste between the markers.
+- docs/configuration.md's "Settings" table is generated from the declaration: on a
+  difference this test prints the table to paste between the markers.
 
 A key the launcher shares with another side takes its default, bounds and help from
 ``airig/common/shared_settings.py``; ``test_settings_declared_once.py`` holds every settings
@@ -35,7 +36,7 @@ from airig.launcher.settings import FIELD_OF, PORTS, REPORTABLE, Settings, env_t
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / ".env.example"
-README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 TABLE_START = "<!-- settings table: generated from airig/launcher/settings.py -->"
 TABLE_END = "<!-- end of the settings table -->"
 # Where .env.example's value is not the default, on purpose.
@@ -126,7 +127,7 @@ def default(key: str) -> str:
 
 
 def settings_table() -> str:
-    """README's table: one row per declared key, in declaration (= .env.example) order."""
+    """The Settings table: one row per declared key, in declaration (= .env.example) order."""
     rows = ["| setting | default | stack | what |", "|---|---|---|---|"]
     for key, name in FIELD_OF.items():
         field = Settings.model_fields[name]
@@ -138,13 +139,13 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
-def test_the_readme_table_is_the_declaration() -> None:
-    text = README.read_text()
-    assert TABLE_START in text and TABLE_END in text, f"README lacks {TABLE_START}"
+def test_the_settings_table_is_the_declaration() -> None:
+    text = CONFIGURATION.read_text()
+    assert TABLE_START in text and TABLE_END in text, f"{CONFIGURATION.name} lacks {TABLE_START}"
     current = text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip()
     expected = settings_table()
     assert current == expected, (
-        f"README's settings table differs from airig/launcher/settings.py; put this "
+        f"docs/configuration.md's settings table differs from airig/launcher/settings.py; put this "
         f"between its markers:\n\n{expected}\n"
     )
 

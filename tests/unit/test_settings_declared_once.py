@@ -15,7 +15,7 @@ the gateway, the workers, the init containers). The rules held here:
   of ``airig/`` but common spells a shared default such as the planner's model.
 
 ``tests/unit/test_settings_declared.py`` holds the launcher's declaration to .env.example
-and README.
+and docs/configuration.md.
 """
 
 from __future__ import annotations

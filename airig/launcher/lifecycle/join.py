@@ -1,4 +1,4 @@
-"""`join`: this machine's GPUs work for another machine's brain (README, "Second rig").
+"""`join`: this machine's GPUs work for another machine's brain (docs/second-rig.md).
 
 Everything that can be wrong with the two values is found before anything starts: the
 URL (https, or plain http with --insecure; never loopback, which the worker containers
@@ -34,7 +34,7 @@ from airig.launcher.lifecycle.up import Launcher, UpResult
 from airig.launcher.settings import Settings, load_settings
 
 JOIN_KEYS = ("AIRIG_JOIN_BRAIN_URL", "AIRIG_JOIN_TOKEN")
-SECOND_RIG = 'README, "Second rig"'
+SECOND_RIG = "docs/second-rig.md"
 PROXY_FIX = (
     f"put the brain behind an https reverse proxy and join its https URL ({SECOND_RIG}), "
     "or add --insecure on a network you trust"
