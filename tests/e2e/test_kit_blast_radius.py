@@ -1,4 +1,4 @@
-"""What a task can do to the kit, with the kit up for real (README, "What a task can reach").
+"""What a task can do to the kit, with the kit up for real (docs/security.md).
 
 The kit runs with small worker limits (.env: what tests may change). A shell task scans
 every process of its container for tokens while healthchecks come and go; the kit's

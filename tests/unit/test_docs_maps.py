@@ -158,7 +158,11 @@ def test_readme_stays_a_first_screen():
     """The operator's manual moved to docs/ (issue 37): README keeps what airig is, the
     two commands, what you get, the commands, the recipes and the links."""
     headings = re.findall(r"^## (.+)$", prose(README), re.M)
-    assert headings == ["What you get", "Commands", "Dashboard", "Recipes", "The manual"]
+    kept = ["What you get", "Commands", "Recipes", "The manual"]
+    assert [h for h in headings if h in kept] == kept
+    # 169 lines when the manual moved out (665 and growing before): a new section of the
+    # operator's manual belongs in a docs page, linked from "The manual"
+    assert len(README.splitlines()) <= 250
     first_screen = README[: README.index("\n## ")]
     assert "python start_services.py" in first_screen
     assert "```bash\npython -m pytest\n```" in first_screen  # the test command .ci/run runs
