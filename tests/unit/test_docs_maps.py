@@ -141,6 +141,11 @@ def test_the_code_layout_lists_every_room_of_airig():
         p.name for p in (PACKAGE / "brain").iterdir() if (p / "__init__.py").exists()
     )
     assert sorted(set(re.findall(r"^    (\w+)/", layout, re.M))) == brain_rooms
+    # the launcher's rooms, on its line and the lines that continue it
+    launcher = re.search(r"^  launcher/(.*?)\n(?=  \w)", layout, re.M | re.S)
+    assert launcher is not None
+    rooms = [p.name for p in (PACKAGE / "launcher").iterdir() if (p / "__init__.py").exists()]
+    assert [r for r in sorted(rooms) if f"{r}/" not in launcher.group(1)] == []
 
 
 def test_readme_links_every_page_of_the_manual():
