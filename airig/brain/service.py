@@ -16,16 +16,15 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from airig.brain.escalation import ledger as escalation_ledger
 from airig.brain.escalation.sender import Sender
 from airig.brain.inflight import InFlight
 from airig.brain.ops import alerts, probes
 from airig.brain.ops.metrics import BrainMetrics
 from airig.brain.ops.notify import Notifier, parse_urls
-from airig.brain.scheduling import candidates, reaper
+from airig.brain.scheduling import reaper
 from airig.brain.scheduling.placement import Placement
 from airig.brain.settings import BrainSettings
-from airig.brain.store import retention
+from airig.brain.store import retention, schema
 from airig.brain.store.db import Database
 from airig.brain.store.events import EventLog, Outbox
 from airig.brain.store.groupcommit import GroupCommit, after_commit, close_failed
@@ -65,9 +64,7 @@ class Brain:
             infra_budget=settings.infra_retries,
         )
         with self.db.tx() as conn:
-            candidates.ensure_index(conn)
-            escalation_ledger.ensure_schema(conn)
-            alerts.ensure_schema(conn)
+            schema.create_room_tables(conn)
         self.alert_rules = alerts.Rules(
             queue_depth=settings.alert_queue_depth,
             failures=settings.alert_failures,

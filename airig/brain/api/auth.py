@@ -29,7 +29,8 @@ from starlette.types import Scope
 
 from airig.brain.settings import BrainSettings
 from airig.brain.store import tokens, workers
-from airig.brain.store.db import Database, new_token_id
+from airig.brain.store.db import Database
+from airig.brain.store.schema import new_token_id
 
 
 @dataclass(frozen=True)

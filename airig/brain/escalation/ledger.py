@@ -21,51 +21,8 @@ from typing import Any
 
 from airig.brain.escalation.budget import Spend, day_start, month_start
 
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS escalations (
-        id TEXT PRIMARY KEY,
-        task_id INTEGER NOT NULL,
-        plan_id TEXT NOT NULL,
-        task_key TEXT NOT NULL,
-        why TEXT NOT NULL,
-        state TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        next_try_at REAL,
-        created_at REAL NOT NULL,
-        sent_at REAL,
-        answered_at REAL,
-        reask INTEGER NOT NULL DEFAULT 0,
-        request_json TEXT,
-        provider TEXT,
-        model TEXT,
-        input_tokens INTEGER NOT NULL DEFAULT 0,
-        output_tokens INTEGER NOT NULL DEFAULT 0,
-        estimated_cost REAL NOT NULL DEFAULT 0,
-        cost REAL NOT NULL DEFAULT 0,
-        outcome TEXT,
-        subtasks_json TEXT,
-        error TEXT
-    )""",
-    "CREATE INDEX IF NOT EXISTS escalations_due ON escalations(state, next_try_at)",
-    "CREATE INDEX IF NOT EXISTS escalations_task ON escalations(task_id)",
-    "CREATE INDEX IF NOT EXISTS escalations_answered ON escalations(answered_at)",
-    "CREATE INDEX IF NOT EXISTS escalations_sent ON escalations(sent_at)",
-    # READY tasks the escalation criteria still have to look at: a claim finds them
-    # through this partial index without reading the queue (criteria.DUE_WHERE).
-    """CREATE INDEX IF NOT EXISTS tasks_escalation_due ON tasks(state)
-       WHERE escalate = 'always' OR (escalate = 'on_failure'
-             AND (context_tokens IS NULL OR task_errors >= 2))""",
-    # Tasks whose first failure the brain's model has yet to judge (review.REVIEW_DUE).
-    """CREATE INDEX IF NOT EXISTS tasks_review_due ON tasks(state)
-       WHERE escalate = 'on_failure' AND reviewed = 0 AND task_errors = 1""",
-)
 DUE_STATES = ("queued", "sent", "over_budget")
 OPEN_STATES = DUE_STATES  # a task with a row in one of these has a call to come
-
-
-def ensure_schema(conn: sqlite3.Connection) -> None:
-    for statement in SCHEMA:
-        conn.execute(statement)
 
 
 def enqueue(

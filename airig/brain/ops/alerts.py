@@ -42,17 +42,6 @@ from airig.brain.store.unwritable import Episode
 from airig.brain.store.workers import RETIRED
 from airig.common.jsonlog import utc_iso
 
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS alerts (
-        kind TEXT NOT NULL,
-        subject TEXT NOT NULL,
-        fired_at REAL NOT NULL,
-        message TEXT NOT NULL,
-        PRIMARY KEY (kind, subject)
-    )""",
-    # the failure window reads recent events only
-    "CREATE INDEX IF NOT EXISTS events_ts ON events(ts)",
-)
 FAILURE_EVENTS = ("task_failed", "task_retry_scheduled")
 WORKER_KINDS = ("worker_failures", "worker_down", "gpu_temperature")  # subject names a worker
 LIVENESS_KINDS = ("worker_down", "gpu_temperature")  # read from saved heartbeats
@@ -100,11 +89,6 @@ class Notice:
     def title(self) -> str:
         word = "ALERT" if self.fired else "cleared"
         return f"airig {word}: {self.kind} {self.subject}"
-
-
-def ensure_schema(conn: sqlite3.Connection) -> None:
-    for statement in SCHEMA:  # one by one: executescript would commit the transaction
-        conn.execute(statement)
 
 
 def _queue(conn: sqlite3.Connection, rules: Rules) -> dict[tuple[str, str], str]:

@@ -18,44 +18,12 @@ worker, only for as long as the outage lasts.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable
 
 from airig.brain.scheduling.residency import ReadyTask
-from airig.brain.store.queue import not_needing
+from airig.brain.store import candidates
 
-INDEX = """CREATE INDEX IF NOT EXISTS tasks_ready_heads
-           ON tasks(state, task_class, model, priority, ready_at, id)"""
 COUNT_CAP = 64
-
-_NEXT_MODEL = """SELECT model FROM tasks WHERE state = 'READY' AND task_class = ?
-                 AND model > ? ORDER BY model LIMIT 1"""
-_NEXT_HEAD = """SELECT id, priority, ready_at FROM tasks WHERE state = 'READY'
-                AND task_class = ? AND model IS ? AND priority > ? {only}
-                ORDER BY priority, ready_at, id LIMIT 1"""
-_GROUP_SIZE = """SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE state = 'READY'
-                 AND task_class = ? AND model IS ? AND priority = ? {only} LIMIT ?)"""
-# (next head, group size) for a trusted worker (covered by the index: no row is read)
-# and for a worker of an untrusted rig (each probed row is read for its flags): no
-# sensitive task, and no `plan` task: a plan task's answer becomes tasks of this rig (a
-# goal's draft is approved into a plan, a grown plan runs its tasks), so only the brain's
-# own rig and `--trust full` rigs draft or grow plans.
-_UNTRUSTED = "AND NOT sensitive AND type <> 'plan'"
-_QUERIES = {
-    True: (_NEXT_HEAD.format(only=""), _GROUP_SIZE.format(only="")),
-    False: (_NEXT_HEAD.format(only=_UNTRUSTED), _GROUP_SIZE.format(only=_UNTRUSTED)),
-}
-
-
-def ensure_index(conn: sqlite3.Connection) -> None:
-    conn.execute(INDEX)
-
-
-def _models(conn: sqlite3.Connection, task_class: str) -> Iterator[str | None]:
-    yield None
-    last = ""
-    while (row := conn.execute(_NEXT_MODEL, (task_class, last)).fetchone()) is not None:
-        last = row[0]
-        yield last
 
 
 def group_heads(
@@ -67,23 +35,10 @@ def group_heads(
     ``sensitive=False`` (a worker of an untrusted rig) leaves sensitive tasks out; the
     index has no ``sensitive`` column, so a probe then steps over the sensitive rows ahead
     of a group's first other one. ``held``: compute services whose tasks are left out
-    (down: ``Placement.held``)."""
-    heads = []
-    next_head, group_size = _QUERIES[sensitive]
-    extra: list[str] = []
-    if held:
-        condition, extra = not_needing(sorted(held))
-        next_head = next_head.replace("ORDER BY", f"AND {condition} ORDER BY")
-        group_size = group_size.replace(" LIMIT ?", f" AND {condition} LIMIT ?")
-    for task_class in sorted(classes):
-        for model in _models(conn, task_class):
-            priority = 0
-            while row := conn.execute(next_head, (task_class, model, priority, *extra)).fetchone():
-                task_id, priority, ready_at = row
-                size = conn.execute(
-                    group_size, (task_class, model, priority, *extra, COUNT_CAP)
-                ).fetchone()[0]
-                heads.append(
-                    ReadyTask(task_id, task_class, priority, ready_at or 0.0, model, count=size)
-                )
-    return heads
+    (down: ``Placement.held``). The statements: ``store/candidates.py``."""
+    return [
+        ReadyTask(task_id, task_class, priority, ready_at or 0.0, model, count=size)
+        for task_id, task_class, priority, ready_at, model, size in candidates.group_heads(
+            conn, classes, sensitive, held, COUNT_CAP
+        )
+    ]

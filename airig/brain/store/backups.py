@@ -19,15 +19,6 @@ from urllib.parse import quote
 
 from airig.common.errors import AirigError, ConfigError
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS backups (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    created_at REAL NOT NULL,
-    archive TEXT NOT NULL,
-    bytes INTEGER NOT NULL,
-    sha256 TEXT NOT NULL,
-    models INTEGER NOT NULL DEFAULT 0
-)"""
-
 
 def record(
     conn: sqlite3.Connection, created_at: float, archive: str, size: int, sha256: str,

@@ -30,7 +30,6 @@ STILL_RUN_SQL = {
     "planner/grow.py",
     "planner/hook.py",
     "plans/submit.py",
-    "scheduling/candidates.py",
     "scheduling/placement.py",
     "scheduling/reaper.py",
 }

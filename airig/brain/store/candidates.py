@@ -1,0 +1,65 @@
+"""The READY queue's group heads for a claim (``scheduling/candidates.py`` says why): a
+loose index scan over ``tasks_ready_heads`` (``schema.READY_HEADS``), one indexed probe per
+(class, model, priority) group and its size counted up to a cap.
+
+Every function runs inside the caller's transaction (or read); none opens its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection, Iterable, Iterator
+
+from airig.brain.store.queue import not_needing
+
+_NEXT_MODEL = """SELECT model FROM tasks WHERE state = 'READY' AND task_class = ?
+                 AND model > ? ORDER BY model LIMIT 1"""
+_NEXT_HEAD = """SELECT id, priority, ready_at FROM tasks WHERE state = 'READY'
+                AND task_class = ? AND model IS ? AND priority > ? {only}
+                ORDER BY priority, ready_at, id LIMIT 1"""
+_GROUP_SIZE = """SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE state = 'READY'
+                 AND task_class = ? AND model IS ? AND priority = ? {only} LIMIT ?)"""
+# (next head, group size) for a trusted worker (covered by the index: no row is read)
+# and for a worker of an untrusted rig (each probed row is read for its flags): no
+# sensitive task, and no `plan` task: a plan task's answer becomes tasks of this rig (a
+# goal's draft is approved into a plan, a grown plan runs its tasks), so only the brain's
+# own rig and `--trust full` rigs draft or grow plans.
+_UNTRUSTED = "AND NOT sensitive AND type <> 'plan'"
+_QUERIES = {
+    True: (_NEXT_HEAD.format(only=""), _GROUP_SIZE.format(only="")),
+    False: (_NEXT_HEAD.format(only=_UNTRUSTED), _GROUP_SIZE.format(only=_UNTRUSTED)),
+}
+
+
+def _models(conn: sqlite3.Connection, task_class: str) -> Iterator[str | None]:
+    yield None
+    last = ""
+    while (row := conn.execute(_NEXT_MODEL, (task_class, last)).fetchone()) is not None:
+        last = row[0]
+        yield last
+
+
+def group_heads(
+    conn: sqlite3.Connection, classes: Iterable[str], sensitive: bool, held: Collection[str],
+    cap: int,
+) -> list[tuple[int, str, int, float | None, str | None, int]]:  # fmt: skip
+    """(task id, class, priority, ready_at, model, group size up to ``cap``) of the oldest
+    READY task of every (class, model, priority) group; ``sensitive=False`` leaves sensitive
+    and ``plan`` tasks out, ``held`` the tasks of those compute services."""
+    heads = []
+    next_head, group_size = _QUERIES[sensitive]
+    extra: list[str] = []
+    if held:
+        condition, extra = not_needing(sorted(held))
+        next_head = next_head.replace("ORDER BY", f"AND {condition} ORDER BY")
+        group_size = group_size.replace(" LIMIT ?", f" AND {condition} LIMIT ?")
+    for task_class in sorted(classes):
+        for model in _models(conn, task_class):
+            priority = 0
+            while row := conn.execute(next_head, (task_class, model, priority, *extra)).fetchone():
+                task_id, priority, ready_at = row
+                size = conn.execute(
+                    group_size, (task_class, model, priority, *extra, cap)
+                ).fetchone()[0]
+                heads.append((task_id, task_class, priority, ready_at, model, size))
+    return heads

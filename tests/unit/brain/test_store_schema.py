@@ -1,0 +1,122 @@
+"""One module declares the brain store's schema (``airig/brain/store/schema.py``, issue 37).
+
+Before it, six files made tables and indexes (``store/db.py``, ``store/backups.py``,
+``escalation/ledger.py``, ``ops/alerts.py``, ``scheduling/candidates.py``). Two stores
+made by that code lie in ``stores/``: the schema it made (``schema_before_issue37.sql``,
+``sqlite_master`` as written then) and a store of an early brain, from before every added
+column (``first_release.sql``). A brain of today must make the first and migrate the
+second to it. The search index (``index/search.sqlite``) is a database of its own and
+keeps its schema in ``store/index_file.py``: it is not in these files.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import brain_helpers as h
+
+STORES = Path(__file__).parent / "stores"
+
+
+def master(conn: sqlite3.Connection) -> dict[str, str]:
+    """Each table and index by name, its statement with its white space squeezed."""
+    rows = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL AND name != 'sqlite_sequence'"
+    )
+    return {name: re.sub(r"\s+", " ", sql).strip() for name, sql in rows}
+
+
+def shape(conn: sqlite3.Connection) -> dict[str, object]:
+    """What a query sees of a store, however its statements were written: each table's
+    columns (name, type, not null, default, key) and each index's table, columns,
+    uniqueness and condition."""
+    found: dict[str, object] = {}
+    for name, kind, table, sql in conn.execute(
+        "SELECT name, type, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL"
+    ).fetchall():
+        if kind == "table":
+            info = conn.execute(f"PRAGMA table_info({name})").fetchall()
+            found[name] = sorted(tuple(row)[1:] for row in info)  # added ones come last
+        elif kind == "index":
+            columns = [row[2] for row in conn.execute(f"PRAGMA index_info({name})")]
+            where = re.sub(r"\s+", " ", sql.partition(" WHERE ")[2]).strip()
+            found[name] = (table, columns, sql.startswith("CREATE UNIQUE"), where)
+    return found
+
+
+def load(sql_file: Path, into: Path) -> None:
+    into.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(into)
+    conn.executescript(sql_file.read_text())
+    conn.close()
+
+
+def test_a_new_store_is_the_store_the_code_before_made(tmp_path):
+    brain = h.make_brain(tmp_path)
+    try:
+        with brain.db.read() as conn:
+            made = master(conn)
+    finally:
+        brain.stop()
+    before = sqlite3.connect(":memory:")
+    before.executescript((STORES / "schema_before_issue37.sql").read_text())
+    assert made == master(before)
+
+
+def test_an_early_brains_store_opens_and_migrates_to_the_schema_of_today(tmp_path):
+    fresh = h.make_brain(tmp_path / "fresh")
+    try:
+        with fresh.db.read() as conn:
+            want = shape(conn)
+    finally:
+        fresh.stop()
+    old = tmp_path / "old" / "state" / "brain.db"
+    load(STORES / "first_release.sql", old)
+    with sqlite3.connect(old) as conn:
+        assert "tasks_state" in shape(conn)  # what migrate drops
+        assert "escalate" not in str(shape(conn)["tasks"])  # what it adds
+    for _ in range(2):  # and a second opening finds nothing left to do
+        brain = h.make_brain(tmp_path / "old")
+        try:
+            with brain.db.read() as conn:
+                assert shape(conn) == want
+                tokens = {row["name"]: dict(row) for row in conn.execute("SELECT * FROM tokens")}
+                plan = conn.execute("SELECT name, owner FROM plans WHERE id = 'p1'").fetchone()
+                task = conn.execute("SELECT state, escalate, depth FROM tasks").fetchone()
+                goal = conn.execute("SELECT goal, owner FROM goals").fetchone()
+        finally:
+            brain.stop()
+        assert re.fullmatch(r"[0-9a-f]{12}", tokens["rig-b"]["id"])
+        assert re.fullmatch(r"[0-9a-f]{12}", tokens["admin"]["id"])
+        assert tokens["rig-b"]["id"] != tokens["admin"]["id"]
+        assert tokens["rig-b"]["trust"] == "untrusted" and tokens["admin"]["trust"] is None
+        assert tuple(plan) == ("old plan", None)
+        assert tuple(task) == ("SUCCEEDED", "never", 0)
+        assert tuple(goal) == ("a goal", None)
+    ids = tokens  # the ids given on the first opening are kept on the second
+    brain = h.make_brain(tmp_path / "old")
+    try:
+        with brain.db.read() as conn:
+            again = {row["name"]: row["id"] for row in conn.execute("SELECT * FROM tokens")}
+    finally:
+        brain.stop()
+    assert again == {name: row["id"] for name, row in ids.items()}
+
+
+def test_the_schema_module_is_the_only_brain_code_that_makes_tables():
+    """Read from the code: ``CREATE TABLE`` / ``CREATE INDEX`` / ``ALTER TABLE`` in a string
+    of ``airig/brain/`` outside ``store/schema.py`` is a finding; the search index's own
+    file (``store/index_file.py``, ``store/vectors.py``: its vec0 tables) is the exception."""
+    brain = Path(__file__).resolve().parents[3] / "airig" / "brain"
+    search_index = {"store/index_file.py", "store/vectors.py"}
+    pattern = re.compile(r"\b(CREATE\s+(UNIQUE\s+|VIRTUAL\s+)?(TABLE|INDEX)|ALTER\s+TABLE)\b")
+    wrong = sorted(
+        name
+        for path in brain.rglob("*.py")
+        if (name := path.relative_to(brain).as_posix()) not in search_index | {"store/schema.py"}
+        and pattern.search(path.read_text())
+    )
+    assert wrong == []
+    assert pattern.search((brain / "store" / "schema.py").read_text())
