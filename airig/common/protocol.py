@@ -25,16 +25,10 @@ from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
 from airig.common.jsonsafe import check_json_value
 from airig.common.ollama_names import OLLAMA_NAME_PATTERN, valid_ollama_name
+from airig.common.task_types import TASK_TYPES
 
 TASK_CLASSES = ("cpu", "script", "llm", "resource")
 TRUST_LEVELS = ("trusted", "untrusted")
-# The service that holds a task type's model in GPU memory; a worker swaps models there.
-MODEL_SERVICE_FOR_TYPE = {
-    "llm": "ollama",
-    "embed": "ollama",
-    "plan": "ollama",  # the planner model runs on Ollama: swap it in like an llm task
-    "transcribe": "whisper",
-}
 
 
 class TaskState:
@@ -252,8 +246,11 @@ class Assignment(Wire):
 
     @property
     def load_service(self) -> str | None:
-        """The service that loads ``load``: the one that will run this task's model."""
-        return MODEL_SERVICE_FOR_TYPE.get(self.type) if self.load else None
+        """The service that loads ``load``: the one that will run this task's model (the
+        table's ``model_service``: the one that holds it in GPU memory, where a worker
+        swaps models)."""
+        spec = TASK_TYPES.get(self.type)
+        return spec.model_service if self.load and spec is not None else None
 
 
 class LeaseStatus(Wire):

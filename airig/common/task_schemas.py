@@ -1,4 +1,4 @@
-"""Payload schemas, one per task type.
+"""Payload schemas, one per task type (``task_types.py`` is the table of types).
 
 The brain validates every submitted payload against these (per-field errors, nothing
 half-enqueued) and the worker validates again before it runs one, because templating
@@ -34,21 +34,6 @@ ModelName = Annotated[str, StringConstraints(min_length=1, max_length=200, strip
 ShortText = Annotated[str, StringConstraints(max_length=MAX_SHORT_CHARS)]
 LongText = Annotated[str, StringConstraints(max_length=MAX_PROMPT_CHARS)]
 Options = Annotated[dict[str, Any], Field(max_length=64)]
-
-DEFAULT_CLASS_FOR_TYPE: dict[str, str] = {
-    "llm": "llm",
-    "embed": "script",
-    "transcribe": "script",
-    "image": "script",
-    "shell": "cpu",
-    "resource": "resource",
-    "noop": "cpu",
-    "plan": "llm",
-    "frames": "cpu",
-    "pages": "cpu",
-    "ocr": "llm",
-    "note": "cpu",
-}
 
 
 class Payload(BaseModel):
@@ -471,19 +456,3 @@ class NotePayload(Payload):
         if missing:
             raise ValueError(f"kind {self.kind!r} needs {', '.join(repr(m) for m in missing)}")
         return self
-
-
-PAYLOAD_SCHEMAS: dict[str, type[Payload]] = {
-    "llm": LlmPayload,
-    "embed": EmbedPayload,
-    "transcribe": TranscribePayload,
-    "image": ImagePayload,
-    "shell": ShellPayload,
-    "resource": ResourcePayload,
-    "noop": NoopPayload,
-    "plan": PlanPayload,
-    "frames": FramesPayload,
-    "pages": PagesPayload,
-    "ocr": OcrPayload,
-    "note": NotePayload,
-}

@@ -1,7 +1,8 @@
 """Task executors (run on workers) and payload schemas (used by the brain too).
 
-``airig.common.task_schemas`` needs only pydantic. The runtime names below are loaded on
-first use, so importing this package does not import the HTTP clients.
+``airig.common.task_types`` (the table of types) and ``task_schemas`` need only
+pydantic. The runtime names below are loaded on first use, so importing this package
+does not import the HTTP clients.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
+from airig.common.task_types import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 
 # name -> module that defines it; only "base" imports the HTTP clients.
 _LAZY = {

@@ -14,8 +14,6 @@ from typing import TypeVar, cast
 from pydantic import ValidationError
 
 from airig.common.task_schemas import (
-    DEFAULT_CLASS_FOR_TYPE,
-    PAYLOAD_SCHEMAS,
     EmbedPayload,
     FramesPayload,
     ImagePayload,
@@ -30,6 +28,7 @@ from airig.common.task_schemas import (
     ShellPayload,
     TranscribePayload,
 )
+from airig.common.task_types import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
 from airig.executors.embed import execute_embed
 from airig.executors.frames import execute_frames
@@ -67,11 +66,14 @@ def _executor(schema: type[P], execute: Callable[[P, ExecContext], ExecResult]) 
     """``execute`` as a table entry, once mypy has checked it takes ``schema``'s model.
 
     The cast holds because ``run_task`` only calls ``EXECUTORS[task_type]`` with what
-    ``PAYLOAD_SCHEMAS[task_type]`` validated, and each entry below names that schema.
+    ``PAYLOAD_SCHEMAS[task_type]`` (the table's ``payload``) validated, and each entry
+    below names that schema.
     """
     return cast(Executor, execute)
 
 
+# One executor per name of ``airig.common.task_types.TASK_TYPES`` (the table declares the
+# type; ``tests/unit/test_task_types.py`` fails on a name missing here or one too many).
 EXECUTORS: dict[str, Executor] = {
     "llm": _executor(LlmPayload, execute_llm),
     "embed": _executor(EmbedPayload, execute_embed),

@@ -27,6 +27,7 @@ from airig.common.protocol import (
     RegisterRequest,
     ReleaseRequest,
 )
+from airig.common.task_types import names_where
 from airig.executors.context import ExecResult, TaskError
 from airig.executors.ollama_common import CLIENT_ERRORS
 from airig.worker.attempts import AttemptThreads
@@ -40,7 +41,7 @@ from airig.worker.swap import Outcome, Swapper
 log = logging.getLogger("airig.worker")
 # Task types whose executors never write an output file: no per-attempt folder (a mkdir
 # and rmdir per task were a fifth of a worker's time in the dispatch profile).
-NO_FILES = frozenset({"noop", "llm", "embed", "resource", "plan"})
+NO_FILES = frozenset(names_where(writes_files=False))
 
 
 class Worker:

@@ -10,7 +10,7 @@ import pytest
 
 from airig.brain.scheduling.residency import ReadyTask, ResidentModel, WorkerState, choose
 from airig.brain.store import states
-from airig.common.task_schemas import PAYLOAD_SCHEMAS
+from airig.common.task_types import PAYLOAD_SCHEMAS
 from airig.executors.base import EXECUTORS
 
 NOW = 100_000.0

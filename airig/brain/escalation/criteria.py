@@ -31,6 +31,7 @@ from airig.brain.store import states
 from airig.brain.store.events import Outbox
 from airig.brain.store.retry import TASK, RetryPolicy
 from airig.common.protocol import TaskState as S
+from airig.common.task_types import names_where
 
 ESCALATE_AFTER_FAILURES = 2
 OFF = "escalation is off (AIRIG_ESCALATION=off)"
@@ -40,7 +41,7 @@ SENSITIVE_UPSTREAM = "it depends on sensitive tasks and does not set allow_exter
 # uses a partial index only for a query that holds its condition.
 DUE_WHERE = """escalate = 'always' OR (escalate = 'on_failure'
              AND (context_tokens IS NULL OR task_errors >= 2))"""
-CONTEXT_TYPES = frozenset({"llm"})  # types whose payload is a model's prompt
+CONTEXT_TYPES = frozenset(names_where(prompt_payload=True))  # a model's prompt: llm
 # The longest a first failure waits for the brain model's verdict before running again.
 REVIEW_HOLD_S = 60.0
 

@@ -19,13 +19,14 @@ from typing import Any
 from airig.brain.escalation import criteria
 from airig.brain.store import fanout
 from airig.common.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
+from airig.common.task_types import names_where
 
 # Bounds of what one handoff carries, so a huge upstream result cannot make a huge call.
 MAX_ERROR_CHARS = 4_000
 MAX_OUTPUT_CHARS = 16_000
 MAX_ATTEMPTS_SHOWN = 10
 ATTEMPT_EVENTS = ("task_retry_scheduled", "task_failed", "task_escalated")
-SUBTASK_TYPES = ("llm", "embed", "transcribe", "image", "noop")
+SUBTASK_TYPES = names_where(external_subtask=True)
 
 SYSTEM = f"""You are the external tier of airig, a cluster of local AI workers run by a \
 brain. The brain hands you one task its local models could not do (or were not meant to \

@@ -1,9 +1,10 @@
 """What a `plan` task's model may use, put into its payload by the brain when it is claimed.
 
-- task types with their payload schemas: the brain's own (``PAYLOAD_SCHEMAS``), the ones
-  its validator will check the answer against; ``resource`` is left out (loading and
-  evicting models is the scheduler's job), ``shell`` when the task runs untrusted (the
-  validator would refuse it), ``plan`` when its subtasks could not grow any further;
+- task types with their payload schemas: the brain's own (``task_types.TASK_TYPES``),
+  the ones its validator will check the answer against; ``resource`` is left out
+  (``planned``: loading and evicting models is the scheduler's job), ``shell`` when the
+  task runs untrusted (the validator would refuse it), ``plan`` when its subtasks could
+  not grow any further;
 - models: the ones the rig provisions and verifies (``AIRIG_OLLAMA_MODELS``,
   ``AIRIG_WHISPER_MODELS``: 02-compute's models-ready gate holds the stack until every one
   is pulled and verified) plus what live workers report resident;
@@ -32,13 +33,10 @@ from typing import Any
 from airig.brain.settings import BrainSettings
 from airig.brain.store import trust
 from airig.common.ollama_names import valid_ollama_name
-from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
+from airig.common.task_types import TASK_TYPES
 
 MAX_FILES = 200
 MAX_SCANNED = 5_000
-# Fields the brain fills, never the model: left out of the schemas it is shown.
-BRAINS_FIELDS = {"shell": {"inputs"}, "plan": {"catalogue", "previous_errors"}}
-NOT_PLANNED = {"resource"}
 
 
 def _strip_titles(value: Any) -> Any:
@@ -52,15 +50,16 @@ def _strip_titles(value: Any) -> Any:
 
 def type_catalogue(allow_shell: bool, allow_plan: bool) -> dict[str, Any]:
     types: dict[str, Any] = {}
-    for name, schema in sorted(PAYLOAD_SCHEMAS.items()):
-        if name in NOT_PLANNED or (name == "shell" and not allow_shell):
+    for name, spec in sorted(TASK_TYPES.items()):
+        if not spec.planned or (name == "shell" and not allow_shell):
             continue
         if name == "plan" and not allow_plan:
             continue
-        body = _strip_titles(schema.model_json_schema())
-        for field in BRAINS_FIELDS.get(name, ()):
+        body = _strip_titles(spec.payload.model_json_schema())
+        # fields the brain fills, never the model: left out of the schemas it is shown
+        for field in spec.brain_fields:
             body.get("properties", {}).pop(field, None)
-        types[name] = {"class": DEFAULT_CLASS_FOR_TYPE.get(name, "cpu"), "payload": body}
+        types[name] = {"class": spec.task_class, "payload": body}
     return types
 
 

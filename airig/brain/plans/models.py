@@ -6,14 +6,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airig.common import task_types
 from airig.common.protocol import TASK_CLASSES
-from airig.common.task_schemas import PAYLOAD_SCHEMAS
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 # Published as enums in the OpenAPI schema, so a client generated from it sends only what
 # the brain runs; checked by ``validate.py`` (not by pydantic here), whose refusal names
 # every known type, for JSON, YAML and Markdown plans alike.
-TASK_TYPES = tuple(sorted(PAYLOAD_SCHEMAS))
+TASK_TYPES = tuple(sorted(task_types.TASK_TYPES))
 
 
 class TaskSpec(BaseModel):

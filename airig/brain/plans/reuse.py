@@ -44,8 +44,9 @@ from airig.brain.store import reuse as store
 from airig.brain.store.db import Database
 from airig.brain.store.events import Outbox, record
 from airig.common.protocol import TaskState as S
+from airig.common.task_types import names_where
 
-NEVER_REUSED = frozenset({"shell", "plan"})
+NEVER_REUSED = frozenset(names_where(reusable=False))  # shell, plan
 RACY_NS = 2_000_000_000
 CHUNK = 1 << 20
 VERSION = "airig-item-1"  # a new way of fingerprinting: a new version, no false match

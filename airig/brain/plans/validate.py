@@ -1,7 +1,7 @@
 """Plan validation: every error of every task at once, or a plan that can be stored.
 
 Checks: task fields (id, class, priority range, ...), known type, payload schema per type
-(from ``airig.common.task_schemas``), size limits (413), duplicate and unknown ids, cycles,
+(from ``airig.common.task_types``), size limits (413), duplicate and unknown ids, cycles,
 templates that name a task outside ``depends_on``, and taint: a task reading an untrusted
 task's output through a template is untrusted too, and an untrusted shell task is
 refused (a command never comes from untrusted data). Sensitivity follows the data the same
@@ -23,15 +23,20 @@ from pydantic import ValidationError
 from airig.brain.plans.models import PlanSpec, TaskSpec
 from airig.brain.store import results
 from airig.common.protocol import TASK_CLASSES
-from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
+from airig.common.task_types import (
+    COMFYUI,
+    DEFAULT_CLASS_FOR_TYPE,
+    OLLAMA,
+    PAYLOAD_SCHEMAS,
+    TASK_TYPES,
+    service_of,
+)
 
 # The seed's keyword rules, checked in this order.
 CLASS_KEYWORDS = (
     ("script", ("whisper", "transcrib", "embed", "cuda", "gpu")),
     ("llm", ("ollama", "generate", "llm")),
 )
-# Types that only make sense in one class; shell and noop tasks are classed by content.
-CONTENT_CLASSED_TYPES = {"shell", "noop"}
 SHELL_INPUTS_ARE_THE_BRAINS = (
     "filled by the brain from the command's templates ({{ tasks.<id>.output }} reaches the "
     'command as "${AIRIG_INPUT_<n>}"); put fixed values in env'
@@ -62,7 +67,8 @@ class PlanInvalid(Exception):
 def infer_class(raw: dict[str, Any]) -> tuple[str, str]:
     """(task_class, why) for a task without one."""
     task_type = str(raw.get("type", ""))
-    if task_type in DEFAULT_CLASS_FOR_TYPE and task_type not in CONTENT_CLASSED_TYPES:
+    # most types only make sense in one class; shell and noop tasks are classed by content
+    if task_type in TASK_TYPES and not TASK_TYPES[task_type].class_by_content:
         return DEFAULT_CLASS_FOR_TYPE[task_type], f"type {task_type!r}"
     payload = raw.get("payload") or {}
     text = " ".join(
@@ -91,12 +97,10 @@ def placement_model(task_type: str, payload: dict[str, Any], model: str | None) 
     max-wait. Ollama names are made canonical ("llama3.2" -> "llama3.2:latest"), the
     form `/api/ps` reports, or every claim would look like a swap.
     """
-    if not model or task_type == "image":
+    service = service_of(task_type, payload)  # the table's model_service
+    if not model or service == COMFYUI:
         return None
-    on_ollama = task_type in ("llm", "embed", "ocr") or (
-        task_type == "resource" and payload.get("service") == "ollama"
-    )
-    if not on_ollama:
+    if service != OLLAMA:
         return model  # e.g. noop, which tests and benchmarks use to stand for any model
     from airig.common.errors import AirigError
     from airig.common.ollama_names import OllamaName

@@ -8,10 +8,9 @@ Every function runs inside the caller's transaction (or read); none opens its ow
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from typing import Any
 
+from airig.common import task_types
 from airig.common.protocol import TaskState as S
 
 LIVE_STATES = (S.PENDING, S.READY, S.LEASED, S.RUNNING, S.RETRY_WAIT)
@@ -90,28 +89,27 @@ def escalated(conn: sqlite3.Connection) -> list[sqlite3.Row]:
     ).fetchall()
 
 
-# The compute service a task's executor calls: Ollama for llm, embed, ocr and plan, ComfyUI
-# for image, Whisper for transcribe, the one its payload names for resource; NULL for the
-# rest (shell, noop, frames, ...). ``service_of`` is the same rule in Python.
-OLLAMA_TYPES = ("llm", "embed", "ocr", "plan")
-SERVICE_OF_TASK = f"""(CASE WHEN type IN ({", ".join(f"'{t}'" for t in OLLAMA_TYPES)})
-    THEN 'ollama' WHEN type = 'image' THEN 'comfyui' WHEN type = 'transcribe' THEN 'whisper'
-    WHEN type = 'resource' THEN json_extract(payload_json, '$.service') END)"""
+def _service_case() -> str:
+    """``task_types.service_of`` in SQL, written from the table: each type's
+    ``model_service`` (Ollama for llm, embed, ocr and plan, ComfyUI for image, Whisper
+    for transcribe), the one its payload names for resource; NULL for the rest."""
+    whens = [
+        f"WHEN type = '{name}' THEN "
+        + ("json_extract(payload_json, '$.service')" if spec.service_from_payload
+           else f"'{spec.model_service}'")
+        for name, spec in task_types.TASK_TYPES.items()
+        if spec.service_from_payload or spec.model_service is not None
+    ]  # fmt: skip
+    return f"(CASE {' '.join(whens)} END)"
+
+
+# The compute service a task's executor calls; ``service_of`` is the same rule in Python.
+SERVICE_OF_TASK = _service_case()
 
 
 def service_of(task_type: str, payload_json: str) -> str | None:
     """The compute service a task of this type and payload needs, or None."""
-    if task_type in OLLAMA_TYPES:
-        return "ollama"
-    if task_type in ("image", "transcribe"):
-        return "comfyui" if task_type == "image" else "whisper"
-    if task_type == "resource":
-        try:
-            service: Any = json.loads(payload_json).get("service")
-        except (ValueError, AttributeError):
-            return None
-        return service if isinstance(service, str) else None
-    return None
+    return task_types.service_of(task_type, payload_json)
 
 
 def not_needing(services: list[str]) -> tuple[str, list[str]]:

@@ -15,6 +15,8 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from airig.common.task_types import TASK_TYPES
+
 # Rows of input_hashes kept: the newest seen, so a volume of many folders over the years
 # keeps a bounded table (a file whose row went is hashed again, nothing worse).
 MAX_INPUT_HASHES = 100_000
@@ -24,21 +26,20 @@ MAX_INPUT_HASHES = 100_000
 
 
 def written_paths(task_type: str, output: Any) -> list[str]:
-    """The data-volume files a task of this type says it wrote (its output's own words):
-    a note its ``path``, pages and frames each image's ``path``. Other types write none
-    there (their files, if any, are the results volume's, ``files``)."""
-    if not isinstance(output, dict):
+    """The data-volume files a task of this type says it wrote (its output's own words),
+    under the table's ``data_files`` key: a note its ``path``, pages and frames each
+    image's ``path``. Other types write none there (their files, if any, are the results
+    volume's, ``files``)."""
+    spec = TASK_TYPES.get(task_type)
+    if spec is None or spec.data_files is None or not isinstance(output, dict):
         return []
-    if task_type == "note":
-        path = output.get("path")
-        return [path] if isinstance(path, str) else []
-    if task_type in ("pages", "frames"):
-        entries = output.get(task_type)
-        if not isinstance(entries, list):
-            return []
-        return [e["path"] for e in entries
-                if isinstance(e, dict) and isinstance(e.get("path"), str)]  # fmt: skip
-    return []
+    value = output.get(spec.data_files)
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        return []
+    return [e["path"] for e in value
+            if isinstance(e, dict) and isinstance(e.get("path"), str)]  # fmt: skip
 
 
 def file_stat(data_dir: Path, relative: str) -> list[int] | None:

@@ -19,7 +19,8 @@ from airig.brain.plans.models import TASK_TYPES
 from airig.common.http_errors import FIELDS, error_body, error_bytes, retry_after_seconds
 from airig.common.ollama_names import OLLAMA_NAME_PATTERN, valid_ollama_name
 from airig.common.protocol import TASK_CLASSES, ErrorBody
-from airig.common.task_schemas import DATA_PATH_PATTERN, PAYLOAD_SCHEMAS, relative_data_path
+from airig.common.task_schemas import DATA_PATH_PATTERN, relative_data_path
+from airig.common.task_types import PAYLOAD_SCHEMAS
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}

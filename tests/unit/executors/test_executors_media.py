@@ -12,7 +12,7 @@ import ollama
 import pytest
 from support_media import SCENE_S, make_pdf, make_text_png, make_video, need
 
-from airig.common.task_schemas import PAYLOAD_SCHEMAS
+from airig.common.task_types import PAYLOAD_SCHEMAS
 from airig.executors import ollama_common
 from airig.executors.base import EXECUTORS, run_task, validate_payload
 from airig.executors.context import TaskError
@@ -61,7 +61,7 @@ def image_size(path) -> tuple[int, int]:
 
 
 def test_every_new_type_is_registered_with_a_class():
-    from airig.common.task_schemas import DEFAULT_CLASS_FOR_TYPE
+    from airig.common.task_types import DEFAULT_CLASS_FOR_TYPE
 
     for name in NEW_TYPES:
         assert name in PAYLOAD_SCHEMAS and name in EXECUTORS

@@ -8,11 +8,8 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from airig.common.task_schemas import (
-    DEFAULT_CLASS_FOR_TYPE,
-    MAX_PROMPT_CHARS,
-    PAYLOAD_SCHEMAS,
-)
+from airig.common.task_schemas import MAX_PROMPT_CHARS
+from airig.common.task_types import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 
 GOOD = {
     "llm": [
