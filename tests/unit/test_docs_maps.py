@@ -172,7 +172,7 @@ def test_readme_stays_a_first_screen():
     assert "python start_services.py" in first_screen
     assert "```bash\npython -m pytest\n```" in first_screen  # the test command .ci/run runs
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python3 -m pytest" in ci and "README's test\n# command (python -m pytest)" in ci
+    assert re.search(r"^[^#\n]*\bpython3? -m pytest\b", ci, re.M)  # the command CI runs
 
 
 # ------------------------------------------------------------------ the checks, checked
