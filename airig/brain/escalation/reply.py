@@ -19,7 +19,7 @@ from typing import Any
 from airig.brain.planner import fanout
 from airig.brain.planner.grow import add_subtasks
 from airig.brain.settings import BrainSettings
-from airig.brain.store import payloads, results, states
+from airig.brain.store import escalations, payloads, results, states
 from airig.brain.store.events import Outbox
 from airig.common.jsonsafe import UnsafeJson, check_json_value
 from airig.common.protocol import TaskState as S
@@ -104,13 +104,7 @@ def breakdown(
     """Add the subtasks (``GrowthRefused`` when they are refused: nothing is added), then
     succeed the task as their container."""
     ids = add_subtasks(conn, outbox, settings, task, subtasks, "external", now, True)
-    keys = [
-        row["key"]
-        for row in conn.execute(
-            "SELECT key FROM tasks WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
-            (json.dumps(ids),),
-        ).fetchall()
-    ]
+    keys = escalations.task_keys(conn, ids)
     output = {"subtasks": keys, "text": f"broken down by the external tier into {len(keys)} tasks"}
     where = f"{call.get('provider')}/{call.get('model')}"
     return _succeed(

@@ -23,13 +23,11 @@ import ollama
 
 from airig.brain.escalation import criteria, handoff
 from airig.brain.settings import BrainSettings
-from airig.brain.store import states
+from airig.brain.store import escalations, states
 from airig.brain.store.events import Outbox, record
 from airig.common.protocol import TaskState as S
 from airig.common.spotlight import with_notice
 
-# Must repeat the WHERE of the partial index ledger.SCHEMA makes (tasks_review_due).
-REVIEW_DUE = "escalate = 'on_failure' AND reviewed = 0 AND task_errors = 1"
 REVIEW_TIMEOUT_S = 120.0
 SYSTEM = with_notice(
     "You are the planner of a cluster of small local AI models. A task failed once on a "
@@ -81,22 +79,13 @@ def parse(text: str) -> Verdict | None:
 
 
 def anything_due(conn: sqlite3.Connection) -> bool:
-    found = conn.execute(
-        f"SELECT 1 FROM tasks WHERE state IN ('RETRY_WAIT', 'READY') AND ({REVIEW_DUE}) LIMIT 1"
-    ).fetchone()
-    return found is not None
+    return escalations.any_review_due(conn)
 
 
 def take_due(conn: sqlite3.Connection, limit: int = 5) -> list[tuple[int, str]]:
     """Tasks to judge, marked judged now (once each): [(task id, prompt)]."""
-    rows = conn.execute(
-        f"""SELECT * FROM tasks WHERE state IN ('RETRY_WAIT', 'READY') AND ({REVIEW_DUE})
-            ORDER BY id LIMIT ?""",
-        (limit,),
-    ).fetchall()
     due = []
-    for task in rows:
-        conn.execute("UPDATE tasks SET reviewed = 1 WHERE id = ?", (task["id"],))
+    for task in escalations.take_review_due(conn, limit):
         try:
             due.append((task["id"], prompt(conn, task)))
         except handoff.HandoffRefused:
@@ -133,9 +122,7 @@ def apply(
     stays = verdict is None or not verdict.escalate or criteria.blocked(conn, task, settings)
     if stays or verdict is None or task["state"] not in (S.RETRY_WAIT, S.READY):
         if task["state"] == S.RETRY_WAIT:  # held for the verdict: free to retry now
-            conn.execute(
-                "UPDATE tasks SET not_before = MIN(not_before, ?) WHERE id = ?", (now, task_id)
-            )
+            escalations.release_review_hold(conn, task_id, now)
         return False
     criteria.escalate(conn, outbox, task, now, f"the brain's model judged it: {verdict.why}")
     return True

@@ -26,7 +26,7 @@ from airig.brain.escalation import budget, criteria, handoff, ledger, reply, rev
 from airig.brain.escalation.client import CallResult, GatewayClient
 from airig.brain.planner.grow import GrowthRefused
 from airig.brain.settings import BrainSettings
-from airig.brain.store import payloads, states
+from airig.brain.store import escalations, payloads, states
 from airig.brain.store.events import Outbox, record
 from airig.brain.store.retry import RetryPolicy
 from airig.brain.store.unwritable import StoreUnwritable
@@ -49,7 +49,7 @@ def _say(
     """Show why an escalated task waits (its ``reason``; an event when it changes)."""
     if task["reason"] == reason:
         return
-    conn.execute("UPDATE tasks SET reason = ? WHERE id = ?", (reason, task["id"]))
+    escalations.set_reason(conn, task["id"], reason)
     record(conn, outbox, "task_escalation_waiting", task, now, reason=reason)
 
 
@@ -140,10 +140,8 @@ class Sender(threading.Thread):
         assert self._read is not None
         now = time.time()
         with self._read() as conn:
-            ready = conn.execute(
-                f"SELECT 1 FROM tasks WHERE state = 'READY' AND ({criteria.DUE_WHERE}) LIMIT 1"
-            ).fetchone()
-            return ready is not None or bool(ledger.due(conn, now, limit=1))
+            ready = escalations.any_due_to_divert(conn)
+            return ready or bool(ledger.due(conn, now, limit=1))
 
     def send_one(self, request_id: str) -> int:
         body = self._write(lambda c, o, now: self.prepare(c, o, now, request_id))
