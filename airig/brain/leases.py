@@ -164,8 +164,9 @@ def complete(
     tainted_output = int(not task["trusted"] or not trust.worker_trusted(conn, worker_id))
     if task["type"] == "plan":  # the model's tasks join the graph first, or the attempt fails
         refused = planner_hook.accept(
-            conn, outbox, task, report.output, now, settings, bool(tainted_output), digest
-        )
+            conn, outbox, task, results.value_of(report.output), now, settings,
+            bool(tainted_output), digest,
+        )  # fmt: skip
         if refused is not None:
             return refused
     if task["type"] == "embed":  # an index's vectors go in first, or the attempt fails
@@ -186,7 +187,7 @@ def complete(
         tainted_output=tainted_output,
     )  # fmt: skip
     if done["fingerprint"] is not None:  # what a later submit checks before reusing it
-        reuse.record_written(conn, done, report.output, settings.data_dir)
+        reuse.record_written(conn, done, results.value_of(report.output), settings.data_dir)
     for ready in states.release_dependents(conn, outbox, done, now):
         refuse_oversized(conn, outbox, ready, now, settings)
     # a `from` group on this output, read from the report: not loaded back beside it
@@ -216,7 +217,8 @@ def index_embeddings(
     # answered, and one that names another is refused: an untrusted rig's word never
     # fixes an index's model.
     model = str(payload.get("model") or task["model"])
-    answered = report.output.get("model")
+    output = results.value_of(report.output)  # built here: the vectors are read
+    answered = output.get("model")
     plan = plans.by_id(conn, task["plan_id"])
     owner = plan["owner"] if plan is not None else None
     writer = vectors.Writer(owner, tokens.owner_is_admin(conn, owner), bool(tainted))
@@ -229,7 +231,7 @@ def index_embeddings(
                 f"{answered!r}: embed with {model!r}",
                 "index_model_mismatch",
             )
-        entries = vectors.entries_of(report.output)
+        entries = vectors.entries_of(output)
         vectors.replace_task(
             vectors.index_path(settings.data_dir), name, model, task["plan_id"], task["key"],
             entries, writer, now,
@@ -260,7 +262,7 @@ def training_sample(
     outcome: str,
 ) -> dict[str, Any]:  # fmt: skip
     payload = rendered_payload(conn, task, settings)
-    output = getattr(report, "output", {}) or {}
+    output = results.value_of(getattr(report, "output", None) or {})
     return {
         "timestamp": task["finished_at"],
         "plan": task["plan_id"],

@@ -32,7 +32,8 @@ from airig.brain.inflight import Hold
 from airig.brain.service import Brain
 from airig.brain.store.unwritable import StoreUnwritable
 from airig.common.http_errors import error_bytes, headers_retry_after, validation_detail
-from airig.common.protocol import ExchangeRequest, ExchangeResponse
+from airig.common.jsonsafe_text import Deferred, OutputText, defer_large, outputs_of
+from airig.common.protocol import CompleteReport, ExchangeRequest, ExchangeResponse
 
 PATH = "/v1/exchange"
 MAX_BODY = EXCHANGE_BODY
@@ -102,8 +103,38 @@ def read_request(raw: bytes | bytearray) -> ExchangeRequest:
     ``model_validate_json`` first builds a tree of its own of the whole document beside
     them (a 7.8 MB list of small numbers: 150 MB where the objects take 60; issue 36), and
     its validation went through the objects anyway (``Inbound`` checks a body whole, as
-    Python). NaN is parsed, to be refused with its path by that check."""
+    Python). NaN is parsed, to be refused with its path by that check. A large flat part
+    of an output (a long list of numbers, a long plain text) is not parsed into objects
+    at all: checked by pieces and kept as the body's bytes (``jsonsafe_text``)."""
+    deferred = defer_large(raw)
+    if deferred is not None:
+        request = _with_output_texts(deferred)
+        if request is not None:
+            return request
     return ExchangeRequest.model_validate(from_json(raw, allow_inf_nan=True))
+
+
+def _with_output_texts(deferred: Deferred) -> ExchangeRequest | None:
+    """The request from the body whose large flat parts are markers (``jsonsafe_text``):
+    each completion's output that holds some becomes an ``OutputText``, its parts the
+    body's own bytes. None when anything is not as expected, the body's refusal
+    included: parsed whole then, so every answer and error stays what it was."""
+    try:
+        body = from_json(deferred.text, allow_inf_nan=True)
+        holding = outputs_of(body, deferred)
+        if holding is None:
+            return None
+        request = ExchangeRequest.model_validate(body)
+    except ValueError:  # ValidationError too: the whole body's check says it, as before
+        return None
+    del body
+    for index, _ in holding:
+        report = request.reports[index]
+        if isinstance(report, CompleteReport):
+            # Not a field's value a validator sees: set once, read by the completion
+            # (``results.result_hash``, ``store_output``, ``value_of``).
+            report.__dict__["output"] = OutputText(report.output, deferred)
+    return request
 
 
 async def _read_body(receive: Receive) -> bytearray | None:

@@ -24,8 +24,9 @@ from airig.brain.planner import grow
 from airig.brain.plans import fanout as expand
 from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
 from airig.brain.settings import BrainSettings
-from airig.brain.store import fanout, states
+from airig.brain.store import fanout, results, states
 from airig.brain.store.events import Outbox, record
+from airig.common.jsonsafe_text import OutputText
 
 
 class GroupRefused(Exception):
@@ -34,7 +35,7 @@ class GroupRefused(Exception):
 
 def start_groups(
     conn: sqlite3.Connection, outbox: Outbox, upstream: sqlite3.Row, now: float,
-    settings: BrainSettings, output: dict[str, Any] | None = None,
+    settings: BrainSettings, output: results.Output | None = None,
 ) -> None:  # fmt: skip
     """Expand every ``from`` group ``upstream`` just released; fail the ones that cannot.
     ``output``: upstream's output as the caller holds it (the completion just stored it),
@@ -58,7 +59,7 @@ def _source(conn: sqlite3.Connection, group: sqlite3.Row, key: str) -> sqlite3.R
 
 def _grow(
     conn: sqlite3.Connection, outbox: Outbox, group: sqlite3.Row, now: float,
-    settings: BrainSettings, known: dict[int, dict[str, Any]],
+    settings: BrainSettings, known: dict[int, results.Output],
 ) -> None:  # fmt: skip
     spec = fanout.definition(group)
     raw = {"id": group["key"], "name": group["name"], "for_each": spec["for_each"],
@@ -71,8 +72,13 @@ def _grow(
         f"{{{{ tasks.{shape.from_key}.output{'.' if shape.from_path else ''}{shape.from_path} }}}}"
     )
     source = _source(conn, group, shape.from_key)
+    existing = fanout.task_count(conn, group["plan_id"])
+    known_output = known.get(source["id"])
+    if isinstance(known_output, OutputText):  # a list kept as the body's text: its length
+        _check_count(group, shape, where, existing, known_output.count_at(shape.from_path),
+                     settings)  # fmt: skip
     try:
-        output = known.get(source["id"])
+        output = results.value_of(known_output) if known_output is not None else None
         if output is None:
             output = fanout.load_output(conn, settings.results_dir, source)
         entries = expand.read_list(output, shape.from_path)
@@ -81,14 +87,7 @@ def _grow(
     # Counted before any item is built: each item's fields are a few hundred bytes of
     # objects, so a source listing 4 million numbers made 1.3 GB (and 20 s inside the
     # completion) only to be refused here.
-    existing = fanout.task_count(conn, group["plan_id"])
-    count = len(entries) * len(shape.template)
-    if existing + count > settings.plan_max_tasks:
-        raise GroupRefused(
-            f"group {group['key']}: {where} holds {len(entries)} items x {len(shape.template)} "
-            f"tasks = {count} tasks; the plan would hold {existing + count}, the limit is "
-            f"{settings.plan_max_tasks} (AIRIG_PLAN_MAX_TASKS)"
-        )
+    _check_count(group, shape, where, existing, len(entries), settings)
     try:
         items = [expand.item_values(entry, i) for i, entry in enumerate(entries)]
     except expand.ItemError as exc:
@@ -106,6 +105,22 @@ def _grow(
     except expand.ItemError as exc:
         raise GroupRefused(f"group {group['key']}: {where}: {exc}") from None
     _insert(conn, outbox, group, shape, expansion, tainted, now, settings)
+
+
+def _check_count(
+    group: sqlite3.Row, shape: expand.Group, where: str, existing: int, items: int | None,
+    settings: BrainSettings,
+) -> None:  # fmt: skip
+    """GroupRefused when ``items`` items (None: not known yet) pass the plan's task cap."""
+    if items is None:
+        return
+    count = items * len(shape.template)
+    if existing + count > settings.plan_max_tasks:
+        raise GroupRefused(
+            f"group {group['key']}: {where} holds {items} items x {len(shape.template)} "
+            f"tasks = {count} tasks; the plan would hold {existing + count}, the limit is "
+            f"{settings.plan_max_tasks} (AIRIG_PLAN_MAX_TASKS)"
+        )
 
 
 def _insert(

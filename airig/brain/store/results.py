@@ -26,9 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from airig.common.jsonsafe_text import OutputText, canonical_json
 
 TEMPLATE = re.compile(r"\{\{\s*tasks\.([A-Za-z0-9_-]+)\.output((?:\.[A-Za-z0-9_]+)*)\s*\}\}")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -43,12 +45,33 @@ class RenderTooLarge(ValueError):
     """Templates would make the payload larger than the limit."""
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+# An output as a worker's exchange brought it: large flat parts kept as the body's JSON
+# text, never built as objects (``airig/common/jsonsafe_text.py``, issue 36).
+Output = dict[str, Any] | OutputText
 
 
-def result_hash(output: dict, files: list[str]) -> str:
-    return hashlib.sha256(canonical_json({"output": output, "files": files}).encode()).hexdigest()
+def result_hash(output: Output, files: list[str]) -> str:
+    """The digest of the canonical JSON of ``{"files", "output"}`` (keys sorted), fed
+    piece by piece: the same digest whether the output is objects or text."""
+    digest = hashlib.sha256()
+    digest.update(b'{"files":' + canonical_json(files).encode() + b',"output":')
+    for piece in output_pieces(output):
+        digest.update(piece)
+    digest.update(b"}")
+    return digest.hexdigest()
+
+
+def output_pieces(output: Output) -> Iterator[bytes | memoryview]:
+    """The output's canonical JSON (ASCII), in pieces."""
+    if isinstance(output, OutputText):
+        yield from output.pieces()
+    else:
+        yield canonical_json(output).encode()
+
+
+def value_of(output: Output) -> dict[str, Any]:
+    """The output as objects, for a consumer that reads it (built only then)."""
+    return output.value() if isinstance(output, OutputText) else output
 
 
 def failure_hash(error_type: str, message: str) -> str:
@@ -85,16 +108,25 @@ def task_file(results_dir: Path, plan_id: str, key: str, name: str) -> Path | No
 
 
 def store_output(
-    results_dir: Path, plan_id: str, key: str, output: dict, inline_limit: int
+    results_dir: Path, plan_id: str, key: str, output: Output, inline_limit: int
 ) -> tuple[str | None, str | None]:
-    """(output_json, output_file): exactly one is set."""
-    text = canonical_json(output)
-    if len(text.encode()) <= inline_limit:
-        return text, None
+    """(output_json, output_file): exactly one is set. The text is the output's
+    canonical JSON (ASCII); an ``OutputText`` is written piece by piece, never joined."""
+    if isinstance(output, OutputText):
+        if output.size() <= inline_limit:
+            return output.text(), None
+        pieces: Iterable[bytes | memoryview] = output.pieces()
+    else:
+        text = canonical_json(output)
+        if len(text) <= inline_limit:  # ASCII: its length is its size
+            return text, None
+        pieces = (text.encode(),)
     target = task_dir(results_dir, plan_id, key) / "output.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with tmp.open("wb") as stream:
+        for piece in pieces:
+            stream.write(piece)
     tmp.replace(target)
     return None, str(target.relative_to(results_dir))
 
