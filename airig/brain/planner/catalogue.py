@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from airig.brain.settings import BrainSettings
-from airig.brain.store import trust
+from airig.brain.store import trust, workers
 from airig.common.ollama_names import valid_ollama_name
 from airig.common.task_types import TASK_TYPES
 
@@ -80,9 +80,7 @@ def reported_models(
     these names (a joined one included), so they are outside data: the plan executor
     wraps them as untrusted, never in the catalogue's instructions; names that break
     Ollama's own rules are dropped (the brain refuses them at heartbeat too)."""
-    rows = conn.execute(
-        "SELECT models_json FROM workers WHERE last_heartbeat >= ?", (now - 3 * settings.lease_s,)
-    ).fetchall()
+    rows = workers.models_heard_since(conn, now - 3 * settings.lease_s)
     reported: set[str] = set()
     for row in rows:
         reported.update(m for m in json.loads(row["models_json"]) if isinstance(m, str))

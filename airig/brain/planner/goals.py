@@ -24,7 +24,7 @@ from airig.brain.plans import submit
 from airig.brain.plans.models import PlanSpec
 from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
 from airig.brain.settings import BrainSettings
-from airig.brain.store import states
+from airig.brain.store import goals, states
 from airig.brain.store.events import Outbox
 from airig.common.protocol import TaskState as S
 
@@ -68,12 +68,8 @@ def create(
         digest=submit.body_hash(json.dumps(task, sort_keys=True)), idempotency_key=None,
         default_timeout_s=settings.default_timeout_s, owner=owner,
     )  # fmt: skip
-    conn.execute("UPDATE tasks SET origin = ? WHERE plan_id = ?", (f"goal:{goal_id}", drafting))
-    conn.execute(
-        """INSERT INTO goals (id, goal, inputs_dir, state, drafting_plan_id, submitted_by,
-               created_at, updated_at, owner) VALUES (?, ?, ?, 'drafting', ?, ?, ?, ?, ?)""",
-        (goal_id, goal, inputs_dir, drafting, submitted_by, now, now, owner),
-    )
+    goals.set_origin(conn, drafting, f"goal:{goal_id}")
+    goals.insert(conn, goal_id, goal, inputs_dir, drafting, submitted_by, now, owner)
     return goal_id
 
 
@@ -101,33 +97,23 @@ def draft_done(
 ) -> None:  # fmt: skip
     """A drafting task answered: a valid draft awaits approval, else PlanInvalid. Where
     it came from (worker, rig, trusted or not) is kept with it for the approval screen."""
-    goal = conn.execute(
-        "SELECT * FROM goals WHERE drafting_plan_id = ?", (task["plan_id"],)
-    ).fetchone()
+    goal = goals.of_drafting_plan(conn, task["plan_id"])
     text = goal["goal"] if goal else ""
     try:
         _, _, draft = validate_draft(output, text, settings, tainted)
     except PlanInvalid as exc:
         if goal is not None:
-            conn.execute(
-                "UPDATE goals SET errors_json = ?, updated_at = ? WHERE id = ?",
-                (json.dumps(exc.errors), now, goal["id"]),
-            )
+            goals.set_errors(conn, goal["id"], json.dumps(exc.errors), now)
         raise
     if goal is not None and goal["state"] == "drafting":
         origin = draft_origin(conn, task["worker_id"], tainted)
-        conn.execute(
-            """UPDATE goals SET state = 'awaiting_approval', draft_json = ?, updated_at = ?,
-               draft_origin = ? WHERE id = ?""",
-            (json.dumps(draft), now, json.dumps(origin), goal["id"]),
-        )
+        goals.await_approval(conn, goal["id"], json.dumps(draft), now, json.dumps(origin))
 
 
 def draft_origin(conn: sqlite3.Connection, worker_id: str | None, tainted: bool) -> dict[str, Any]:
     """Who drafted: the worker, its rig, and whether the draft runs trusted."""
-    row = conn.execute("SELECT host FROM workers WHERE id = ?", (worker_id,)).fetchone()
     return {
-        "worker": worker_id, "rig": row["host"] if row is not None else None,
+        "worker": worker_id, "rig": goals.worker_host(conn, worker_id),
         "trusted": not tainted,
     }  # fmt: skip
 
@@ -136,10 +122,7 @@ def refresh(conn: sqlite3.Connection, goal: sqlite3.Row, now: float) -> sqlite3.
     """A drafting goal whose drafting task ended without a draft is ``failed``."""
     if goal["state"] != "drafting":
         return goal
-    task = conn.execute(
-        "SELECT state, error FROM tasks WHERE plan_id = ? AND key = ?",
-        (goal["drafting_plan_id"], DRAFT_KEY),
-    ).fetchone()
+    task = goals.drafting_task_end(conn, goal["drafting_plan_id"], DRAFT_KEY)
     if task is not None and task["state"] not in S.TERMINAL:
         return goal
     if task is not None and task["state"] == S.SUCCEEDED:
@@ -148,21 +131,13 @@ def refresh(conn: sqlite3.Connection, goal: sqlite3.Row, now: float) -> sqlite3.
     why = task["error"] if task is not None else "the drafting plan was deleted"
     if not errors:
         errors = [{"task": None, "field": "draft", "message": why}]
-    updated: sqlite3.Row = conn.execute(
-        """UPDATE goals SET state = 'failed', errors_json = ?, updated_at = ? WHERE id = ?
-           RETURNING *""",
-        (json.dumps(errors), now, goal["id"]),
-    ).fetchone()
-    return updated
+    return goals.fail(conn, goal["id"], json.dumps(errors), now)
 
 
 def view(conn: sqlite3.Connection, goal: sqlite3.Row) -> dict[str, Any]:
     # error_type and model: the CLI's fix for a failed goal (a model not pulled is no
     # reason to reword the goal)
-    task = conn.execute(
-        "SELECT state, attempt, error, error_type, model FROM tasks WHERE plan_id = ? AND key = ?",
-        (goal["drafting_plan_id"], DRAFT_KEY),
-    ).fetchone()
+    task = goals.drafting_task_view(conn, goal["drafting_plan_id"], DRAFT_KEY)
     return {
         "id": goal["id"], "goal": goal["goal"], "inputs_dir": goal["inputs_dir"],
         "state": goal["state"],
@@ -176,10 +151,7 @@ def view(conn: sqlite3.Connection, goal: sqlite3.Row) -> dict[str, Any]:
 
 
 def load(conn: sqlite3.Connection, goal_id: str) -> sqlite3.Row | None:
-    row: sqlite3.Row | None = conn.execute(
-        "SELECT * FROM goals WHERE id = ?", (goal_id,)
-    ).fetchone()
-    return row
+    return goals.load(conn, goal_id)
 
 
 def approve(
@@ -198,11 +170,8 @@ def approve(
         digest=submit.body_hash(goal["draft_json"]), idempotency_key=None,
         default_timeout_s=settings.default_timeout_s, owner=goal["owner"],
     )  # fmt: skip
-    conn.execute("UPDATE tasks SET origin = ? WHERE plan_id = ?", (f"goal:{goal['id']}", plan_id))
-    conn.execute(
-        "UPDATE goals SET state = 'approved', plan_id = ?, updated_at = ? WHERE id = ?",
-        (plan_id, now, goal["id"]),
-    )
+    goals.set_origin(conn, plan_id, f"goal:{goal['id']}")
+    goals.approve(conn, goal["id"], plan_id, now)
     return plan_id
 
 
@@ -214,6 +183,4 @@ def reject(conn: sqlite3.Connection, outbox: Outbox, goal: sqlite3.Row, now: flo
         raise GoalConflict(f"goal {goal['id']} is {goal['state']}; only a draft can be rejected")
     if goal["state"] == "drafting" and goal["drafting_plan_id"]:
         states.cancel_plan(conn, outbox, goal["drafting_plan_id"], now)
-    conn.execute(
-        "UPDATE goals SET state = 'rejected', updated_at = ? WHERE id = ?", (now, goal["id"])
-    )
+    goals.reject(conn, goal["id"], now)

@@ -17,14 +17,14 @@ Refused whole (nothing inserted), with every reason in one ``GrowthRefused``:
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
 from airig.brain.settings import BrainSettings
+from airig.brain.store import growth
 from airig.brain.store.events import Outbox, record
 from airig.brain.store.results import TEMPLATE, references
 from airig.common.protocol import TaskState as S
@@ -77,18 +77,6 @@ def _rename_templates(value: Any, names: dict[str, str]) -> Any:
     return value
 
 
-def _downstream(conn: sqlite3.Connection, task_id: int) -> dict[int, str]:
-    """Every task that waits, directly or not, for ``task_id``: {uid: key}."""
-    rows = conn.execute(
-        """WITH RECURSIVE down(id) AS (
-               SELECT task_id FROM deps WHERE depends_on = ?
-               UNION SELECT d.task_id FROM deps d JOIN down ON d.depends_on = down.id)
-           SELECT t.id, t.key FROM tasks t JOIN down ON down.id = t.id""",
-        (task_id,),
-    ).fetchall()
-    return {row["id"]: row["key"] for row in rows}
-
-
 def _caps(
     conn: sqlite3.Connection, parent: sqlite3.Row, count: int, settings: BrainSettings
 ) -> list[dict[str, Any]]:
@@ -99,9 +87,7 @@ def _caps(
             f"task {parent['key']!r} is {depth - 1} growths deep; a plan grows at most "
             f"{settings.plan_max_depth} levels (AIRIG_PLAN_MAX_DEPTH)"
         )))  # fmt: skip
-    (existing,) = conn.execute(
-        "SELECT COUNT(*) FROM tasks WHERE plan_id = ?", (parent["plan_id"],)
-    ).fetchone()
+    existing = growth.task_count(conn, parent["plan_id"])
     if existing + count > settings.plan_max_tasks:
         errors.append(_error(None, "tasks", (
             f"{count} more tasks would make the plan {existing + count}; the limit is "
@@ -171,11 +157,8 @@ def _existing_refs(
             wanted.setdefault(ref, short.get(str(task.get("id")), str(task.get("id"))))
     if not wanted:
         return [], []
-    rows = conn.execute(
-        """SELECT * FROM tasks WHERE plan_id = ? AND key IN (SELECT value FROM json_each(?))""",
-        (parent["plan_id"], json.dumps(sorted(wanted))),
-    ).fetchall()
-    downstream = set(_downstream(conn, parent["id"]).values())
+    rows = growth.tasks_named(conn, parent["plan_id"], sorted(wanted))
+    downstream = set(growth.downstream(conn, parent["id"]).values())
     stand_ins, errors = [], []
     for row in rows:
         who = wanted[row["key"]]
@@ -206,10 +189,7 @@ def _validate(
     tasks, names, errors = _namespaced(proposed, parent, untrusted, external)
     stand_ins, ref_errors = _existing_refs(conn, parent, tasks, names)
     errors += ref_errors
-    taken = conn.execute(
-        "SELECT key FROM tasks WHERE plan_id = ? AND key IN (SELECT value FROM json_each(?))",
-        (parent["plan_id"], json.dumps(sorted(names.values()))),
-    ).fetchall()
+    taken = growth.keys_taken(conn, parent["plan_id"], sorted(names.values()))
     short = {key: task_id for task_id, key in names.items()}
     errors += [_error(short[r["key"]], "id", f"the plan already has a task {r['key']!r}")
                for r in taken]  # fmt: skip
@@ -242,38 +222,19 @@ def _insert(
 ) -> dict[str, int]:
     depth = (parent["depth"] or 0) + 1
     ids: dict[str, int] = {}
-    existing_states = dict(
-        conn.execute("SELECT key, state FROM tasks WHERE plan_id = ?", (parent["plan_id"],))
-        .fetchall()
-    )  # fmt: skip
+    existing_states = growth.states_by_key(conn, parent["plan_id"])
     new_keys = {spec.id for spec in specs}
     for spec in specs:
         waiting = [d for d in spec.depends_on if d in new_keys or existing_states[d] != S.SUCCEEDED]
         state = S.PENDING if waiting else S.READY
-        cursor = conn.execute(
-            """INSERT INTO tasks (plan_id, key, name, type, task_class, payload_json, model,
-                   priority, trusted, sensitive, timeout_s, retry_count, state, created_at,
-                   ready_at, origin, depth, escalate, allow_external)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-            (
-                parent["plan_id"], spec.id, spec.name, spec.type, spec.task_class,
-                json.dumps(spec.payload), spec.model, spec.priority,
-                int(spec.id not in tainted), int(spec.sensitive),
-                spec.timeout_s or settings.default_timeout_s, spec.retry_count, state, now,
-                now if state == S.READY else None, origin, depth, spec.escalate,
-                int(spec.allow_external),
-            ),
+        ids[spec.id] = growth.insert_task(
+            conn, parent["plan_id"], spec, spec.id not in tainted,
+            spec.timeout_s or settings.default_timeout_s, state, now,
+            now if state == S.READY else None, origin, depth,
         )  # fmt: skip
-        ids[spec.id] = cast(int, cursor.lastrowid)  # set by the INSERT that just ran
-    uid_of = dict(
-        conn.execute("SELECT key, id FROM tasks WHERE plan_id = ?", (parent["plan_id"],))
-        .fetchall()
-    )  # fmt: skip
+    uid_of = growth.ids_by_key(conn, parent["plan_id"])
     for spec in specs:
-        conn.executemany(
-            "INSERT INTO deps (task_id, depends_on) VALUES (?, ?)",
-            [(ids[spec.id], uid_of[dep]) for dep in spec.depends_on],
-        )
+        growth.add_deps(conn, [(ids[spec.id], uid_of[dep]) for dep in spec.depends_on])
     return ids
 
 
@@ -290,17 +251,10 @@ def _hold_dependents(
     upstream = {dep for spec in specs for dep in spec.depends_on}
     leaves = [ids[spec.id] for spec in specs if spec.id not in upstream]
     new = set(ids.values())
-    dependents = conn.execute(
-        "SELECT t.id, t.state FROM tasks t JOIN deps d ON d.task_id = t.id WHERE d.depends_on = ?",
-        (parent["id"],),
-    ).fetchall()
-    for row in dependents:
+    for row in growth.dependents(conn, parent["id"]):
         if row["id"] in new or row["state"] in S.TERMINAL:
             continue
-        conn.executemany(
-            "INSERT OR IGNORE INTO deps (task_id, depends_on) VALUES (?, ?)",
-            [(row["id"], leaf) for leaf in leaves],
-        )
+        growth.add_deps_if_missing(conn, [(row["id"], leaf) for leaf in leaves])
 
 
 def add_subtasks(
@@ -335,21 +289,12 @@ def add_subtasks(
     where = f"{origin}:{parent['key']}"
     # A savepoint: should an insert fail after all checks passed, the caller's
     # transaction (which goes on, e.g. to fail the parent) holds none of this growth.
-    conn.execute("SAVEPOINT grow")
-    try:
+    with growth.savepoint(conn):
         ids = _insert(conn, outbox, parent, specs, tainted_keys, where, now, settings)
         _hold_dependents(conn, parent, specs, ids)
-    except BaseException:
-        conn.execute("ROLLBACK TO grow")
-        conn.execute("RELEASE grow")
-        raise
-    conn.execute("RELEASE grow")
     record(conn, outbox, "tasks_added", parent, now, origin=where,
            added=[spec.id for spec in specs], depth=(parent["depth"] or 0) + 1)  # fmt: skip
-    rows = conn.execute(
-        "SELECT * FROM tasks WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
-        (json.dumps(list(ids.values())),),
-    ).fetchall()
+    rows = growth.tasks_by_id(conn, list(ids.values()))
     for row in rows:
         record(conn, outbox, "task_submitted", row, now, to=row["state"], origin=where)
         if row["state"] == S.READY:

@@ -17,7 +17,7 @@ from airig.brain.planner import goals
 from airig.brain.planner.grow import add_subtasks
 from airig.brain.plans.validate import PlanInvalid
 from airig.brain.settings import BrainSettings
-from airig.brain.store import states
+from airig.brain.store import growth, states
 from airig.brain.store.events import Outbox
 from airig.brain.store.retry import TASK, RetryPolicy
 from airig.common.spotlight import contains_reserved_delimiter
@@ -62,9 +62,7 @@ def accept(
     except PlanInvalid as exc:
         errors = _shown(exc.errors)
     payload["previous_errors"] = errors
-    conn.execute(
-        "UPDATE tasks SET payload_json = ? WHERE id = ?", (json.dumps(payload), task["id"])
-    )
+    growth.set_payload(conn, task["id"], json.dumps(payload))
     policy = RetryPolicy(
         initial_s=settings.retry_initial_s, cap_s=settings.retry_cap_s,
         infra_budget=settings.infra_retries,

@@ -106,3 +106,10 @@ def registered_with(conn: sqlite3.Connection, token_id: str) -> list[str]:
         "SELECT id FROM workers WHERE registered_by = ? ORDER BY id", (token_id,)
     ).fetchall()
     return [str(row["id"]) for row in rows]
+
+
+def models_heard_since(conn: sqlite3.Connection, since: float) -> list[sqlite3.Row]:
+    """The resident models (``models_json``) of workers heard from since ``since``."""
+    return conn.execute(
+        "SELECT models_json FROM workers WHERE last_heartbeat >= ?", (since,)
+    ).fetchall()
