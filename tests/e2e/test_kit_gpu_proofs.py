@@ -16,8 +16,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from airig.launcher.compose.docker import PROBE_LABEL
 from airig.launcher.gpu_info import GpuInfo
-from airig.launcher.hardware.docker_gpu import PROBE_LABEL
 from airig.launcher.proofs.judge import FAILED, PASSED, TIMEOUT, judge
 from airig.launcher.proofs.run import run_options, run_proof
 from airig.launcher.proofs.scripts import spec_for

@@ -17,10 +17,9 @@ import pytest
 from support import copy_kit
 from unit.hardware_fakes import GIB, FakeHost
 
-from airig.launcher.compose.docker import Docker
+from airig.launcher.compose.docker import PROBE_LABEL, Docker
 from airig.launcher.hardware import detect
 from airig.launcher.hardware.choice import select_images, vulkan_settled
-from airig.launcher.hardware.docker_gpu import PROBE_LABEL
 from airig.launcher.hardware.vulkan import run_probe
 from airig.launcher.settings import load_settings
 

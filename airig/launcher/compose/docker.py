@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 import shutil
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, cast
 
 from airig.common.errors import DockerError
@@ -40,6 +40,9 @@ ENGINE_HINT = "check the daemon with `docker info` (sudo systemctl restart docke
 # (`compose ps` leaves them out).
 PROJECT_LABEL = "com.docker.compose.project"
 ONEOFF_LABEL = "com.docker.compose.oneoff"
+# The label of the one-off containers the launcher starts itself (the GPU probe, the
+# Vulkan probe, the GPU proofs): `down` and the e2e tests find what one left behind by it.
+PROBE_LABEL = "io.airig.gpu-probe"
 
 
 @contextmanager
@@ -79,6 +82,33 @@ def engine_errors(action: str, hint: str = ENGINE_HINT) -> Iterator[None]:
         raise DockerError(f"{action} failed: {_one_line(exc.explanation or exc)}", hint) from None
     except (docker.errors.DockerException, RequestException) as exc:
         raise DockerError(f"{action} failed: {_one_line(exc)}", hint) from None
+
+
+@contextmanager
+def one_off(client: Any, image: str, prefix: str, label: str, **options: Any) -> Iterator[Any]:
+    """A container the launcher starts outside Compose (the GPU probe, the Vulkan probe, a
+    GPU proof), from ``client`` (a docker SDK client with the long timeout a GPU start
+    needs, ``Docker.probe_sdk``): an image already present (never pulled), no network,
+    labelled ``PROBE_LABEL`` = ``label``, named ``prefix`` + a random suffix, and removed
+    however its run ends (a start the engine refused leaves a "Created" container behind).
+    Yields what ``containers.run`` returns (a container when ``detach``); the SDK's errors
+    pass through, for the caller to turn into its verdict."""
+    import uuid
+
+    import docker.errors
+    from requests.exceptions import RequestException
+
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    started = None
+    try:
+        started = client.containers.run(
+            image, name=name, labels={PROBE_LABEL: label}, network_mode="none", **options
+        )
+        yield started
+    finally:
+        with suppress(docker.errors.DockerException, RequestException):
+            container = started if options.get("detach") else None
+            (container or client.containers.get(name)).remove(force=True)
 
 
 def _one_line(text: object) -> str:
@@ -261,6 +291,15 @@ class Docker:
             for c in self.containers(label=f"{SERVICE_LABEL}={service}")
             if c.labels.get(PROJECT_LABEL) == stack.project
         ]
+
+    def run_to_end(self, image: str, command: list[str], **options: Any) -> bytes:
+        """A one-off container of the kit's own image run to its end on no network and
+        removed (``comfy_volumes``' move); its output. The SDK's ContainerError (an exit
+        that is not 0, with its stderr) passes through, for the caller to word."""
+        output = self.sdk().containers.run(
+            image, command, network_mode="none", remove=True, **options
+        )
+        return cast(bytes, output)
 
     def health_log(self, container: str) -> list[str]:
         """The outputs of ``container``'s last healthchecks, oldest first (the engine keeps

@@ -15,8 +15,6 @@ the caller hands in a client with a long timeout; a timeout is a finding, never 
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,7 +23,8 @@ from docker.errors import APIError, ContainerError, DockerException, ImageNotFou
 from docker.types import DeviceRequest
 from requests.exceptions import RequestException, Timeout
 
-PROBE_LABEL = "io.airig.gpu-probe"
+from airig.launcher.compose.docker import one_off
+
 PROBE_COMMAND = ["true"]
 NVIDIA_DRIVER_ERROR = 'could not select device driver "nvidia"'
 PROBE_TIMED_OUT = "Docker did not answer in time while starting the probe container"
@@ -139,19 +138,11 @@ def probe(
     if image is None:
         wanted = ", ".join(images) or "none given"
         return ProbeResult(vendor, "not run", f"no probe image present locally ({wanted})")
-    name = f"airig-gpu-probe-{uuid.uuid4().hex[:8]}"
     try:
         # The entrypoint, not the command: images such as ollama/ollama set an ENTRYPOINT.
-        client.containers.run(
-            image,
-            entrypoint=PROBE_COMMAND,
-            name=name,
-            labels={PROBE_LABEL: vendor},
-            network_mode="none",
-            remove=True,
-            detach=False,
-            **run_options,
-        )
+        with one_off(client, image, "airig-gpu-probe", vendor, entrypoint=PROBE_COMMAND,
+                     remove=True, detach=False, **run_options):  # fmt: skip
+            pass
         return ProbeResult(vendor, "passed", "container started with the GPU devices", image)
     except ContainerError as exc:
         # The engine started the container, so it accepted the devices; only `true` failed.
@@ -169,8 +160,6 @@ def probe(
         return ProbeResult(vendor, "not run", f"Docker not reachable: {exc}", image)
     except DockerException as exc:
         return ProbeResult(vendor, "failed", str(exc), image)
-    finally:
-        remove_probe(client, name)
 
 
 def engine_message(exc: APIError) -> str:
@@ -179,10 +168,3 @@ def engine_message(exc: APIError) -> str:
     if isinstance(explanation, bytes):
         explanation = explanation.decode("utf-8", "replace")
     return str(explanation or exc)
-
-
-def remove_probe(client: Any, name: str) -> None:
-    """A start refused by the engine leaves a "Created" container behind: remove it."""
-    # NotFound when auto-removed; anything else: the engine went away or timed out again.
-    with contextlib.suppress(*ENGINE_ERRORS):
-        client.containers.get(name).remove(force=True)

@@ -29,9 +29,7 @@ container and removes it however the run ends; a timeout is a finding, never a c
 
 from __future__ import annotations
 
-import contextlib
 import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -39,7 +37,8 @@ from typing import Any
 from docker.errors import APIError, DockerException, ImageNotFound
 from requests.exceptions import RequestException
 
-from airig.launcher.hardware.docker_gpu import PROBE_LABEL, engine_message
+from airig.launcher.compose.docker import one_off
+from airig.launcher.hardware.docker_gpu import engine_message
 
 VULKANINFO = ["vulkaninfo", "--summary"]
 # Vulkan's VkPhysicalDeviceType names that are a GPU; PHYSICAL_DEVICE_TYPE_CPU is llvmpipe
@@ -178,23 +177,16 @@ def run_probe(
         return VulkanProbe("not run", f"the image {image} is not built yet", image)
     except (DockerException, RequestException) as exc:
         return VulkanProbe("not run", f"Docker not reachable: {exc}", image)
-    name = f"airig-vulkan-probe-{uuid.uuid4().hex[:8]}"
-    container = None
     try:
         # the entrypoint: the Ollama image's ENTRYPOINT is /bin/ollama
-        container = client.containers.run(
-            image,
-            entrypoint=VULKANINFO,
-            name=name,
-            labels={PROBE_LABEL: f"vulkan-{vendor}"},
-            network_mode="none",
+        with one_off(
+            client, image, "airig-vulkan-probe", f"vulkan-{vendor}", entrypoint=VULKANINFO,
             devices=[f"{node}:{node}:rwm" for node in nodes],
-            group_add=[str(gid) for gid in gids],
-            detach=True,
-        )
-        exit_code = int(container.wait(timeout=timeout).get("StatusCode", -1))
-        stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-        stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+            group_add=[str(gid) for gid in gids], detach=True,
+        ) as container:  # fmt: skip
+            exit_code = int(container.wait(timeout=timeout).get("StatusCode", -1))
+            stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+            stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
         return judge(vendor, nodes, exit_code, stdout, stderr, image)
     except APIError as exc:
         message = engine_message(exc)
@@ -206,6 +198,3 @@ def run_probe(
         return VulkanProbe("failed", f"vulkaninfo did not finish in {timeout:.0f} s: {exc}", image)
     except DockerException as exc:
         return VulkanProbe("failed", str(exc), image)
-    finally:
-        with contextlib.suppress(DockerException, RequestException):
-            (container or client.containers.get(name)).remove(force=True)

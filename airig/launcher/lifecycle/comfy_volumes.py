@@ -74,7 +74,7 @@ def move_legacy_volume(settings: Settings, docker: Docker) -> str | None:
     mounts = {legacy: {"bind": "/old", "mode": "rw"}}
     mounts |= {f"{prefix}-{v}": {"bind": f"/new/{subdir(v)}", "mode": "rw"} for v in VOLUMES}
     try:
-        output = sdk.containers.run(
+        output = docker.run_to_end(
             settings.image,
             ["python", "-m", "airig.provision.comfyui_move"],
             volumes=mounts,
@@ -85,8 +85,6 @@ def move_legacy_volume(settings: Settings, docker: Docker) -> str | None:
             cap_add=["DAC_OVERRIDE", "FOWNER"],
             security_opt=["no-new-privileges:true"],
             read_only=True,
-            network_mode="none",
-            remove=True,
         )
     except errors.ContainerError as exc:
         raise DockerError(

@@ -8,9 +8,7 @@ outcome (``timed_out``), never a crash; an engine that refuses the devices is qu
 
 from __future__ import annotations
 
-import contextlib
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,8 +16,9 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest
 from requests.exceptions import RequestException
 
+from airig.launcher.compose.docker import one_off
 from airig.launcher.gpu_info import GpuInfo
-from airig.launcher.hardware.docker_gpu import PROBE_LABEL, engine_message
+from airig.launcher.hardware.docker_gpu import engine_message
 from airig.launcher.proofs.judge import Outcome
 from airig.launcher.proofs.scripts import ProofSpec
 
@@ -55,21 +54,13 @@ def run_proof(
     client: Any, image: str, spec: ProofSpec, options: Mapping[str, Any], timeout: float
 ) -> Outcome:
     started = time.monotonic()
-    name = f"airig-proof-{spec.service}-{uuid.uuid4().hex[:8]}"
-    container = None
     try:
-        container = client.containers.run(
-            image,
-            entrypoint=list(spec.entrypoint),
-            command=list(spec.command) or None,
-            environment=dict(spec.env),
-            name=name,
-            labels={PROBE_LABEL: f"proof-{spec.service}"},
-            network_mode="none",
-            detach=True,
-            **options,
-        )
-        return _watch(container, spec, timeout, started)
+        with one_off(
+            client, image, f"airig-proof-{spec.service}", f"proof-{spec.service}",
+            entrypoint=list(spec.entrypoint), command=list(spec.command) or None,
+            environment=dict(spec.env), detach=True, **options,
+        ) as container:  # fmt: skip
+            return _watch(container, spec, timeout, started)
     except ImageNotFound:
         return Outcome(None, "", not_run=f"the image {image} is not pulled")
     except APIError as exc:  # the engine refused to create or start it: quoted
@@ -79,9 +70,6 @@ def run_proof(
         return Outcome(None, message, seconds=time.monotonic() - started)
     except (DockerException, RequestException) as exc:
         return Outcome(None, "", not_run=f"Docker not reachable: {exc}")
-    finally:
-        with contextlib.suppress(DockerException, RequestException):
-            (container or client.containers.get(name)).remove(force=True)
 
 
 def _watch(container: Any, spec: ProofSpec, timeout: float, started: float) -> Outcome:

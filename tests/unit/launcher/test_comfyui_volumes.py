@@ -21,6 +21,7 @@ import yaml
 from rich.console import Console
 
 from airig.common.errors import DockerError
+from airig.launcher.compose.docker import Docker
 from airig.launcher.lifecycle import comfy_volumes
 from airig.launcher.lifecycle.up import VOLUMES
 from airig.provision.comfyui_move import MARKER, TEMP_SUFFIX, move_all, move_tree
@@ -195,6 +196,9 @@ class Engine:
 
     def sdk(self) -> Engine:
         return self
+
+    def run_to_end(self, image: str, command: list[str], **options: Any) -> bytes:
+        return Docker.run_to_end(self, image, command, **options)  # type: ignore[arg-type]
 
     def get(self, name: str) -> object:
         if name in self.image_ids:

@@ -4,6 +4,7 @@ engine hands back is read without trust."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,3 +118,27 @@ def test_the_one_wait_says_how_long_and_gives_up_in_words() -> None:
     )  # fmt: skip
     assert found == "still starting after 60 s"
     assert said and all(line.startswith("  still waiting for s (starting, ") for line in said)
+
+
+LAUNCHER = Path(__file__).resolve().parents[3] / "airig" / "launcher"
+ADAPTER = LAUNCHER / "compose" / "docker.py"
+
+
+def test_every_container_the_launcher_starts_goes_through_the_adapter() -> None:
+    """`containers.run(` (the docker SDK's create + start) is written in the adapter alone:
+    the GPU probe, the Vulkan probe, the proofs and ComfyUI's volume move call it there
+    (``one_off``, ``run_to_end``), so a container of the launcher's is always labelled,
+    on no network and removed. A never-started container (backup's reader, restore's
+    writer: ``containers.create``) starts nothing."""
+    starting = sorted(
+        str(path.relative_to(LAUNCHER))
+        for path in LAUNCHER.rglob("*.py")
+        if path != ADAPTER and "containers.run(" in _code(path)
+    )
+    assert starting == []
+    assert "containers.run(" in _code(ADAPTER)  # the check reads the code, not nothing
+
+
+def _code(path: Path) -> str:
+    """The file without its comments and strings' prose: only calls count."""
+    return "\n".join(line.split("#")[0] for line in path.read_text().splitlines())
