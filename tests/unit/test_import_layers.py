@@ -226,8 +226,16 @@ LAUNCHER_ROOMS: dict[str, set[str]] = {
     "lifecycle": {"compose", "hardware", "proofs", "images", "recipes", "brain_client"},
     "views": {"lifecycle", "compose", "hardware", "proofs", "images", "brain_client"},
     "cli": {
-        "views", "lifecycle", "compose", "hardware", "proofs", "images", "recipes",
-        "brain_client", "plan_inputs", "inputs_sync",
+        "views",
+        "lifecycle",
+        "compose",
+        "hardware",
+        "proofs",
+        "images",
+        "recipes",
+        "brain_client",
+        "plan_inputs",
+        "inputs_sync",
     },  # fmt: skip
 }
 # At most this many modules lie loose at airig/launcher/'s top (__init__.py included): a
@@ -301,3 +309,32 @@ def test_the_checker_sees_two_siblings_that_import_each_other(tmp_path, monkeypa
     else:
         raise AssertionError("the pair was not found")
     assert layers({"a": {"b"}, "b": {"c"}, "c": set()}) == 3
+
+
+def test_the_checker_sees_a_launcher_room_that_imports_up_and_a_crowded_top(tmp_path, monkeypatch):
+    """The launcher's rules cannot pass by reading nothing: compose/ importing views/ is
+    found, and an eleventh loose module is too many."""
+    fake = tmp_path / "airig"
+    for folder in ("launcher/compose", "launcher/views"):
+        (fake / folder).mkdir(parents=True)
+    for folder in (fake, fake / "launcher", fake / "launcher/compose", fake / "launcher/views"):
+        (folder / "__init__.py").write_text("")
+    (fake / "launcher/compose/docker.py").write_text("from airig.launcher.views import status\n")
+    (fake / "launcher/views/status.py").write_text("")
+    monkeypatch.setattr(f"{__name__}.PACKAGE", fake)
+    assert children_graph("airig.launcher")["compose"] == {"views"}
+    try:
+        test_the_launcher_rooms_stand_in_their_layers()
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("the upward launcher import was not found")
+    test_few_modules_lie_loose_at_the_launchers_top()
+    for n in range(LAUNCHER_LOOSE_MAX):
+        (fake / "launcher" / f"loose{n}.py").write_text("")
+    try:
+        test_few_modules_lie_loose_at_the_launchers_top()
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("eleven loose modules were let through")
