@@ -36,6 +36,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
+from airig.brain.store import alerts as stored
 from airig.brain.store import backups
 from airig.brain.store.events import Outbox, store_line
 from airig.brain.store.unwritable import Episode
@@ -92,19 +93,14 @@ class Notice:
 
 
 def _queue(conn: sqlite3.Connection, rules: Rules) -> dict[tuple[str, str], str]:
-    ready = conn.execute("SELECT COUNT(*) FROM tasks WHERE state = 'READY'").fetchone()[0]
+    ready = stored.ready_count(conn)
     if ready <= rules.queue_depth:
         return {}
     return {("queue_depth", "queue"): f"{ready} tasks waiting (threshold {rules.queue_depth})"}
 
 
 def _failures(conn: sqlite3.Connection, now: float, rules: Rules) -> dict[tuple[str, str], str]:
-    rows = conn.execute(
-        f"""SELECT t.type AS type, json_extract(e.body_json, '$.worker_id') AS worker
-            FROM events e JOIN tasks t ON t.id = e.task_id
-            WHERE e.ts >= ? AND e.event_type IN ({",".join("?" * len(FAILURE_EVENTS))})""",
-        (now - rules.failure_window_s, *FAILURE_EVENTS),
-    ).fetchall()
+    rows = stored.failures_since(conn, now - rules.failure_window_s, FAILURE_EVENTS)
     counts: dict[tuple[str, str], int] = {}
     for row in rows:
         for key in (("task_failures", row["type"]), ("worker_failures", row["worker"])):
@@ -125,10 +121,7 @@ def _workers(
     # A worker that stopped cleanly deregistered (store/workers.retire: heartbeat 0). It is
     # not down: counted here, `down` (workers stop before the brain) and every `docker
     # compose stop` of a worker raised worker_down just before the brain went quiet.
-    rows = conn.execute(
-        "SELECT id, gpus_json, last_heartbeat FROM workers WHERE last_heartbeat > ?",
-        (RETIRED,),
-    )
+    rows = stored.workers_heard_after(conn, RETIRED)
     for row in rows:
         silent_s = now - max(row["last_heartbeat"], since)
         if silent_s > rules.worker_lapse_s:
@@ -213,24 +206,18 @@ def check(
     ``liveness=False`` (the store cannot save heartbeats): the liveness alerts that hold
     stay as they are, none fires."""
     holding = active(conn, now, rules, since, probed, liveness)
-    known = {
-        (row["kind"], row["subject"]): row["message"]
-        for row in conn.execute("SELECT kind, subject, message FROM alerts")
-    }
+    known = {(row["kind"], row["subject"]): row["message"] for row in stored.known(conn)}
     if not liveness:
         holding.update({key: m for key, m in known.items() if key[0] in LIVENESS_KINDS})
     notices: list[Notice] = []
     stamp = utc_iso(now)
     for (kind, subject), message in sorted(holding.items()):
         if (kind, subject) not in known:
-            conn.execute(
-                "INSERT INTO alerts (kind, subject, fired_at, message) VALUES (?,?,?,?)",
-                (kind, subject, now, message),
-            )
+            stored.fire(conn, kind, subject, now, message)
             notices.append(Notice(kind, subject, True, message, stamp))
     for (kind, subject), message in sorted(known.items()):
         if (kind, subject) not in holding:
-            conn.execute("DELETE FROM alerts WHERE kind = ? AND subject = ?", (kind, subject))
+            stored.clear(conn, kind, subject)
             notices.append(Notice(kind, subject, False, f"resolved (was: {message})", stamp))
     for notice in notices:
         _record(conn, outbox, notice, now)

@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from airig.brain.store import alerts
+from airig.brain.store import metrics as stored_metrics
 from airig.brain.store.db import Database
 
 if TYPE_CHECKING:
@@ -28,9 +30,7 @@ class QueueDepth(Collector):
             "airig_tasks", "Tasks by class and state", labels=["task_class", "state"]
         )
         with self._db.read() as conn:
-            rows = conn.execute(
-                "SELECT task_class, state, COUNT(*) AS n FROM tasks GROUP BY task_class, state"
-            ).fetchall()
+            rows = stored_metrics.task_counts(conn)
         for row in rows:
             family.add_metric([row["task_class"], row["state"]], row["n"])
         yield family
@@ -49,7 +49,7 @@ class ActiveAlerts(Collector):
             "airig_alert_active", "Alerts that hold now", labels=["alert", "subject"]
         )
         with self._db.read() as conn:
-            rows = conn.execute("SELECT kind, subject FROM alerts").fetchall()
+            rows = alerts.kinds_and_subjects(conn)
         for row in rows:
             family.add_metric([row["kind"], row["subject"]], 1)
         for alert in self._held():

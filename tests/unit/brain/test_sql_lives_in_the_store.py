@@ -19,8 +19,6 @@ STILL_RUN_SQL = {
     "escalation/criteria.py",
     "escalation/handoff.py",
     "leases.py",
-    "ops/alerts.py",
-    "ops/metrics.py",
     "plans/submit.py",
     "scheduling/placement.py",
     "scheduling/reaper.py",
