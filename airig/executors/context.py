@@ -111,14 +111,33 @@ def resolve_data_path(data_dir: Path, relative: str) -> Path:
 
     Symlinks are resolved first, so a link inside the volume cannot point outside it.
     """
+    _no_nul(relative)
     candidate = Path(relative)
     if candidate.is_absolute() or ".." in candidate.parts:
         raise bad_path(relative)
     root = data_dir.resolve()
-    resolved = (root / candidate).resolve()
+    try:
+        resolved = (root / candidate).resolve()
+    except (OSError, RuntimeError) as exc:  # a name too long, a loop of links
+        raise TaskError(
+            f"path {relative[:200]!r} cannot be looked up: {getattr(exc, 'strerror', None) or exc}",
+            error_type="bad_input",
+            retryable=False,
+            hint="give a shorter path, without links that loop",
+        ) from None
     if resolved != root and root not in resolved.parents:
         raise bad_path(relative)
     return resolved
+
+
+def _no_nul(relative: str) -> None:
+    if "\x00" in relative:  # no file name holds one; os calls raise ValueError on it
+        raise TaskError(
+            f"path {ascii(relative)[:200]} holds a NUL byte, which no file name may",
+            error_type="bad_input",
+            retryable=False,
+            hint="give a path relative to the shared data directory",
+        )
 
 
 # Where tasks write on the data volume: outputs/ (what `backup` keeps, what the file service
@@ -138,6 +157,7 @@ def output_file_path(data_dir: Path, relative: str, what: str) -> Path:
     """A file a task writes: its folder's real path (inside ``outputs/``, as above) with
     the file's own name kept, not followed: a link standing there is replaced, never
     written through."""
+    _no_nul(relative)
     candidate = Path(relative)
     if not candidate.name or candidate.name in (".", ".."):
         raise bad_path(relative)
@@ -161,7 +181,27 @@ def _inside_outputs(data_dir: Path, relative: str, what: str, path: Path) -> Pat
         )
     if path != outputs and outputs not in path.parents:
         raise _not_in_outputs(relative, what)
+    _inside_named_folder(root, relative, what, path)
     return path
+
+
+def _inside_named_folder(root: Path, relative: str, what: str, path: Path) -> None:
+    """A path naming a folder of ``outputs/`` (``outputs/talks/...``: a plan's folder,
+    ``airig/common/write_paths.py``) stays inside it once links are resolved: a link in
+    it cannot lead the write into another plan's folder."""
+    parts = Path(relative).parts
+    if len(parts) < 3 or parts[0] != OUTPUTS:
+        return
+    folder = (root / OUTPUTS / parts[1]).resolve()
+    if path != folder and folder not in path.parents:
+        raise TaskError(
+            f"{what} {relative!r} leads through a link out of {OUTPUTS}/{parts[1]}/ (to "
+            f"{path.relative_to(root).as_posix()!r}): a task writes inside the folder of "
+            f"{OUTPUTS}/ its path names",
+            error_type="bad_input",
+            retryable=False,
+            hint=f"remove the link, or name the real folder under {OUTPUTS}/",
+        )
 
 
 def _not_in_outputs(relative: str, what: str) -> TaskError:

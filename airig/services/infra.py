@@ -6,7 +6,7 @@ gets the owner of the image that writes it (a classic source of "permission deni
 peer kits). ``serve`` is an authenticated file service so users can put inputs (audio,
 documents) on the volume the workers read and fetch what tasks wrote.
 
-Tasks can write anywhere on the data volume, links included (``outputs/x -> /etc`` or
+A shell task can make links anywhere on the data volume (``outputs/x -> /etc`` or
 ``-> ../../index``), so every request walks its path one component at a time from the
 root's descriptor with O_NOFOLLOW (``_walk``): a link anywhere on the path is refused, never
 followed, whether it leads out of the volume or into the brain's ``index/``.
@@ -48,6 +48,12 @@ LAYOUT = {
     "comfyui": (0, []),
 }
 PORT = 8090
+# The brain's search index (``index/search.sqlite``): no upload replaces it (a garbage
+# file there turned every search into a 500, issue 36 §3).
+BRAIN_ONLY = "index"
+BRAIN_ONLY_REFUSAL = (
+    "{rel} is in index/, the brain's search index, which only the brain writes; upload into inputs/"
+)
 UPLOAD_PREFIX = ".upload-"  # in-flight uploads: hidden from listings, not writable by name
 # Users upload audio and video; the disk is the real bound, this stops a runaway client.
 DEFAULT_MAX_UPLOAD = 8 * 1024**3
@@ -155,6 +161,8 @@ def create_app():
             raise HTTPException(400, f"name a file to write, e.g. inputs/talk.wav (got {rel!r})")
         if _in_flight(name):
             raise HTTPException(400, f"names starting {UPLOAD_PREFIX} are reserved; rename it")
+        if _parts(rel)[:1] == (BRAIN_ONLY,):  # the search index: written by the brain alone
+            raise HTTPException(403, BRAIN_ONLY_REFUSAL.format(rel=rel))
         # Only the folder is walked: a link in the file's own place is replaced by the
         # upload (os.replace), never written through.
         declared = request.headers.get("content-length", "")

@@ -32,6 +32,7 @@ from airig.brain.plans.models import PlanSpec, TaskSpec
 from airig.brain.plans.validate import Limits, PlanInvalid, bounded, validate_plan
 from airig.brain.store import results, shell_inputs
 from airig.brain.store.fanout import GROUP_TYPE
+from airig.common import write_paths
 
 SEPARATOR = "__"
 MAX_KEY = 64
@@ -440,8 +441,12 @@ def expand_items(group: Group, items: list[dict[str, Any]], into: Expansion) -> 
                 payload = _rename(payload, names)
                 if raw.get("type") == "shell":
                     payload = _shell_payload(payload, item)
-                else:
-                    payload = _substitute(payload, item)
+                else:  # a write path an item fills stays in its plan's folder
+                    filled = _substitute(payload, item)
+                    problem = write_paths.filled_problem(str(raw.get("type")), payload, filled)
+                    if problem is not None:
+                        raise ItemError(f"item {index}: {problem}")
+                    payload = filled
                 task["payload"] = payload
             for text_field in ("name", "model"):
                 if isinstance(task.get(text_field), str):

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from airig.brain.plans.models import PlanSpec, TaskSpec
 from airig.brain.store import results
+from airig.common import write_paths
 from airig.common.protocol import TASK_CLASSES
 from airig.common.task_types import (
     COMFYUI,
@@ -130,6 +131,9 @@ def _check_payload(spec: TaskSpec, errors: list[dict[str, Any]]) -> None:
         for item in exc.errors():
             where = ".".join(str(part) for part in ("payload", *item["loc"]))
             errors.append(_error(spec.id, where, item["msg"]))
+    unfit = write_paths.folder_problem(spec.type, spec.payload)  # can never fit: refused now
+    if unfit is not None:
+        errors.append(_error(spec.id, f"payload.{unfit[0]}", unfit[1]))
 
 
 def _check_task(

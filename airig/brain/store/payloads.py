@@ -17,6 +17,7 @@ from airig.brain.inflight import Hold
 from airig.brain.settings import BrainSettings
 from airig.brain.store import fanout, results, shell_inputs, states
 from airig.brain.store.events import Outbox
+from airig.common import write_paths
 
 
 class OverClaimBudget(Exception):
@@ -109,7 +110,8 @@ def rendered_payload(
     budget: ClaimBudget | None = None,
 ) -> dict[str, Any]:
     """The task's payload with upstream results templated in. KeyError (no such field),
-    OSError (result file gone) or ValueError (``results.RenderTooLarge``) when it cannot
+    OSError (result file gone) or ValueError (``results.RenderTooLarge``; a write path
+    filled outside its plan's folder, ``write_paths.LeavesPlanFolder``) when it cannot
     be: ``claim`` fails the task for good, since no retry renders it differently. With a
     ``budget``, the payload's size is charged to it before anything is built
     (``OverClaimBudget`` when it does not fit)."""
@@ -124,7 +126,10 @@ def rendered_payload(
         return payload
     if task["type"] == "shell":  # upstream values reach a command only as variables
         return shell_inputs.substitute(payload, texts)
-    return results.substitute(payload, texts)
+    rendered = results.substitute(payload, texts)
+    # a path an upstream output fills stays inside its plan's folder (LeavesPlanFolder)
+    write_paths.check_filled(task["type"], payload, rendered)
+    return rendered
 
 
 def refuse_oversized(

@@ -29,9 +29,9 @@ def recipe(dpi=200, **plan):
         {"id": "pdfs", "for_each": {"glob": "inputs/*.pdf"}, "output": "text", "tasks": [
             {"id": "pages", "type": "pages", "task_class": "cpu",
              "payload": {"pdf": "{{ item.path }}", "dpi": dpi,
-                         "out_dir": "outputs/{{ item.stem }}-pages"}},
+                         "out_dir": "outputs/pdf/{{ item.stem }}-pages"}},
             {"id": "text", "type": "note", "task_class": "cpu", "depends_on": ["pages"],
-             "payload": {"kind": "pages", "path": "outputs/{{ item.stem }}.txt",
+             "payload": {"kind": "pages", "path": "outputs/pdf/{{ item.stem }}.txt",
                          "pages": "{{ tasks.pages.output.pages }}"}},
         ]},
         {"id": "csv", "type": "note", "task_class": "cpu", "depends_on": ["pdfs"],
@@ -120,7 +120,7 @@ def test_an_unchanged_folder_runs_nothing_again_and_its_outputs_are_carried(rig)
     assert got[0]["key"] == "csv"
     rows = json.loads(got[1]["rows"])
     assert [r["output"]["path"] for r in rows["items"]] == [
-        "outputs/a.txt", "outputs/b.txt", "outputs/c.txt"]  # fmt: skip
+        "outputs/pdf/a.txt", "outputs/pdf/b.txt", "outputs/pdf/c.txt"]  # fmt: skip
     h.do(rig.brain, plan["id"], "csv", "start", time.time())
     h.do(rig.brain, plan["id"], "csv", "complete", time.time(), output={"path": "outputs/all.csv"})
     assert view(rig, plan["id"])["status"] == "succeeded"
@@ -154,19 +154,19 @@ def test_a_file_added_runs_alone_and_the_others_keep_their_fingerprint(rig):
 
 def test_a_deleted_output_runs_that_item(rig):
     first_run(rig)
-    (rig.data / "outputs" / "a.txt").unlink()
-    (rig.data / "outputs" / "c-pages" / "page-1.png").unlink()
+    (rig.data / "outputs" / "pdf" / "a.txt").unlink()
+    (rig.data / "outputs" / "pdf" / "c-pages" / "page-1.png").unlink()
     plan = send(rig, recipe())
     assert plan["fanouts"][0]["reused"] == 1
     assert item_runs(work(rig, plan["id"])) == ["0", "2"]
-    assert (rig.data / "outputs" / "a.txt").exists()
+    assert (rig.data / "outputs" / "pdf" / "a.txt").exists()
 
 
 def test_an_output_rewritten_since_runs_that_item(rig):
     """Another recipe's run (or a hand) wrote over an output: what the earlier run's output
     says is no longer what is on the volume."""
     first_run(rig)
-    path = rig.data / "outputs" / "b.txt"
+    path = rig.data / "outputs" / "pdf" / "b.txt"
     stat = path.stat()
     path.write_text("written by another run")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
