@@ -55,6 +55,10 @@ _SCAN = re.compile(
     re.DOTALL,
 )
 
+# A marker as ``canonical_json`` writes it (one pattern for all: a pattern per marker
+# would fill ``re``'s cache, one entry per request).
+_QUOTED_MARKER = re.compile(rb'"\\u0000airig-[0-9a-f]{32}-[0-9]+"')
+
 Piece = bytes | memoryview
 
 
@@ -208,12 +212,13 @@ class OutputText:
     def pieces(self) -> Iterator[Piece]:
         """The canonical JSON of the output, piece by piece (ASCII bytes)."""
         text = canonical_json(self.skeleton).encode()
-        quoted = re.compile(re.escape(json.dumps(self.marker).encode()[:-1]) + rb'\d+"')
         done = 0
-        for match in quoted.finditer(text):
-            yield text[done : match.start()]
-            yield from self.parts[json.loads(match.group())].pieces
-            done = match.end()
+        for match in _QUOTED_MARKER.finditer(text):
+            part = self.parts.get("\x00" + match.group()[7:-1].decode("ascii"))
+            if part is not None:  # a text that only looks like one stays as it is
+                yield text[done : match.start()]
+                yield from part.pieces
+                done = match.end()
         yield text[done:]
 
     def size(self) -> int:

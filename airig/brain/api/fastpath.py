@@ -120,7 +120,8 @@ def _with_output_texts(deferred: Deferred) -> ExchangeRequest | None:
     body's own bytes. None when anything is not as expected, the body's refusal
     included: parsed whole then, so every answer and error stays what it was."""
     try:
-        body = from_json(deferred.text, allow_inf_nan=True)
+        # its markers are new texts each time: none goes into the parser's string cache
+        body = from_json(deferred.text, allow_inf_nan=True, cache_strings="keys")
         holding = outputs_of(body, deferred)
         if holding is None:
             return None

@@ -302,3 +302,17 @@ def test_a_from_group_within_the_cap_still_expands_from_the_text(tmp_path):
     items = [key for key in states if key.startswith("g__")]
     assert len(items) == 1500
     assert json.loads(h.row(brain, plan_id, "g__1499__a")["payload_json"])["echo"] == "8"
+
+
+def test_reading_outputs_kept_as_text_leaves_nothing_behind_per_request():
+    # A pattern compiled per request's marker went into ``re``'s cache: about 1 KB kept
+    # per completion, up to its 512 entries.
+    import re
+
+    raw = body_of(b'{"v": ' + numbers(BIG) + b', "t": "' + b"x" * LARGE + b'"}')
+    for _ in range(3):  # the first reads fill what every read shares
+        b"".join(results.output_pieces(read_request(raw).reports[0].output))
+    cached = len(re._cache)  # type: ignore[attr-defined]
+    for _ in range(40):
+        b"".join(results.output_pieces(read_request(raw).reports[0].output))
+    assert len(re._cache) == cached  # type: ignore[attr-defined]
