@@ -43,7 +43,7 @@ from airig.brain.scheduling.residency import choose as choose_task
 from airig.brain.scheduling.thermal import ThermalGuard
 from airig.brain.scheduling.workers import WorkerView, eligible_classes
 from airig.brain.settings import BrainSettings
-from airig.brain.store import queue, states
+from airig.brain.store import queue, states, workers
 from airig.brain.store.events import Outbox, record
 from airig.common.protocol import GpuInfo
 
@@ -105,16 +105,7 @@ class Placement:
 
     def holders(self, conn: sqlite3.Connection, worker_id: str, now: float) -> dict[str, int]:
         """Per model, how many other live workers hold it."""
-        # Counted by SQLite (json_each): every claim reads every live worker's list, and
-        # decoding them in Python cost a sixth of the brain's CPU at 500 workers
-        # (benchmarks/fleet.py); the same counts, each listed model once per listing.
-        rows = conn.execute(
-            """SELECT m.value AS model, COUNT(*) AS n
-               FROM workers w, json_each(w.models_json) m
-               WHERE w.id != ? AND w.last_heartbeat >= ? GROUP BY m.value""",
-            (worker_id, now - self.alive_s),
-        ).fetchall()
-        return {row["model"]: row["n"] for row in rows}
+        return workers.model_holders(conn, worker_id, now - self.alive_s)
 
     # ------------------------------------------------------------------ outages
     def held(self, worker_id: str, local: bool, now: float) -> set[str]:

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 
-from airig.brain.store import states
+from airig.brain.store import reaping, states
 from airig.brain.store.events import Outbox
 from airig.brain.store.retry import INFRA, TASK, RetryPolicy
 from airig.brain.store.unwritable import StoreUnwritable
@@ -23,32 +23,17 @@ log = logging.getLogger("airig.brain.scheduling.reaper")
 
 
 def extend_live_leases(conn: sqlite3.Connection, now: float, lease_s: float) -> int:
-    cursor = conn.execute(
-        """UPDATE tasks SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?)
-           WHERE state IN ('LEASED', 'RUNNING')""",
-        (now + lease_s,),
-    )
-    return cursor.rowcount
+    return reaping.extend_live_leases(conn, now, lease_s)
 
 
 def reap(conn: sqlite3.Connection, outbox: Outbox, now: float, policy: RetryPolicy) -> None:
     """One pass: deadlines first (a hung attempt is the task's fault), then leases."""
-    over_time = conn.execute(
-        """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING')
-           AND attempt_deadline < ?""",
-        (now,),
-    ).fetchall()
-    for task in over_time:
+    for task in reaping.over_time(conn, now):
         states.retry_or_fail(
             conn, outbox, task, now, policy, TASK, "timeout",
             f"attempt {task['attempt']} exceeded its runtime limit of {task['timeout_s']}s",
         )  # fmt: skip
-    expired = conn.execute(
-        """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING')
-           AND lease_expires_at < ?""",
-        (now,),
-    ).fetchall()
-    for task in expired:
+    for task in reaping.lease_expired(conn, now):
         outbox.metric("lease_expiries")
         states.retry_or_fail(
             conn, outbox, task, now, policy, INFRA, "lease_expired",

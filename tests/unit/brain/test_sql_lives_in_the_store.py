@@ -20,8 +20,6 @@ STILL_RUN_SQL = {
     "escalation/handoff.py",
     "leases.py",
     "plans/submit.py",
-    "scheduling/placement.py",
-    "scheduling/reaper.py",
 }
 
 

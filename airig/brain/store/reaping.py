@@ -1,0 +1,37 @@
+"""What the reaper (``scheduling/reaper.py``) reads and writes: live leases extended after
+a restart, attempts over their runtime limit, leases that expired.
+
+Every function runs inside the caller's transaction; none opens its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+
+def extend_live_leases(conn: sqlite3.Connection, now: float, lease_s: float) -> int:
+    """Every live lease runs at least ``lease_s`` from ``now``; how many there are."""
+    cursor = conn.execute(
+        """UPDATE tasks SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?)
+           WHERE state IN ('LEASED', 'RUNNING')""",
+        (now + lease_s,),
+    )
+    return cursor.rowcount
+
+
+def over_time(conn: sqlite3.Connection, now: float) -> list[sqlite3.Row]:
+    """Leased or running attempts past their deadline, whole rows."""
+    return conn.execute(
+        """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING')
+           AND attempt_deadline < ?""",
+        (now,),
+    ).fetchall()
+
+
+def lease_expired(conn: sqlite3.Connection, now: float) -> list[sqlite3.Row]:
+    """Leased or running attempts whose lease ran out, whole rows."""
+    return conn.execute(
+        """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING')
+           AND lease_expires_at < ?""",
+        (now,),
+    ).fetchall()
