@@ -15,14 +15,14 @@ import sqlite3
 import uuid
 from typing import Any
 
+from airig.brain import reactions
 from airig.brain.escalation import criteria
-from airig.brain.planner import catalogue, fanout
-from airig.brain.planner import hook as planner_hook
+from airig.brain.planner import fanout
 from airig.brain.scheduling.placement import Placement
 from airig.brain.scheduling.residency import Decision
 from airig.brain.scheduling.workers import WorkerView
 from airig.brain.settings import BrainSettings
-from airig.brain.store import plans, results, reuse, states, tokens, trust, vectors
+from airig.brain.store import results, reuse, states, trust
 from airig.brain.store.events import Outbox
 from airig.brain.store.payloads import (
     ClaimBudget,
@@ -105,8 +105,8 @@ def claim(
                 conn, outbox, task, now, "template_error", str(exc), "payload template"
             )
             continue
-        if task["type"] == "plan":  # the brain's catalogue: types, models, input files
-            payload = catalogue.fill(conn, task, payload, settings, now)
+        for reaction in reactions.of(task["type"]):  # the plan task's catalogue
+            payload = reaction.on_claim(conn, task, payload, settings, now)
         placed = {"placement": decision.reason, "load": decision.load, "evict": decision.evict}
         # A GPU worker swaps first, within the task's timeout_s, then runs the task.
         runtime_s = task["timeout_s"] * (2 if decision.load or decision.evict else 1)
@@ -162,16 +162,12 @@ def complete(
         return task
     check_fence(task, worker_id, report)
     tainted_output = int(not task["trusted"] or not trust.worker_trusted(conn, worker_id))
-    if task["type"] == "plan":  # the model's tasks join the graph first, or the attempt fails
-        refused = planner_hook.accept(
-            conn, outbox, task, results.value_of(report.output), now, settings,
-            bool(tainted_output), digest,
-        )  # fmt: skip
-        if refused is not None:
-            return refused
-    if task["type"] == "embed":  # an index's vectors go in first, or the attempt fails
-        refused = index_embeddings(conn, outbox, task, report, now, settings, tainted_output)
-        if refused is not None:
+    hooks = reactions.of(task["type"])
+    for hook in hooks:  # a plan's tasks join the graph, an index's vectors go in: first
+        refused = hook.before_success(
+            conn, outbox, task, report, now, settings, tainted_output, digest
+        )
+        if refused is not None:  # or the attempt fails
             return refused
     output_json, output_file = results.store_output(
         settings.results_dir, task["plan_id"], task["key"], report.output,
@@ -192,89 +188,9 @@ def complete(
         refuse_oversized(conn, outbox, ready, now, settings)
     # a `from` group on this output, read from the report: not loaded back beside it
     fanout.start_groups(conn, outbox, done, now, settings, report.output)
-    if done["type"] == "llm":
-        outbox.samples.append(training_sample(conn, done, report, settings, "succeeded"))
+    for hook in hooks:  # an llm task's training sample
+        hook.after_success(conn, outbox, done, report, settings)
     return done
-
-
-def index_embeddings(
-    conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, report: CompleteRequest,
-    now: float, settings: BrainSettings, tainted: int,
-) -> sqlite3.Row | None:  # fmt: skip
-    """An embed task with an ``index``: its vectors replace the ones it put there before.
-    None when written (or no index); else the task's row after its failed attempt: another
-    model than the index's, another owner's index, an untrusted output and no index yet,
-    or an output that does not pair texts with vectors or holds a vector with no
-    direction, fails for good; an index file that cannot be written is retried. Tainted
-    output is indexed into an index that exists, its rows marked untrusted (search
-    results show it). Whatever the index meets fails this attempt alone, never the
-    exchange that carried the report with its neighbours."""
-    payload = json.loads(task["payload_json"])
-    name = payload.get("index")
-    if not isinstance(name, str):
-        return None
-    # The payload names the model (validated at submission); the worker only says which
-    # answered, and one that names another is refused: an untrusted rig's word never
-    # fixes an index's model.
-    model = str(payload.get("model") or task["model"])
-    output = results.value_of(report.output)  # built here: the vectors are read
-    answered = output.get("model")
-    plan = plans.by_id(conn, task["plan_id"])
-    owner = plan["owner"] if plan is not None else None
-    writer = vectors.Writer(owner, tokens.owner_is_admin(conn, owner), bool(tainted))
-    try:
-        if "{{" in model:  # a template: the model as the claim rendered it
-            model = str(rendered_payload(conn, task, settings).get("model"))
-        if isinstance(answered, str) and not vectors.same_model(answered, model):
-            raise vectors.IndexRefused(
-                f"the payload asks for {model!r} and the worker answered vectors of "
-                f"{answered!r}: embed with {model!r}",
-                "index_model_mismatch",
-            )
-        entries = vectors.entries_of(output)
-        vectors.replace_task(
-            vectors.index_path(settings.data_dir), name, model, task["plan_id"], task["key"],
-            entries, writer, now,
-        )  # fmt: skip
-        return None
-    except vectors.IndexRefused as exc:
-        error_type, message, retryable = exc.error_type, str(exc), False
-    except vectors.IndexUnavailable as exc:
-        error_type, message, retryable = "index_unavailable", str(exc), True
-    except Exception as exc:  # noqa: BLE001 - the index is a file of its own and sqlite-vec
-        # a C extension: what they raise is not all known, and must not sink the exchange
-        log.exception("search index %r: %s", name, type(exc).__name__)
-        error_type, retryable = "index_unavailable", True
-        message = f"cannot write the search index ({type(exc).__name__}): see the brain's log"
-    policy = RetryPolicy(
-        initial_s=settings.retry_initial_s, cap_s=settings.retry_cap_s,
-        infra_budget=settings.infra_retries,
-    )  # fmt: skip
-    digest = results.result_hash(report.output, report.files)
-    return states.retry_or_fail(
-        conn, outbox, task, now, policy, TASK, error_type, message, retryable,
-        result_hash=digest,
-    )  # fmt: skip
-
-
-def training_sample(
-    conn: sqlite3.Connection, task: sqlite3.Row, report: Any, settings: BrainSettings,
-    outcome: str,
-) -> dict[str, Any]:  # fmt: skip
-    payload = rendered_payload(conn, task, settings)
-    output = results.value_of(getattr(report, "output", None) or {})
-    return {
-        "timestamp": task["finished_at"],
-        "plan": task["plan_id"],
-        "task_id": task["key"],
-        "model": task["model"] or payload.get("model"),
-        "prompt": payload.get("prompt") or json.dumps(payload.get("messages", "")),
-        "response": output.get("text"),
-        "error": getattr(report, "message", None),
-        "outcome": outcome,
-        "metrics": getattr(report, "metrics", {}),
-        "sensitive": bool(task["sensitive"]),
-    }
 
 
 def fail(
@@ -304,8 +220,8 @@ def fail(
         conn, outbox, task, now, policy, TASK, report.error_type, report.message,
         report.retryable, result_hash=digest,
     )  # fmt: skip
-    if task["type"] == "llm":
-        outbox.samples.append(training_sample(conn, after, report, settings, "failed"))
+    for hook in reactions.of(task["type"]):
+        hook.after_failure(conn, outbox, after, report, settings)
     return after
 
 

@@ -172,7 +172,8 @@ def layers(edges: dict[str, set[str]]) -> int:
 
 # The brain's rooms (airig/brain/*), bottom up: what each may import besides itself.
 # store/ is the database and what it records; scheduling/ and ops/ read it; plans/ and
-# planner/ shape plans; escalation/ hands tasks out; leases.py ties a claim together;
+# planner/ shape plans; escalation/ hands tasks out; reactions.py is what the brain does
+# with a type's tasks (index, planner, training sample); leases.py ties a claim together;
 # service.py is the running brain; api/ is the HTTP edge; __main__ starts it.
 BRAIN_BASE = {"settings", "inflight", "timing", "dashboard"}
 BRAIN_ROOMS: dict[str, set[str]] = {
@@ -185,7 +186,8 @@ BRAIN_ROOMS: dict[str, set[str]] = {
     "plans": {"store"},
     "planner": {"plans", "store"},
     "escalation": {"planner", "plans", "store"},
-    "leases": {"escalation", "planner", "scheduling", "store"},
+    "reactions": {"planner", "store"},  # what the brain does with a type's tasks
+    "leases": {"escalation", "planner", "reactions", "scheduling", "store"},
     "service": {"escalation", "ops", "scheduling", "store"},
     "api": {"service", "leases", "escalation", "planner", "plans", "ops", "scheduling", "store"},
     "__main__": {"api", "service", "store"},  # store: `--snapshot` (backup)

@@ -14,6 +14,7 @@ from pathlib import Path
 import brain_helpers as h
 import pytest
 
+from airig.brain import reactions
 from airig.brain.api.app import create_app
 from airig.brain.escalation import criteria, handoff
 from airig.brain.planner import catalogue
@@ -26,6 +27,7 @@ from airig.common.protocol import TASK_CLASSES, Assignment
 from airig.common.task_types import (
     COMFYUI,
     DEFAULT_CLASS_FOR_TYPE,
+    HOOKS,
     OLLAMA,
     PAYLOAD_SCHEMAS,
     TASK_TYPES,
@@ -242,6 +244,8 @@ def test_the_derived_tables_name_no_type_of_their_own():
     """The modules whose tables the table replaced compare a task's type with no name;
     the shell taint guard stays explicit (a command never runs tainted input)."""
     where = {
+        "brain/leases.py": ["shell"],
+        "brain/reactions.py": [],
         "brain/plans/validate.py": ["shell", "shell", "resource", "resource"],
         "brain/store/queue.py": [],
         "brain/store/reuse.py": [],
@@ -253,3 +257,12 @@ def test_the_derived_tables_name_no_type_of_their_own():
     }
     found = {path: sorted(type_comparisons(PACKAGE / path)) for path in where}
     assert found == {path: sorted(names) for path, names in where.items()}
+
+
+def test_every_hook_the_table_may_name_is_registered_in_the_brain():
+    assert tuple(reactions.REACTIONS) == HOOKS
+    for name, spec in TASK_TYPES.items():
+        assert set(spec.brain_hooks) <= set(HOOKS), name
+        assert len(set(spec.brain_hooks)) == len(spec.brain_hooks), name
+        assert reactions.of(name) == tuple(reactions.REACTIONS[h] for h in spec.brain_hooks)
+    assert reactions.of("no-such-type") == ()
