@@ -284,12 +284,17 @@ class Docker:
         return group_states(cast(list[dict[str, Any]], rows), wanted)
 
     def service_states(self, stack: StackPlan, service: str) -> list[ContainerState]:
-        """``service``'s containers in ``stack``, each inspected: with the restart count
-        that the list lacks, which tells a crash loop from a container that is starting."""
+        """``service``'s containers in ``stack``, running or not (an exited one is the
+        answer), each inspected: with the restart count that the list lacks, which tells a
+        crash loop from a container that is starting. `compose run`'s one-offs left out."""
+        with engine_errors("listing containers"):
+            found = self.sdk().containers.list(
+                all=True, filters={"label": f"{SERVICE_LABEL}={service}"}, ignore_removed=True
+            )
         return [
             ContainerState.from_inspect(c.attrs)
-            for c in self.containers(label=f"{SERVICE_LABEL}={service}")
-            if c.labels.get(PROJECT_LABEL) == stack.project
+            for c in found
+            if c.labels.get(PROJECT_LABEL) == stack.project and c.labels.get(ONEOFF_LABEL) != "True"
         ]
 
     def run_to_end(self, image: str, command: list[str], **options: Any) -> bytes:

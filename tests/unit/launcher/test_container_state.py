@@ -5,6 +5,7 @@ engine hands back is read without trust."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from airig.launcher.compose.container import (
     verdict,
     wait_healthy,
 )
+from airig.launcher.compose.docker import ONEOFF_LABEL, PROJECT_LABEL, Docker
 from airig.launcher.lifecycle.up import _all_healthy
 from airig.launcher.views.status import services_table
 from airig.launcher.views.triage.classify import crash
@@ -142,3 +144,32 @@ def test_every_container_the_launcher_starts_goes_through_the_adapter() -> None:
 def _code(path: Path) -> str:
     """The file without its comments and strings' prose: only calls count."""
     return "\n".join(line.split("#")[0] for line in path.read_text().splitlines())
+
+
+def test_a_wait_reads_the_exited_containers_too() -> None:
+    """`restart` and `update` read the service through the adapter's inspect: an exited
+    container is its answer ("exited (code 3)"), not "not running"; another project's and
+    a one-off `compose run` container are not the service's."""
+
+    class Listed:
+        def __init__(self, project: str, status: str, oneoff: str = "False") -> None:
+            self.labels = {PROJECT_LABEL: project, ONEOFF_LABEL: oneoff}
+            self.attrs = {"Name": f"/{project}-w-1", "RestartCount": 0,
+                          "Config": {"Labels": {"com.docker.compose.service": "w"}},
+                          "State": {"Status": status, "ExitCode": 3}}  # fmt: skip
+
+    class Containers:
+        asked: dict[str, Any] = {}
+
+        def list(self, **kwargs: Any) -> list[Listed]:
+            Containers.asked = kwargs
+            return [Listed("airig-agents", "exited"), Listed("other", "running"),
+                    Listed("airig-agents", "running", oneoff="True")]  # fmt: skip
+
+    docker = Docker()
+    docker._sdk = SimpleNamespace(containers=Containers())
+    stack = SimpleNamespace(project="airig-agents")
+    states = docker.service_states(stack, "w")  # type: ignore[arg-type]
+    assert Containers.asked["all"] is True
+    assert [(s.container, s.state) for s in states] == [("airig-agents-w-1", "exited")]
+    assert verdict(states) == "exited (code 3)"
