@@ -30,6 +30,7 @@ from airig.brain.api.unwritable import DESCRIPTIONS as UNWRITABLE
 from airig.brain.api.unwritable import degraded, install_unwritable
 from airig.brain.service import Brain
 from airig.brain.settings import BrainSettings
+from airig.brain.store.db import ping
 from airig.common.http_errors import error_body, headers_retry_after, validation_detail
 from airig.common.jsonsafe import MAX_DEPTH
 from airig.common.protocol import ErrorBody, ValidationErrorBody
@@ -123,7 +124,7 @@ def create_app(settings: BrainSettings) -> FastAPI:
     def health() -> Any:
         """``ok``; 503 ``degraded`` while the store cannot be written (``unwritable.py``)."""
         with brain.db.read() as conn:
-            conn.execute("SELECT 1").fetchone()
+            ping(conn)
         return degraded(brain) or {"status": "ok", "version": __version__}
 
     @app.get(

@@ -21,7 +21,7 @@ def body_hash(body: str) -> str:
 
 
 def find_by_idempotency_key(conn: sqlite3.Connection, key: str) -> sqlite3.Row | None:
-    return conn.execute("SELECT * FROM plans WHERE idempotency_key = ?", (key,)).fetchone()
+    return plan_store.by_idempotency_key(conn, key)
 
 
 def prepare(
@@ -77,11 +77,9 @@ def insert_plan(
     SQLite runs without Python per task. ``plan_id``: one ``new_plan_id`` gave before
     (files of reused items were linked under it)."""
     plan_id = plan_id or new_plan_id()
-    conn.execute(
-        """INSERT INTO plans (id, name, idempotency_key, body_hash, submitted_by, created_at,
-               fixes_json, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
-        (plan_id, plan.name, idempotency_key, digest, submitted_by, now,
-         json.dumps(plan.fixes), owner),
+    plan_store.insert_plan(
+        conn, plan_id, plan.name, idempotency_key, digest, submitted_by, now,
+        json.dumps(plan.fixes), owner,
     )  # fmt: skip
     rows = prepared if prepared is not None else prepare(plan, tainted, default_timeout_s)
     plan_store.insert_tasks(conn, plan_id, now, rows)

@@ -23,6 +23,11 @@ from airig.brain.store import schema
 READERS = 4
 
 
+def ping(conn: sqlite3.Connection) -> None:
+    """One trivial read: the store answers (``/health``)."""
+    conn.execute("SELECT 1").fetchone()
+
+
 class Database:
     """The brain's store handle. Use ``tx()`` for writes and ``read()`` for reads."""
 

@@ -20,6 +20,26 @@ def by_id(conn: sqlite3.Connection, plan_id: str) -> sqlite3.Row | None:
     return row
 
 
+def by_idempotency_key(conn: sqlite3.Connection, key: str) -> sqlite3.Row | None:
+    """Reads the plan submitted with this idempotency key, or None."""
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT * FROM plans WHERE idempotency_key = ?", (key,)
+    ).fetchone()
+    return row
+
+
+def insert_plan(
+    conn: sqlite3.Connection, plan_id: str, name: str, idempotency_key: str | None,
+    digest: str, submitted_by: str, now: float, fixes_json: str, owner: str | None,
+) -> None:  # fmt: skip
+    """A new plan's row (its tasks: ``insert_tasks``)."""
+    conn.execute(
+        """INSERT INTO plans (id, name, idempotency_key, body_hash, submitted_by, created_at,
+               fixes_json, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+        (plan_id, name, idempotency_key, digest, submitted_by, now, fixes_json, owner),
+    )
+
+
 def newest(conn: sqlite3.Connection, owner: str | None, limit: int) -> list[sqlite3.Row]:
     """Reads the ``limit`` newest plans, whole rows: all (``owner`` None) or one owner's."""
     if owner is None:

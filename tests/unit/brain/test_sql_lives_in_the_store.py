@@ -15,11 +15,9 @@ SQL_CALLS = {"execute", "executemany", "executescript"}
 # list may only shrink: move a file's statements into a store module, then remove it
 # here (the second test fails until you do). Never add a file to it.
 STILL_RUN_SQL = {
-    "api/app.py",
     "escalation/criteria.py",
     "escalation/handoff.py",
     "leases.py",
-    "plans/submit.py",
 }
 
 
