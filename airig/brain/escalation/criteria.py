@@ -27,7 +27,7 @@ from typing import Any
 
 from airig.brain.escalation import budget, ledger
 from airig.brain.settings import BrainSettings
-from airig.brain.store import states
+from airig.brain.store import escalations, states
 from airig.brain.store.events import Outbox
 from airig.brain.store.retry import TASK, RetryPolicy
 from airig.common.protocol import TaskState as S
@@ -37,10 +37,8 @@ ESCALATE_AFTER_FAILURES = 2
 OFF = "escalation is off (AIRIG_ESCALATION=off)"
 SENSITIVE = "the task is sensitive and does not set allow_external"
 SENSITIVE_UPSTREAM = "it depends on sensitive tasks and does not set allow_external"
-# Must repeat the WHERE of the partial index ledger.SCHEMA makes, word for word: SQLite
-# uses a partial index only for a query that holds its condition.
-DUE_WHERE = """escalate = 'always' OR (escalate = 'on_failure'
-             AND (context_tokens IS NULL OR task_errors >= 2))"""
+# The WHERE of the partial index tasks_escalation_due (store/schema.py), word for word.
+DUE_WHERE = escalations.DUE_WHERE
 CONTEXT_TYPES = frozenset(names_where(prompt_payload=True))  # a model's prompt: llm
 # The longest a first failure waits for the brain model's verdict before running again.
 REVIEW_HOLD_S = 60.0
@@ -63,15 +61,7 @@ def blocked(conn: sqlite3.Connection, task: sqlite3.Row, settings: BrainSettings
 
 def sensitive_upstream(conn: sqlite3.Connection, task_id: int) -> list[str]:
     """Keys of the sensitive tasks ``task_id`` depends on, directly or through others."""
-    rows = conn.execute(
-        """WITH RECURSIVE up(id) AS (
-               SELECT depends_on FROM deps WHERE task_id = ?
-               UNION SELECT d.depends_on FROM deps d JOIN up ON d.task_id = up.id)
-           SELECT t.key FROM tasks t JOIN up ON t.id = up.id
-           WHERE t.sensitive = 1 ORDER BY t.key""",
-        (task_id,),
-    ).fetchall()
-    return [str(row[0]) for row in rows]
+    return escalations.sensitive_upstream(conn, task_id)
 
 
 def prompt_tokens(payload: Any) -> int:
@@ -127,10 +117,7 @@ def on_failure(
         return None
     if stop and will_retry:
         return None  # not sent: local retries go on as for any task
-    conn.execute(
-        "UPDATE tasks SET task_errors = ?, result_hash = ? WHERE id = ?",
-        (failures, result_hash, task["id"]),
-    )
+    escalations.count_failure(conn, task["id"], failures, result_hash)
     task = states.require_task(conn, task["id"])
     why = f"failed {failures} time{'s' if failures > 1 else ''} locally"
     if stop:
@@ -153,9 +140,8 @@ def _held_for_review(
     )  # fmt: skip
     if waiting["state"] != S.RETRY_WAIT:
         return waiting
-    conn.execute(
-        "UPDATE tasks SET not_before = MAX(not_before, ?), reason = ? WHERE id = ?",
-        (now + REVIEW_HOLD_S, "waiting for the brain's model to judge the failure", task["id"]),
+    escalations.hold_for_review(
+        conn, task["id"], now + REVIEW_HOLD_S, "waiting for the brain's model to judge the failure"
     )
     return states.require_task(conn, task["id"])
 
@@ -170,7 +156,7 @@ def divert(
     if outbox.memo.get("diverted_at") == now:
         return 0
     outbox.memo["diverted_at"] = now
-    rows = conn.execute(f"SELECT * FROM tasks WHERE state = 'READY' AND ({DUE_WHERE})").fetchall()
+    rows = escalations.due_to_divert(conn)
     moved = 0
     for task in rows:
         stop = blocked(conn, task, settings)
@@ -208,7 +194,7 @@ def _too_long(
             tokens = prompt_tokens(render(task))
         except (KeyError, OSError, ValueError, json.JSONDecodeError):
             tokens = 0
-    conn.execute("UPDATE tasks SET context_tokens = ? WHERE id = ?", (tokens, task["id"]))
+    escalations.set_context_tokens(conn, task["id"], tokens)
     window = settings.local_context_tokens
     if tokens > window:
         return f"prompt of ~{tokens} tokens is over the local window of {window}"

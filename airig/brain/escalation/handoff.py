@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from airig.brain.escalation import criteria
-from airig.brain.store import fanout
+from airig.brain.store import escalations, fanout
 from airig.common.spotlight import contains_reserved_delimiter, with_notice, wrap_untrusted
 from airig.common.task_types import names_where
 
@@ -60,11 +60,7 @@ def wrapped(text: str, what: str) -> str:
 
 def attempts(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
     """The task's failed local attempts, oldest first, from its events."""
-    rows = conn.execute(
-        f"""SELECT body_json FROM events WHERE task_id = ?
-            AND event_type IN ({", ".join("?" * len(ATTEMPT_EVENTS))}) ORDER BY id""",
-        (task_id, *ATTEMPT_EVENTS),
-    ).fetchall()
+    rows = escalations.attempt_events(conn, task_id, ATTEMPT_EVENTS)
     found = []
     for row in rows:
         body = json.loads(row["body_json"])
@@ -78,11 +74,7 @@ def attempts(conn: sqlite3.Connection, task_id: int) -> list[dict[str, Any]]:
 
 def upstream(conn: sqlite3.Connection, task_id: int, results_dir: Path) -> list[dict[str, Any]]:
     """The outputs of the tasks this one depends on: [{key, output}]."""
-    rows = conn.execute(
-        """SELECT t.* FROM tasks t
-           JOIN deps d ON d.depends_on = t.id WHERE d.task_id = ? ORDER BY t.key""",
-        (task_id,),
-    ).fetchall()
+    rows = escalations.upstream_tasks(conn, task_id)
     found = []
     for row in rows:
         try:

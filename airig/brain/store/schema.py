@@ -252,11 +252,11 @@ ESCALATIONS = (
     "CREATE INDEX IF NOT EXISTS escalations_answered ON escalations(answered_at)",
     "CREATE INDEX IF NOT EXISTS escalations_sent ON escalations(sent_at)",
     # READY tasks the escalation criteria still have to look at: a claim finds them
-    # through this partial index without reading the queue (criteria.DUE_WHERE).
+    # through this partial index without reading the queue (escalations.DUE_WHERE).
     """CREATE INDEX IF NOT EXISTS tasks_escalation_due ON tasks(state)
        WHERE escalate = 'always' OR (escalate = 'on_failure'
              AND (context_tokens IS NULL OR task_errors >= 2))""",
-    # Tasks whose first failure the brain's model has yet to judge (review.REVIEW_DUE).
+    # Tasks whose first failure the brain's model has yet to judge (escalations.REVIEW_DUE).
     """CREATE INDEX IF NOT EXISTS tasks_review_due ON tasks(state)
        WHERE escalate = 'on_failure' AND reviewed = 0 AND task_errors = 1""",
 )
