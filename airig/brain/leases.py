@@ -22,7 +22,7 @@ from airig.brain.scheduling.placement import Placement
 from airig.brain.scheduling.residency import Decision
 from airig.brain.scheduling.workers import WorkerView
 from airig.brain.settings import BrainSettings
-from airig.brain.store import results, reuse, states, trust
+from airig.brain.store import reaping, results, reuse, states, trust, workers
 from airig.brain.store.events import Outbox
 from airig.brain.store.payloads import (
     ClaimBudget,
@@ -117,7 +117,7 @@ def claim(
             attempt_deadline=now + runtime_s + settings.runtime_grace_s,
             trusted=0 if tainted else task["trusted"],
         )  # fmt: skip
-        conn.execute("UPDATE workers SET last_claim_at = ? WHERE id = ?", (now, worker_id))
+        workers.claimed(conn, worker_id, now)
         return leased, payload, decision
     return None
 
@@ -145,7 +145,7 @@ def renew(
 ) -> float:  # fmt: skip
     check_fence(task, worker_id, ref)
     expires = now + lease_s
-    conn.execute("UPDATE tasks SET lease_expires_at = ? WHERE id = ?", (expires, task["id"]))
+    reaping.renew_lease(conn, task["id"], expires)
     return expires
 
 
@@ -244,10 +244,7 @@ def drop_leases(
     why: str = "registered again",
 ) -> None:
     """A worker that registers again has restarted (or has stopped): its attempts are dead."""
-    rows = conn.execute(
-        "SELECT * FROM tasks WHERE worker_id = ? AND state IN ('LEASED', 'RUNNING')",
-        (worker_id,),
-    ).fetchall()
+    rows = reaping.leases_of(conn, worker_id)
     for task in rows:
         states.retry_or_fail(
             conn, outbox, task, now, policy, INFRA, "worker_restarted",

@@ -1,5 +1,6 @@
-"""What the reaper (``scheduling/reaper.py``) reads and writes: live leases extended after
-a restart, attempts over their runtime limit, leases that expired.
+"""The leases' statements: what the reaper (``scheduling/reaper.py``) reads and writes (live
+leases extended after a restart, attempts over their runtime limit, leases that expired),
+a lease renewed and a worker's leases (``leases.py``).
 
 Every function runs inside the caller's transaction; none opens its own.
 """
@@ -34,4 +35,17 @@ def lease_expired(conn: sqlite3.Connection, now: float) -> list[sqlite3.Row]:
         """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING')
            AND lease_expires_at < ?""",
         (now,),
+    ).fetchall()
+
+
+def renew_lease(conn: sqlite3.Connection, task_id: int, expires: float) -> None:
+    """A renewed lease (``leases.renew``): it now runs out at ``expires``."""
+    conn.execute("UPDATE tasks SET lease_expires_at = ? WHERE id = ?", (expires, task_id))
+
+
+def leases_of(conn: sqlite3.Connection, worker_id: str) -> list[sqlite3.Row]:
+    """The worker's leased or running attempts, whole rows (``leases.drop_leases``)."""
+    return conn.execute(
+        "SELECT * FROM tasks WHERE worker_id = ? AND state IN ('LEASED', 'RUNNING')",
+        (worker_id,),
     ).fetchall()

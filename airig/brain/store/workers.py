@@ -127,3 +127,8 @@ def model_holders(conn: sqlite3.Connection, worker_id: str, since: float) -> dic
         (worker_id, since),
     ).fetchall()
     return {row["model"]: row["n"] for row in rows}
+
+
+def claimed(conn: sqlite3.Connection, worker_id: str, now: float) -> None:
+    """The worker leased a task at ``now`` (``last_claim_at``)."""
+    conn.execute("UPDATE workers SET last_claim_at = ? WHERE id = ?", (now, worker_id))

@@ -1,7 +1,10 @@
-"""No SQL outside the store (issue 24): the brain's SQL statements run in ``airig/brain/store/``
-only; every other room calls a store function with the connection it already holds. Read
-from the code: a call of ``.execute``, ``.executemany`` or ``.executescript`` anywhere in
-``airig/brain/`` outside ``store/`` is a finding, unless its file is on the list below."""
+"""No SQL outside the store (issue 24, finished by issue 37): the brain's SQL statements run in
+``airig/brain/store/`` only; every other room calls a store function with the connection it
+already holds. Read from the code: a call of ``.execute``, ``.executemany`` or
+``.executescript`` anywhere in ``airig/brain/`` outside ``store/`` is a finding, with no
+exception. The tables and indexes are declared in ``store/schema.py`` alone
+(``test_store_schema.py``); the search index, a database file of its own, keeps its schema in
+``store/index_file.py``."""
 
 from __future__ import annotations
 
@@ -10,13 +13,6 @@ from pathlib import Path
 
 BRAIN = Path(__file__).resolve().parents[3] / "airig" / "brain"
 SQL_CALLS = {"execute", "executemany", "executescript"}
-
-# The files outside store/ that still run SQL themselves, relative to airig/brain/. This
-# list may only shrink: move a file's statements into a store module, then remove it
-# here (the second test fails until you do). Never add a file to it.
-STILL_RUN_SQL = {
-    "leases.py",
-}
 
 
 def sql_calls(path: Path) -> list[int]:
@@ -45,18 +41,11 @@ def files_with_sql(root: Path) -> dict[str, list[int]]:
 
 def test_no_sql_outside_the_store():
     found = files_with_sql(BRAIN)
-    wrong = sorted(f"airig/brain/{name}:{lines}" for name, lines in found.items()
-                   if name not in STILL_RUN_SQL)  # fmt: skip
+    wrong = sorted(f"airig/brain/{name}:{lines}" for name, lines in found.items())
     assert wrong == [], (
         "SQL outside airig/brain/store/: put the statement in a store module (a function "
         "that takes the caller's connection) and call that"
     )
-
-
-def test_the_list_of_files_that_still_run_sql_only_shrinks():
-    found = files_with_sql(BRAIN)
-    moved = sorted(name for name in STILL_RUN_SQL if name not in found)
-    assert moved == [], "these files run no SQL any more: remove them from STILL_RUN_SQL"
 
 
 def test_the_checker_sees_every_kind_of_call(tmp_path):
