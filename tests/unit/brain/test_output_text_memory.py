@@ -316,3 +316,37 @@ def test_reading_outputs_kept_as_text_leaves_nothing_behind_per_request():
     for _ in range(40):
         b"".join(results.output_pieces(read_request(raw).reports[0].output))
     assert len(re._cache) == cached  # type: ignore[attr-defined]
+
+
+# ---- over HTTP: the fast path, its body read, a replay -------------------------------------
+def test_a_large_completion_over_the_fast_path_is_stored_and_replayed_as_before(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from airig.brain.api.app import create_app
+    from airig.brain.api.fastpath import ExchangeFastPath
+
+    admin = {"Authorization": "Bearer admin-secret-token"}
+    app = create_app(h.make_settings(tmp_path, BRAIN_CLAIM_WAIT_S=0))
+    with TestClient(ExchangeFastPath(app)) as client:
+        boot = {"Authorization": "Bearer bootstrap-secret-token"}
+        token = client.post("/v1/workers/register", json={"name": "w1"}, headers=boot).json()
+        worker = {"Authorization": f"Bearer {token['token']}", "content-type": "application/json"}
+        plan = {"name": "p", "tasks": [{"id": "a", "type": "noop", "task_class": "cpu"}]}
+        plan_id = client.post("/v1/plans", headers=admin, json=plan).json()["id"]
+        (task,) = client.post("/v1/exchange", headers=worker,
+                              json={"claim": {"wait_s": 0}}).json()["assignments"]  # fmt: skip
+        output = b'{"values": ' + numbers(300_000, b", ") + b', "note": "' + b"n" * BIG + b'"}'
+        raw = (b'{"reports": [{"action": "complete", "task_id": %d, "attempt": %d, "lease_id": '
+               b'"%s", "output": %s}]}') % (task["task_id"], task["attempt"],
+                                            task["lease_id"].encode(), output)  # fmt: skip
+        for _ in range(2):  # the second is the replay of the first: answered the same
+            answer = client.post("/v1/exchange", headers=worker, content=raw)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["results"][0]["state"] == "SUCCEEDED"
+        got = client.get(f"/v1/plans/{plan_id}/tasks/a/result", headers=admin)
+        assert got.status_code == 200
+        assert got.json()["output"] == json.loads(output)
+        # a different output for the same lease is no replay: 409
+        other = raw.replace(b'"n', b'"m', 1)
+        assert client.post("/v1/exchange", headers=worker, content=other).json()["results"][0][
+            "status"] == 409  # fmt: skip
