@@ -91,10 +91,10 @@ def folder_problem(task_type: str, payload: dict[str, Any]) -> tuple[str, str] |
 
 
 def filled_problem(
-    task_type: str, template: dict[str, Any], rendered: dict[str, Any]
+    task_type: str, template: dict[str, Any], rendered: dict[str, Any], rule: str = RULE
 ) -> str | None:
     """Why the writing path of ``rendered`` (the payload ``template`` filled in) leaves
-    its plan's folder, in one line naming the path and the rule; None when it stays."""
+    its plan's folder, in one line naming the path and the ``rule``; None when it stays."""
     field, is_file = WRITE_FIELDS.get(task_type, ("", False))
     value, filled = template.get(field), rendered.get(field)
     if not field or not isinstance(value, str) or not isinstance(filled, str):
@@ -105,25 +105,51 @@ def filled_problem(
     what = f"{'note path' if is_file else 'out_dir'} {_shown(filled)}"
     base = _folder_parts(folder)
     if base is None:
-        return f"{what}: its template names no folder of its plan (outputs/<folder>/); {RULE}"
+        return f"{what}: its template names no folder of its plan (outputs/<folder>/); {rule}"
     where = "/".join(base) + "/"
     found = UNSAFE.search(filled)
     if found:
-        return f"{what} holds the control character {ascii(found.group(0))}; {RULE}"
+        return f"{what} holds the control character {ascii(found.group(0))}; {rule}"
     if len(filled) > PATH_MAX or any(len(p.encode()) > NAME_MAX for p in filled.split("/")):
         return (
             f"{what} is longer than a path may be ({PATH_MAX} characters, {NAME_MAX} bytes a "
-            f"name); {RULE}"
+            f"name); {rule}"
         )
     nfkc = PurePosixPath(unicodedata.normalize("NFKC", folder)).parts
     for form, own in ((filled, base), (unicodedata.normalize("NFKC", filled), nfkc)):
         parts = PurePosixPath(form).parts
         if form.startswith(("/", "~")) or "\\" in form or ".." in parts:
-            return f"{what} leaves its plan's folder {where}; {RULE}"
+            return f"{what} leaves its plan's folder {where}; {rule}"
         inside = parts[: len(own)] == own and (len(parts) > len(own) or not is_file)
         if not inside:
-            return f"{what} is not inside its plan's folder {where}; {RULE}"
+            return f"{what} is not inside its plan's folder {where}; {rule}"
     return None
+
+
+GROWN_RULE = "a task a plan task or the external tier adds writes inside its plan's own folder"
+
+
+def grown_problem(task_type: str, payload: dict[str, Any], plan_id: str) -> tuple[str, str] | None:
+    """``(field, why)`` when a task a model proposed (``planner/grow.py``: every path in it
+    is model text, tainted data) would write outside ``outputs/<plan id>/``, its plan's
+    folder; None when it writes inside (or writes nothing)."""
+    field, _ = WRITE_FIELDS.get(task_type, ("", False))
+    if not field:
+        return None
+    folder = f"{OUTPUTS}/{plan_id}"
+    value = payload.get(field)
+    if not isinstance(value, str):  # frames and pages default to outputs/frames|pages/
+        return field, f"give {field} inside {folder}/; {GROWN_RULE}"
+    head = plan_folder(value)
+    # the literal part the proposal wrote: the whole path, or its folder before a template
+    written = value if head is None else f"{head}/{{{{ x }}}}"
+    stand_in = {field: f"{folder}/{TEMPLATE_START} x }}}}"}
+    if filled_problem(task_type, stand_in, {field: written}, GROWN_RULE) is None:
+        return None
+    return (
+        field,
+        f"{field} {_shown(value)} is not inside {folder}/, its plan's folder; {GROWN_RULE}",
+    )
 
 
 class LeavesPlanFolder(ValueError):

@@ -12,7 +12,10 @@ Refused whole (nothing inserted), with every reason in one ``GrowthRefused``:
 - a ``shell`` task from outside (``origin == "external"``) or from tainted output: a
   command never comes from data the rig did not write;
 - the caps: ``AIRIG_PLAN_MAX_TASKS`` tasks in the plan, ``AIRIG_PLAN_MAX_DEPTH`` growths
-  deep (a hand-written task is depth 0, what it adds depth 1, ...).
+  deep (a hand-written task is depth 0, what it adds depth 1, ...);
+- a task writing on the data volume (note, frames, pages) anywhere but inside
+  ``outputs/<plan id>/``: each path a model proposes is tainted data
+  (``common/write_paths.py`` ``grown_problem``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from airig.brain.settings import BrainSettings
 from airig.brain.store import growth
 from airig.brain.store.events import Outbox, record
 from airig.brain.store.results import TEMPLATE, references
+from airig.common import write_paths
 from airig.common.protocol import TaskState as S
 
 ORIGINS = ("plan", "external")
@@ -202,6 +206,12 @@ def _validate(
     except PlanInvalid as exc:
         errors += exc.errors
         fixes = exc.fixes
+    for task in tasks:  # every path a model proposes is tainted: outputs/<plan id>/ only
+        payload = task.get("payload") if isinstance(task, dict) else None
+        if isinstance(payload, dict) and isinstance(task.get("id"), str):
+            unfit = write_paths.grown_problem(str(task.get("type")), payload, parent["plan_id"])
+            if unfit is not None:
+                errors.append(_error(task["id"], f"payload.{unfit[0]}", unfit[1]))
     if errors:
         for error in errors:
             error["task"] = short.get(error.get("task") or "", error.get("task"))

@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airig.brain.api.app import create_app
+from airig.brain.planner.grow import GrowthRefused, add_subtasks
 from airig.brain.plans.fanout import validate_with_fanout
 from airig.brain.plans.submit import insert_plan
 from airig.brain.plans.validate import Limits
@@ -250,3 +251,61 @@ def test_an_upstream_output_inside_the_folder_is_handed_over(tmp_path):
     found = h.claim(brain, 1002)
     assert found is not None and found[0]["key"] == "n"
     assert found[1]["path"] == FOLDER + "/sub/talk.md"
+
+
+# ---- tasks a model proposes ----------------------------------------------------------
+
+
+def _grow(brain, plan_id, proposed):
+    def change(conn, outbox, _):
+        parent = conn.execute(
+            "SELECT * FROM tasks WHERE plan_id = ? AND key = 'p'", (plan_id,)
+        ).fetchone()
+        return add_subtasks(conn, outbox, brain.settings, parent, proposed, "plan", 1001.0, False)
+
+    return brain.write(change)
+
+
+def _note(path):
+    return {"id": "n", "type": "note", "payload": {"path": path, "kind": "pages", "pages": "x"}}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "outputs/other/x.md",  # another plan's folder
+        "outputs/{plan}x/y.md",  # a name the plan's id is a prefix of
+        "outputs/x.md",
+        "outputs/other/{{{{ tasks.p.output.text }}}}.md",
+        "outputs/\uff0e\uff0e\uff0fother/x.md",  # stays a name: but outside outputs/<plan>/
+    ],
+)
+def test_a_task_a_model_proposes_writes_inside_its_plans_own_folder(tmp_path, path):
+    brain = h.make_brain(tmp_path)
+    plan_id = h.submit(brain, [h.noop("p")])
+    with pytest.raises(GrowthRefused) as caught:
+        _grow(brain, plan_id, [_note(path.format(plan=plan_id))])
+    said = f"is not inside outputs/{plan_id}/, its plan's folder"
+    assert any(
+        (e["task"], e["field"]) == ("n", "payload.path") and said in e["message"]
+        for e in caught.value.errors
+    ), caught.value.errors
+    assert set(h.state_of(brain, plan_id)) == {"p"}  # nothing was added
+
+
+def test_a_proposed_frames_task_names_its_out_dir(tmp_path):
+    brain = h.make_brain(tmp_path)
+    plan_id = h.submit(brain, [h.noop("p")])
+    frames = {"id": "f", "type": "frames", "payload": {"video": "inputs/a.mp4"}}
+    with pytest.raises(GrowthRefused) as caught:
+        _grow(brain, plan_id, [frames])
+    assert f"give out_dir inside outputs/{plan_id}/" in caught.value.errors[0]["message"]
+
+
+def test_a_proposed_task_inside_its_plans_folder_is_added(tmp_path):
+    brain = h.make_brain(tmp_path)
+    plan_id = h.submit(brain, [h.noop("p")])
+    out_dir = f"outputs/{plan_id}/frames"
+    frames = {"id": "f", "type": "frames", "payload": {"video": "inputs/a.mp4", "out_dir": out_dir}}
+    uids = _grow(brain, plan_id, [_note(f"outputs/{plan_id}/notes/x.md"), frames])
+    assert len(uids) == 2
