@@ -54,6 +54,11 @@ def _shown(text: str) -> str:
     return shown if len(shown) <= 160 else shown[:150] + "…" + shown[-8:]
 
 
+def write_field(task_type: str) -> str | None:
+    """The payload field a task of ``task_type`` writes to on the data volume, or None."""
+    return WRITE_FIELDS[task_type][0] if task_type in WRITE_FIELDS else None
+
+
 def plan_folder(template: str) -> str | None:
     """The folder a path's own text names before its first template (``outputs/a/b`` of
     ``outputs/a/b/{{ item.stem }}.md``), or None when no template fills the path."""

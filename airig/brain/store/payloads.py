@@ -120,16 +120,19 @@ def rendered_payload(
     limit = settings.max_rendered_bytes
     least = _least_bytes(conn, task, settings)
     texts, added = results.fill_texts(uses, _output_of(conn, task, settings), limit, least)
+    # a path an upstream output fills stays inside its plan's folder (LeavesPlanFolder),
+    # checked on that one field before anything is charged or built
+    field = write_paths.write_field(task["type"])
+    if texts and field and isinstance(payload.get(field), str):
+        filled = {field: results.substitute(payload[field], texts)}
+        write_paths.check_filled(task["type"], payload, filled)
     if budget is not None:
         budget.take(len(task["payload_json"]) + added)
     if not texts:
         return payload
     if task["type"] == "shell":  # upstream values reach a command only as variables
         return shell_inputs.substitute(payload, texts)
-    rendered = results.substitute(payload, texts)
-    # a path an upstream output fills stays inside its plan's folder (LeavesPlanFolder)
-    write_paths.check_filled(task["type"], payload, rendered)
-    return rendered
+    return results.substitute(payload, texts)
 
 
 def refuse_oversized(
