@@ -1,8 +1,14 @@
 """The worker's main loop: register, claim, run one attempt at a time, report.
 
+One attempt is one straight sequence (``Worker.execute``): the claimed task -> its
+context, built once -> the model swap the brain asked for, if any (``swap.py``, a step)
+-> the executor -> the report. The swap and the executor run on the attempt's thread
+under one stop grace.
+
 Graceful stop (SIGTERM / SIGINT): no new claims; the running attempt gets
-``WORKER_STOP_GRACE_S`` to finish and report, otherwise it is cancelled and released to
-the brain (no budget charged) so another worker takes it at once.
+``WORKER_STOP_GRACE_S`` to finish and report (its swap and its executor together),
+otherwise it is cancelled and released to the brain (no budget charged) so another
+worker takes it at once.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from typing import TypeVar
 
 import ollama
 import requests
@@ -28,7 +36,8 @@ from airig.common.protocol import (
     ReleaseRequest,
 )
 from airig.common.task_types import names_where
-from airig.executors.context import ExecResult, TaskError
+from airig.executors.base import run_task
+from airig.executors.context import ExecContext, ExecResult, TaskError
 from airig.executors.ollama_common import CLIENT_ERRORS
 from airig.worker.attempts import AttemptThreads
 from airig.worker.gpus import probe_gpus
@@ -36,12 +45,32 @@ from airig.worker.heartbeat import CurrentAttempt, Heartbeat, write_state
 from airig.worker.link import BrainLink, BrainUnreachable, LeaseLost, Unregistered
 from airig.worker.pipeline import Pipeline, effective_prefetch
 from airig.worker.settings import WorkerSettings
-from airig.worker.swap import Outcome, Swapper
+from airig.worker.swap import Runner, Swapper, SwapReport, resident_after
 
 log = logging.getLogger("airig.worker")
+T = TypeVar("T")
+# (ExecResult | TaskError | None, released): what an attempt ends in.
+Outcome = tuple[ExecResult | TaskError | None, bool]
 # Task types whose executors never write an output file: no per-attempt folder (a mkdir
 # and rmdir per task were a fifth of a worker's time in the dispatch profile).
 NO_FILES = frozenset(names_where(writes_files=False))
+
+
+class StopGrace:
+    """One attempt's stop grace: from the first stop request it sees, ``grace_s`` for
+    every step still to run (a swap that used part of it leaves the rest to the executor)."""
+
+    def __init__(self, stopping: threading.Event, grace_s: float, clock: Callable[[], float]):
+        self.stopping, self.grace_s, self.clock = stopping, grace_s, clock
+        self.give_up_at: float | None = None
+
+    def over(self) -> bool:
+        if not self.stopping.is_set():
+            return False
+        now = self.clock()
+        if self.give_up_at is None:
+            self.give_up_at = now + self.grace_s
+        return now > self.give_up_at
 
 
 class Worker:
@@ -56,6 +85,8 @@ class Worker:
         # The part of ``resident`` this worker's own Whisper holds (WORKER_OWN_WHISPER).
         self.whisper_loaded: list[str] = []
         self.swapper = Swapper(settings)  # runs the brain's model swaps (GPU workers)
+        self.executor: Runner = run_task  # the executors' dispatch
+        self.clock: Callable[[], float] = time.monotonic  # what the stop grace is timed by
         # One client for the resident set: the heartbeat asks every beat, and a new client
         # costs an SSL context. Never closed: a beat may still be using it at shutdown.
         self.ollama = (
@@ -169,7 +200,7 @@ class Worker:
             if task.type not in NO_FILES:
                 output_dir.mkdir(parents=True, exist_ok=True)
             log.info("attempt started", extra={**fields, "type": task.type})
-            outcome, released = self.swapper.swap_then_run(self, task, cancel, output_dir)
+            outcome, released = self.run_attempt(task, cancel, output_dir)
             if released:
                 self.link.release(task, ReleaseRequest(**task.lease.model_dump()))
                 log.info("attempt released", extra=fields)
@@ -185,11 +216,28 @@ class Worker:
                 _remove_dir(output_dir)
 
     def run_attempt(self, task: Assignment, cancel: threading.Event, output_dir: Path) -> Outcome:
-        """(ExecResult | TaskError | None, released) after the executor thread ends."""
-        from airig.executors import ExecContext, run_task
+        """The attempt's steps: its context, built once; the swap the brain asked for, if
+        this worker swaps; the executor. Both steps share one stop grace. None with
+        ``cancel`` set and not released: the lease was lost, report nothing."""
+        ctx = self.context(task, cancel, output_dir)
+        grace = StopGrace(self.stopping, self.settings.stop_grace_s, self.clock)
+        swapped: SwapReport | None = None
+        if self.swapper.needed(task):
+            swapped, stopped = self.swap_step(task, ctx, grace)
+            if stopped is not None:
+                return stopped
+            ctx.started = time.monotonic()  # the runtime limit is the executor's, as before
+        outcome, released = self.within_grace(lambda: self.run_executor(task, ctx), ctx, grace)
+        if cancel.is_set() and not released:
+            return None, False  # lease lost: the brain has moved on; report nothing
+        if swapped is not None and isinstance(outcome, ExecResult):
+            outcome.metrics.update(swapped.metrics())  # model.load / model.unload events
+        return outcome, released
 
+    def context(self, task: Assignment, cancel: threading.Event, output_dir: Path) -> ExecContext:
+        """What the swap and the executor of one attempt run in."""
         settings = self.settings
-        ctx = ExecContext(
+        return ExecContext(
             ollama_url=settings.ollama_url, comfyui_url=settings.comfyui_url,
             whisper_url=settings.whisper_url, data_dir=settings.data_dir,
             output_dir=output_dir, timeout_s=task.timeout_s, cancel=cancel,
@@ -198,29 +246,49 @@ class Worker:
             max_image_pixels=settings.max_image_pixels,
         )  # fmt: skip
 
-        def target() -> ExecResult | TaskError:
-            try:
-                return run_task(task.type, task.payload, ctx)
-            except TaskError as exc:
-                return exc
+    def swap_step(
+        self, task: Assignment, ctx: ExecContext, grace: StopGrace
+    ) -> tuple[SwapReport, Outcome | None]:
+        """Run the brain's swap; the resident sets follow what it did, whatever it ended in.
+        (what it did, the attempt's outcome when the attempt ends here: stopped, the lease
+        lost, or a step failed (retryable, naming the step); None to run the executor)."""
+        whisper = frozenset(self.whisper_loaded)
+        done, released = self.within_grace(
+            lambda: self.swapper.swap(task, ctx, whisper), ctx, grace
+        )
+        report, error = done or (SwapReport(), None)
+        self.resident, self.whisper_loaded = resident_after(
+            report, self.resident, self.whisper_loaded, task.load_service
+        )
+        if "llm" in self.settings.classes:
+            self.resident_models()  # Ollama may have dropped or refused a model
+        if released or ctx.cancel.is_set():
+            return report, (None, released)
+        return report, (None if error is None else (error, False))
 
-        future = self.attempts.submit(target)
-        released, give_up_at = False, None
+    def run_executor(self, task: Assignment, ctx: ExecContext) -> ExecResult | TaskError:
+        try:
+            return self.executor(task.type, task.payload, ctx)
+        except TaskError as exc:
+            return exc
+
+    def within_grace(
+        self, step: Callable[[], T], ctx: ExecContext, grace: StopGrace
+    ) -> tuple[T | None, bool]:
+        """Run one step of the attempt on the attempt's thread until it ends, or until a
+        stop request's grace runs out: then it is cancelled, given a moment to unwind
+        (steps honour cancel promptly; never waited for forever), and the attempt released.
+        (what the step returned, or None; released)"""
+        future = self.attempts.submit(step)
         while not future.done():
             with contextlib.suppress(FutureTimeout):
                 future.result(timeout=0.1)
-            if self.stopping.is_set() and give_up_at is None:
-                give_up_at = time.monotonic() + settings.stop_grace_s
-            if give_up_at is not None and time.monotonic() > give_up_at and not released:
-                released = True
-                cancel.set()
-                # executors honour cancel promptly; do not wait forever
+            if not future.done() and grace.over():
+                ctx.cancel.set()
                 with contextlib.suppress(FutureTimeout):
                     future.result(timeout=5.0)
-                break
-        if cancel.is_set() and not released:
-            return None, False  # lease lost: the brain has moved on; report nothing
-        return (future.result() if future.done() else None), released
+                return (future.result() if future.done() else None), True
+        return future.result(), False
 
     def report(
         self, task: Assignment, outcome: ExecResult | TaskError | None, output_dir: Path

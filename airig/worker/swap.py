@@ -24,19 +24,18 @@ on the server that holds it. A failed step fails the attempt as
 retryable, naming the step; the executor does not run. The resident set is updated from
 what the swap did, so the next claim reports it.
 
-The worker (``runner.Worker``) hands itself in as a ``SwapHost``; this module never
-imports it (imports run runner -> swap only).
+This module is one step of the worker's attempt (``runner.Worker.run_attempt``: context
+-> swap -> executor -> report): ``Swapper.swap`` runs in the attempt's context under the
+attempt's stop grace, and ``resident_after`` says what the worker holds after it. It
+never calls back into the worker, and imports run runner -> swap only.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
 
 import ollama
 
@@ -49,28 +48,10 @@ from airig.worker.settings import WorkerSettings
 
 log = logging.getLogger("airig.worker.swap")
 Runner = Callable[[str, dict, ExecContext], ExecResult]
-# (ExecResult | TaskError | None, released): what an attempt ends in.
-Outcome = tuple[ExecResult | TaskError | None, bool]
 # Bound on the wait for the driver to free VRAM after the unloads (see wait_for_vram).
 VRAM_SETTLE_S = 15.0
 SWAPPED_SERVICE = "ollama"
 WHISPER = "whisper"
-
-
-class SwapHost(Protocol):
-    """What a swap needs from the worker that runs it (``runner.Worker`` is one)."""
-
-    stopping: threading.Event  # a stop request: the swap then gets stop_grace_s
-    resident: list[str]  # the models this worker reports as loaded
-    whisper_loaded: list[str]  # those of them its Whisper holds (own or shared)
-
-    def run_attempt(self, task: Assignment, cancel: threading.Event, output_dir: Path) -> Outcome:
-        """Run the task's executor; the swap runs before it."""
-        ...
-
-    def resident_models(self) -> list[str]:
-        """The loaded models as Ollama lists them (the last known set if it does not answer)."""
-        ...
 
 
 @dataclass
@@ -184,35 +165,14 @@ class Swapper:
             return False
         return bool(task.evict or task.load)
 
-    def swap_then_run(
-        self, host: SwapHost, task: Assignment, cancel: threading.Event, output_dir: Path
-    ) -> Outcome:
-        """``host.run_attempt`` preceded by the assignment's swap, if this worker swaps.
-
-        None with ``cancel`` set means the lease was lost during the swap: report nothing.
-        """
-        if not self.needed(task):
-            return host.run_attempt(task, cancel, output_dir)
-        log.info("swapping models", extra={"task_uid": task.task_id, "swap": _plan(task)})
-        whisper = frozenset(host.whisper_loaded)
-        done, released = self._stoppable(lambda: self.swap(task, cancel, whisper), host, cancel)
-        report, error = done or (SwapReport(), None)
-        host.resident = self._after_swap(host, report, task.load_service)
-        if released or cancel.is_set():
-            return None, released
-        if error is not None:
-            return error, False
-        result, released = host.run_attempt(task, cancel, output_dir)
-        if isinstance(result, ExecResult):
-            result.metrics.update(report.metrics())
-        return result, released
-
     def swap(
-        self, task: Assignment, cancel: threading.Event, whisper: Collection[str] = ()
+        self, task: Assignment, ctx: ExecContext, whisper: Collection[str] = ()
     ) -> tuple[SwapReport, TaskError | None]:
-        """Run the swap: what was done, and the error (naming the step) if a step failed.
-        ``whisper``: the models this worker's Whisper holds: unloaded there when it is the
-        worker's own, left loaded when it is the shared one."""
+        """Run the swap in the attempt's context: what was done, and the error (naming the
+        step) if a step failed. ``whisper``: the models this worker's Whisper holds:
+        unloaded there when it is the worker's own, left loaded when it is the shared one.
+        The report is kept however the swap ends (the caller learns which models are gone)."""
+        log.info("swapping models", extra={"task_uid": task.task_id, "swap": _plan(task)})
         report = SwapReport()
         service = task.load_service or SWAPPED_SERVICE
         # a model of the shared Whisper is no worker's to unload: it stays for the others
@@ -222,7 +182,7 @@ class Swapper:
             if need is None and task.load and service == SWAPPED_SERVICE:
                 need = self.weights_mb(task.load)
             run_swap(
-                self._context(task, cancel), service, evict, _preload(task),
+                ctx, service, evict, _preload(task),
                 need_vram_mb=need, free_mb=self.free_mb, settle_s=self.settle_s,
                 run=self.run, report=report,
                 holder=_holders(evict, whisper),
@@ -238,6 +198,9 @@ class Swapper:
                 f"model swap before the task failed ({_plan(task)}): {exc.message}",
                 error_type=exc.error_type, hint=exc.hint, retryable=True,
             )  # fmt: skip
+        except Exception:  # a bug, not a step's failure: logged, and the task runs as before
+            log.exception("model swap failed unexpectedly", extra={"task_uid": task.task_id})
+            return report, None
 
     def weights_mb(self, model: str) -> int | None:
         """The model's weights in MiB from Ollama's /api/tags: what must at least fit in
@@ -253,49 +216,20 @@ class Swapper:
                 return int(entry.size) // (1024 * 1024) if entry.size is not None else None
         return None
 
-    def _after_swap(self, host: SwapHost, report: SwapReport, service: str | None) -> list[str]:
-        """The resident set after a swap (a failed one too): apply what the swap did, then
-        let Ollama's (and the own Whisper's) /api/ps correct it (it may have dropped or
-        refused a model)."""
-        kept = [m for m in host.resident if m not in report.unload_ms]
-        loaded = [report.loaded] if report.loaded and report.loaded not in kept else []
-        host.resident = kept + loaded
-        whisper = [m for m in host.whisper_loaded if m not in report.unload_ms]
-        if report.loaded and service == WHISPER and report.loaded not in whisper:
-            whisper.append(report.loaded)
-        host.whisper_loaded = whisper
-        return host.resident_models() if "llm" in self.settings.classes else host.resident
 
-    def _stoppable(
-        self, swap: Callable[[], tuple[SwapReport, TaskError | None]], host: SwapHost,
-        cancel: threading.Event,
-    ) -> tuple[tuple[SwapReport, TaskError | None] | None, bool]:  # fmt: skip
-        """Run ``swap`` on a thread as ``run_attempt`` runs executors: on a stop request it
-        gets ``stop_grace_s``, then is cancelled and the attempt released. (outcome, released)"""
-        box: dict[str, tuple[SwapReport, TaskError | None]] = {}
-        thread = threading.Thread(
-            target=lambda: box.update(outcome=swap()), name="swap", daemon=True
-        )
-        thread.start()
-        give_up_at = None
-        while thread.is_alive():
-            thread.join(0.1)
-            if host.stopping.is_set() and give_up_at is None:
-                give_up_at = time.monotonic() + self.settings.stop_grace_s
-            if give_up_at is not None and time.monotonic() > give_up_at:
-                cancel.set()
-                thread.join(5.0)  # the resource executor honours cancel promptly
-                return box.get("outcome"), True
-        return box.get("outcome"), False
-
-    def _context(self, task: Assignment, cancel: threading.Event) -> ExecContext:
-        settings = self.settings
-        return ExecContext(
-            ollama_url=settings.ollama_url, comfyui_url=settings.comfyui_url,
-            whisper_url=settings.whisper_url, data_dir=settings.data_dir,
-            output_dir=settings.work_dir, timeout_s=task.timeout_s, cancel=cancel,
-            trusted=True, gpu_index=settings.gpu_index,
-        )  # fmt: skip
+def resident_after(
+    report: SwapReport, resident: list[str], whisper_loaded: list[str], service: str | None
+) -> tuple[list[str], list[str]]:
+    """(resident, whisper_loaded) after a swap (a failed one too): what the swap did
+    applied to the worker's sets. A worker that serves LLMs then asks Ollama's (and the
+    own Whisper's) /api/ps (``Worker.resident_models``), which may have dropped or refused
+    a model."""
+    kept = [m for m in resident if m not in report.unload_ms]
+    loaded = [report.loaded] if report.loaded and report.loaded not in kept else []
+    whisper = [m for m in whisper_loaded if m not in report.unload_ms]
+    if report.loaded and service == WHISPER and report.loaded not in whisper:
+        whisper.append(report.loaded)
+    return kept + loaded, whisper
 
 
 def _holders(evict: list[str], whisper: Collection[str]) -> dict[str, str]:

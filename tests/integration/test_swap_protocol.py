@@ -118,6 +118,7 @@ def test_the_worker_learns_the_vram_need_from_ollama_when_the_brain_has_none(tmp
     """No size from the brain: the worker takes the weights' size from /api/tags (the
     stand-in's 3 MiB model) and will not load into less free VRAM than that."""
     from airig.common.protocol import Assignment
+    from airig.worker.runner import Worker
     from airig.worker.settings import WorkerSettings
     from airig.worker.swap import Swapper
 
@@ -136,7 +137,8 @@ def test_the_worker_learns_the_vram_need_from_ollama_when_the_brain_has_none(tmp
             payload={}, model=NEW, timeout_s=30, attempt=1, lease_id="l",
             lease_expires_at=0.0, load=NEW,
         )  # fmt: skip
-        report, error = swapper.swap(task, threading.Event())
+        ctx = Worker(settings, link=object()).context(task, threading.Event(), tmp_path)  # type: ignore[arg-type]
+        report, error = swapper.swap(task, ctx)
         assert error is not None and error.error_type == "vram_not_freed", error
         assert report.loaded is None and NEW not in loaded(standin.url)
     finally:

@@ -20,6 +20,7 @@ from airig.common.protocol import Assignment
 from airig.executors.base import uses_model
 from airig.launcher import plan_inputs, recipes
 from airig.launcher.settings import load_settings
+from airig.worker.runner import Worker
 from airig.worker.settings import WorkerSettings
 from airig.worker.swap import Swapper
 
@@ -215,21 +216,13 @@ def test_a_task_that_calls_its_model_still_swaps():
 
 def test_a_swapper_that_skips_the_load_runs_the_task_without_any_model_call(tmp_path):
     calls: list[str] = []
-
-    class Host:
-        resident: list[str] = []
-        whisper_loaded: list[str] = []
-        stopping = threading.Event()
-
-        def run_attempt(self, task, cancel, output_dir):
-            calls.append(task.type)
-            return None, False
-
-    swapper = Swapper(
-        WorkerSettings.model_validate({"WORKER_CLASSES": "cpu,script,llm"}),
-        run=lambda *a: calls.append("swap-step"),  # type: ignore[arg-type,return-value]
-    )
-    swapper.swap_then_run(Host(), _assignment("ocr", OCR_AUTO), threading.Event(), tmp_path)
+    settings = WorkerSettings.model_validate({"WORKER_CLASSES": "cpu,script,llm"})
+    worker = Worker(settings, link=object())  # type: ignore[arg-type]
+    worker.swapper = Swapper(
+        settings, run=lambda *a: calls.append("swap-step"),  # type: ignore[arg-type,return-value]
+    )  # fmt: skip
+    worker.executor = lambda task_type, *_: calls.append(task_type)  # type: ignore[assignment,func-returns-value]
+    worker.run_attempt(_assignment("ocr", OCR_AUTO), threading.Event(), tmp_path)
     assert calls == ["ocr"]
 
 

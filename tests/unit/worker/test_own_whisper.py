@@ -146,32 +146,30 @@ class Services:
         return ExecResult(output={}, metrics=metrics)
 
 
-class Host:
-    """The worker as a swap sees it."""
-
-    def __init__(self, resident: list[str], whisper: list[str]) -> None:
-        self.stopping = threading.Event()
-        self.resident, self.whisper_loaded = resident, whisper
-        self.ran = False
-
-    def run_attempt(self, task, cancel, output_dir):
-        self.ran = True
-        return ExecResult(output={"text": "hi"}), False
-
-    def resident_models(self) -> list[str]:
-        return self.resident  # the servers agree with what the swap did
+def swapping(
+    tmp_path: Path, speaches: Speaches, services: Services, resident: list[str],
+    whisper: list[str], own: bool = True,
+) -> Worker:  # fmt: skip
+    """A worker holding ``resident`` (``whisper`` of them in its Whisper) whose executor
+    answers at once; its servers' /api/ps are the test's to set."""
+    w = worker(tmp_path, speaches.url, own)
+    w.swapper = Swapper(settings(tmp_path, speaches.url, own), run=services, free_mb=lambda: None)
+    w.swapper.weights_mb = lambda _model: None  # type: ignore[method-assign]
+    w.executor = lambda *_a: ExecResult(output={"text": "hi"})
+    w.resident, w.whisper_loaded = resident, whisper
+    return w
 
 
 def test_a_transcription_swaps_on_the_own_whisper_and_unloads_each_model_where_it_lives(
-    tmp_path,
+    tmp_path, speaches
 ):
     services = Services()
-    swapper = Swapper(settings(tmp_path), run=services, free_mb=lambda: None)
+    host = swapping(tmp_path, speaches, services, [LLM, W_SMALL], [W_SMALL])
     task = assignment(evict=[LLM, W_SMALL], load=W_BASE)
-    assert task.load_service == "whisper" and swapper.needed(task)
-    host = Host([LLM, W_SMALL], [W_SMALL])
-    result, released = swapper.swap_then_run(host, task, threading.Event(), tmp_path)
-    assert host.ran and not released and isinstance(result, ExecResult)
+    assert task.load_service == "whisper" and host.swapper.needed(task)
+    speaches.loaded = [W_BASE]  # the servers agree with what the swap did
+    result, released = host.run_attempt(task, threading.Event(), tmp_path)
+    assert not released and isinstance(result, ExecResult) and result.output == {"text": "hi"}
     assert services.calls == [
         ("ollama", "unload", LLM), ("whisper", "unload", W_SMALL), ("whisper", "load", W_BASE),
     ]  # fmt: skip
@@ -181,13 +179,12 @@ def test_a_transcription_swaps_on_the_own_whisper_and_unloads_each_model_where_i
     assert result.metrics["swap"]["load_ms"] == 3200
 
 
-def test_an_llm_swap_unloads_the_own_whispers_model_from_the_whisper(tmp_path):
+def test_an_llm_swap_unloads_the_own_whispers_model_from_the_whisper(tmp_path, speaches):
     services = Services()
-    swapper = Swapper(settings(tmp_path), run=services, free_mb=lambda: None)
-    swapper.weights_mb = lambda _model: None  # type: ignore[method-assign]
     task = assignment(type="llm", evict=[W_SMALL], load=LLM)
-    host = Host([W_SMALL], [W_SMALL])
-    swapper.swap_then_run(host, task, threading.Event(), tmp_path)
+    host = swapping(tmp_path, speaches, services, [W_SMALL], [W_SMALL])
+    host.ollama.loaded = [LLM]  # type: ignore[union-attr]
+    host.run_attempt(task, threading.Event(), tmp_path)
     assert services.calls == [("whisper", "unload", W_SMALL), ("ollama", "load", LLM)]
     assert (host.resident, host.whisper_loaded) == ([LLM], [])
 
@@ -197,15 +194,16 @@ def test_without_an_own_whisper_a_transcription_swaps_nothing(tmp_path):
     assert not swapper.needed(assignment(evict=[LLM], load=W_BASE))
 
 
-def test_an_llm_swap_leaves_the_shared_whispers_model_loaded(tmp_path):
+def test_an_llm_swap_leaves_the_shared_whispers_model_loaded(tmp_path, speaches):
     """The brain may list it among the victims (it counts on this worker); it is the
     other workers' too, and unloading it would free nothing on this worker's card."""
     services = Services()
-    swapper = Swapper(settings(tmp_path, own=False), run=services, free_mb=lambda: None)
-    swapper.weights_mb = lambda _model: None  # type: ignore[method-assign]
-    host = Host([W_SMALL, LLM], [W_SMALL])
+    host = swapping(tmp_path, speaches, services, [W_SMALL, LLM], [W_SMALL], own=False)
+    speaches.loaded = [W_SMALL]
+    host.ollama.loaded = ["llama3.2:1b"]  # type: ignore[union-attr]
     task = assignment(type="llm", evict=[W_SMALL, LLM], load="llama3.2:1b")
-    result, _ = swapper.swap_then_run(host, task, threading.Event(), tmp_path)
+    result, _ = host.run_attempt(task, threading.Event(), tmp_path)
+    assert isinstance(result, ExecResult)
     assert services.calls == [("ollama", "unload", LLM), ("ollama", "load", "llama3.2:1b")]
     assert result.metrics["swap"]["unload_ms"].keys() == {LLM}  # the brain keeps W_SMALL
     assert host.whisper_loaded == [W_SMALL]

@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 from airig.brain.api.app import create_app
 from airig.brain.scheduling.residency import Decision, ReadyTask, swap_fields
 from airig.common.protocol import Assignment
-from airig.executors.context import ExecResult, TaskError
+from airig.executors.context import ExecContext, ExecResult, TaskError
+from airig.worker.runner import Worker
 from airig.worker.settings import WorkerSettings
 from airig.worker.swap import Swapper
 
@@ -93,6 +94,13 @@ def assignment(**swap) -> Assignment:
     )  # fmt: skip
 
 
+def context(tmp_path) -> ExecContext:
+    """The context an attempt's swap runs in (the worker builds one per attempt)."""
+    return Worker(settings(tmp_path), link=object()).context(  # type: ignore[arg-type]
+        assignment(), threading.Event(), tmp_path
+    )
+
+
 def settings(tmp_path, classes="llm", gpu="") -> WorkerSettings:
     paths = {"WORKER_WORK_DIR": str(tmp_path), "DATA_DIR": str(tmp_path)}
     return WorkerSettings(WORKER_CLASSES=classes, WORKER_GPU=gpu, **paths)
@@ -123,7 +131,7 @@ def test_ollama_models_are_swapped_but_a_shared_whisper_server_is_left_alone(tmp
     services = FakeServices()
     swapper = Swapper(settings(tmp_path), run=services, free_mb=lambda: None)
     assert not swapper.needed(assignment(type="transcribe", evict=[OLD], load=WHISPER))
-    report, error = swapper.swap(assignment(evict=[OLD], load=NEW), threading.Event())
+    report, error = swapper.swap(assignment(evict=[OLD], load=NEW), context(tmp_path))
     assert error is None and (report.loaded, report.load_ms) == (NEW, 1500)
     assert services.calls == [("ollama", "unload", OLD), ("ollama", "load", NEW)]
 
@@ -131,7 +139,7 @@ def test_ollama_models_are_swapped_but_a_shared_whisper_server_is_left_alone(tmp
 def test_a_failed_unload_fails_the_attempt_retryable_and_skips_the_load(tmp_path):
     services = FakeServices(fail_on=("unload", OLD))
     swapper = Swapper(settings(tmp_path), run=services, free_mb=lambda: None)
-    report, error = swapper.swap(assignment(evict=[OLD], load=NEW), threading.Event())
+    report, error = swapper.swap(assignment(evict=[OLD], load=NEW), context(tmp_path))
     assert error is not None and error.retryable and error.error_type == "unload_timeout"
     assert f"unload {OLD}, load {NEW}" in error.message
     assert services.calls == [("ollama", "unload", OLD)] and report.loaded is None
@@ -141,7 +149,7 @@ def test_vram_not_freed_is_a_retryable_failure_before_the_load(tmp_path):
     services = FakeServices()
     swapper = Swapper(settings(tmp_path), run=services, free_mb=lambda: 900, settle_s=0)
     report, error = swapper.swap(
-        assignment(evict=[OLD], load=NEW, need_vram_mb=4000), threading.Event()
+        assignment(evict=[OLD], load=NEW, need_vram_mb=4000), context(tmp_path)
     )
     assert error is not None and error.retryable and error.error_type == "vram_not_freed"
     assert [action for _, action, _ in services.calls] == ["unload"]
