@@ -31,7 +31,7 @@ from airig.brain.plans.fanout import validate_with_fanout
 from airig.brain.plans.submit import insert_plan
 from airig.brain.plans.validate import Limits
 from airig.brain.store import results
-from airig.common.jsonsafe_text import LARGE, OutputText, defer_large
+from airig.common.jsonsafe_text import LARGE, MAX_STRINGS, OutputText, defer_large
 from airig.common.protocol import ExchangeRequest
 
 MB = 1_000_000
@@ -112,6 +112,16 @@ SAME = {
     "lists of lists": b'{"v": [' + b",".join([numbers(BIG // 2)] * 3) + b"]}",
     "the key is the long text": b'{"' + b"k" * BIG + b'": 1}',
     "an empty long list": b'{"v": [' + b" " * BIG + b"]}",
+    "many texts before a long list": b'{"s": ['
+    + b'"a",' * MAX_STRINGS
+    + b'"b"], "v": '
+    + numbers(BIG)
+    + b"}",
+    "a few texts before a long list": b'{"s": ['
+    + b'"a",' * 100
+    + b'"b"], "v": '
+    + numbers(BIG)
+    + b"}",
 }
 
 REFUSED = {
@@ -133,6 +143,7 @@ REFUSED = {
 WHOLE = {
     "a text with escapes is parsed as before", "non-ASCII text",
     "a duplicate key drops a deferred list", "the key is the long text",
+    "many texts before a long list",
 }  # fmt: skip
 
 
