@@ -1,9 +1,10 @@
 """Fan-out: a group of tasks repeated for each item of a list (PLANS.md, "Fan-out").
 
 A plan task with ``for_each`` and ``tasks`` (instead of ``type`` and ``payload``) is a
-group. Its items come from a ``glob`` of files on the data volume or a literal ``items``
-list (both expanded here, at submission), or ``from`` a list in an upstream task's output
-(expanded when that task succeeds, ``planner/fanout.py``, through the same functions).
+group. Its items (``plans/items.py``) come from a ``glob`` of files on the data volume or
+a literal ``items`` list (both expanded here, at submission), or ``from`` a list in an
+upstream task's output (expanded when that task succeeds, ``planner/fanout.py``, through
+the same functions).
 
 Each item gets a copy of the template tasks under the key ``<group>__<index>__<id>``;
 templates and ``depends_on`` naming a template id are renamed to the same item's task,
@@ -15,19 +16,24 @@ as upstream outputs do (``store/shell_inputs.py``).
 
 The group itself is stored as a task of type ``group`` (never offered to a worker; the
 brain ends it when all its item tasks have ended), so ``depends_on: [<group>]`` and
-``{{ tasks.<group>.output }}`` work as for any task. Everything here is pure but for the
-glob, which reads the data volume.
+``{{ tasks.<group>.output }}`` work as for any task.
+
+A submitted plan with groups goes through two passes (``validate_with_fanout``): every
+group is read and expanded (``expand_groups``), then the whole plan, item tasks and a
+stand-in row per group, is validated once (``validate_plan``; the stand-in reads its
+items' output tasks, so taint and sensitivity follow them to the group's readers).
+Everything here is pure but for the glob, which reads the data volume.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from airig.brain.plans.items import ItemError, glob_items, item_text, item_values, placeholder
+from airig.brain.plans.items import read_list as read_list  # planner/fanout.py reads it here
 from airig.brain.plans.models import PlanSpec, TaskSpec
 from airig.brain.plans.validate import Limits, PlanInvalid, bounded, validate_plan
 from airig.brain.store import results, shell_inputs
@@ -42,26 +48,6 @@ GROUP_FIELDS = {"id", "name", "for_each", "output", "depends_on", "tasks"}
 SOURCES = ("glob", "items", "from")
 # ``from: "{{ tasks.<id>.output[.<field>...] }}"``: the whole string is one template.
 FROM = re.compile(r"^\s*\{\{\s*tasks\.([A-Za-z0-9_-]+)\.output((?:\.[A-Za-z0-9_]+)*)\s*\}\}\s*$")
-
-
-class _Placeholder(dict[str, Any]):
-    """What a ``from`` template is checked with at submission (its items are not known
-    yet): it has every field a template may name."""
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-    def __missing__(self, key: str) -> str:
-        return "item"
-
-
-def placeholder() -> dict[str, Any]:
-    return _Placeholder(value="item", path="item.txt", name="item.txt", stem="item",
-                        suffix=".txt", dir=".", index=0)  # fmt: skip
-
-
-class ItemError(ValueError):
-    """An item (or a template's use of one) that cannot be expanded."""
 
 
 @dataclass
@@ -172,205 +158,12 @@ def read_group(raw: dict[str, Any]) -> tuple[Group | None, list[dict[str, Any]]]
     return (None if errors else group), errors
 
 
-# ---- items ----------------------------------------------------------------------------
-
-
-def _path_fields(path: str) -> dict[str, Any]:
-    pure = PurePosixPath(path)
-    return {"path": path, "name": pure.name, "stem": pure.stem, "suffix": pure.suffix,
-            "dir": str(pure.parent)}  # fmt: skip
-
-
-def _looks_like_path(text: str) -> bool:
-    pure = PurePosixPath(text)
-    return (
-        bool(text) and ("/" in text or bool(pure.suffix)) and not pure.is_absolute()
-        and ".." not in pure.parts and "://" not in text and "\n" not in text
-    )  # fmt: skip
-
-
-# The characters an upload takes out of a file name (``launcher/inputs_sync.py``
-# UNSAFE_CHARS, separators aside): control characters, and the bidirectional controls that
-# make ``gpj.exe`` read as ``exe.jpg``. NUL is refused in every item value (no path,
-# argument or environment variable can hold one: the task would fail on its worker, or
-# the value be cut short); the rest in a value that reads as a path.
-UNSAFE_IN_PATH = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
-)
-# The fields a path item has (``_path_fields``): a ``from`` list of ``{path: ...}``
-# objects (a frames or pages output) hands its paths in through them.
-PATH_FIELDS = ("path", "name", "stem", "suffix", "dir")
-SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}\Z")
-
-
-def _reads_as_path(field: str, text: str) -> bool:
-    r"""A path field, or text ending in a file suffix (``a\x01.jpg``), or a ``/`` in a
-    text without spaces (``in/a\nb``); a sentence with a ``/`` in it is text."""
-    tail = text.rstrip("".join(map(chr, range(33))) + "\x7f")
-    return (
-        field in PATH_FIELDS or SUFFIX.search(tail) is not None
-        or ("/" in text and " " not in text and "://" not in text)
-    )  # fmt: skip
-
-
-def _unsafe_character(field: str, text: str) -> str | None:
-    """The first character ``text`` may not hold as the item value ``field``, or None."""
-    if "\x00" in text:
-        return "\x00"
-    found = UNSAFE_IN_PATH.search(text)
-    return found.group(0) if found and _reads_as_path(field, text) else None
-
-
-def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, str | int | float | bool)
-
-
-def item_values(entry: Any, index: int) -> dict[str, Any]:
-    """An ``items`` (or ``from``) entry as its fields; ItemError when it cannot be one."""
-    if isinstance(entry, dict):
-        values = {str(k): v for k, v in entry.items() if _scalar(v)}
-        if not re.match(r"^[A-Za-z0-9_]*$", "".join(values)):
-            raise ItemError(f"item {index}: field names are letters, digits and _")
-        values["index"] = index
-    elif _scalar(entry) and not isinstance(entry, bool) and entry is not None:
-        text = str(entry)
-        values = {"value": text, "index": index}
-        if _looks_like_path(text):
-            values.update(_path_fields(text))
-    else:
-        raise ItemError(f"item {index} is {type(entry).__name__}; give text, a number or a "
-                        "mapping of fields")  # fmt: skip
-    for name, value in values.items():
-        if not isinstance(value, str):
-            continue
-        if "{{" in value:
-            raise ItemError(f"item {index} field {name!r} holds '{{{{' (a template); items "
-                            "are data, never templates")  # fmt: skip
-        bad = _unsafe_character(name, value)
-        if bad is not None:
-            why = "" if bad == "\x00" else " (it reads as a path, which holds none)"
-            raise ItemError(f"item {index} field {name!r} holds the control character "
-                            f"{ascii(bad)}{why}; remove it from the item")  # fmt: skip
-    return values
-
-
-# ``{a,b}`` alternatives in a glob, as a shell writes them (not nested).
-BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
-MAX_PATTERNS = 64
-
-
-def brace_patterns(pattern: str) -> list[str]:
-    """``pattern`` with each ``{a,b,...}`` expanded (``*.{jpg,png}`` -> ``*.jpg``, ``*.png``);
-    ItemError past MAX_PATTERNS patterns."""
-    out = [pattern]
-    while any(BRACES.search(p) for p in out):
-        grown: list[str] = []
-        for text in out:
-            match = BRACES.search(text)
-            if match is None:
-                grown.append(text)
-                continue
-            head, tail = text[: match.start()], text[match.end() :]
-            grown += [head + alt + tail for alt in match.group(1).split(",")]
-        out = list(dict.fromkeys(grown))
-        if len(out) > MAX_PATTERNS:
-            raise ItemError(f"glob {pattern!r:.120} expands to more than {MAX_PATTERNS} patterns")
-    return out
-
-
-def _name_matcher(name: str) -> re.Pattern[str]:
-    """A file name pattern matched whatever the case of the name (``*.jpg`` takes
-    ``IMG_1.JPG``: cameras and phones write either)."""
-    return re.compile(fnmatch.translate(name), re.IGNORECASE)
-
-
-def _matches(root: Path, pattern: str) -> set[Path]:
-    """Python's glob of ``pattern`` under ``root``, its last part matched ignoring case
-    (folders as written: ``inputs/Talks`` and ``inputs/talks`` are two uploads)."""
-    pure = PurePosixPath(pattern)
-    if pure.name == "**" or not pure.name:
-        return set(root.glob(pattern))
-    name = _name_matcher(pure.name)
-    parents = [root] if str(pure.parent) == "." else list(root.glob(str(pure.parent)))
-    found: set[Path] = set()
-    for parent in parents:
-        try:
-            children = list(parent.iterdir()) if parent.is_dir() else []
-        except OSError:
-            continue
-        found.update(c for c in children if name.match(c.name))
-    return found
-
-
-def _shown(parts: tuple[str, ...], pattern: str) -> bool:
-    """Whether a match may hold its dot names (``.a.jpg``, ``.hidden/``): only where the
-    pattern itself writes a part starting with ``.`` that matches it, as a shell's glob
-    does. The file service writes an upload in flight as ``.upload-<hex>`` beside its
-    final name, so ``*`` or ``**`` taking dot names would fan out over half a file."""
-    dotted = [p for p in PurePosixPath(pattern).parts if p.startswith(".")]
-    return all(
-        any(_name_matcher(d).match(part) for d in dotted) for part in parts if part.startswith(".")
-    )
-
-
-def glob_items(data_dir: Path, pattern: str, limit: int) -> list[dict[str, Any]]:
-    """The files (not folders) under the data volume matching ``pattern`` (``{a,b}``
-    alternatives; the file name's case ignored), sorted by path; at most ``limit`` + 1
-    (the caller reports the count). ItemError for a pattern that is absolute or climbs
-    out; a match whose real path leaves the volume (a symlink) is skipped, and so is a
-    dot name (a file or a folder ``**`` would descend into) the pattern does not write."""
-    patterns = brace_patterns(pattern)
-    for each in patterns:
-        pure = PurePosixPath(each)
-        if not each or pure.is_absolute() or ".." in pure.parts or "\\" in each:
-            raise ItemError(f"glob {pattern!r:.120} must be relative to the data volume, "
-                            "without '..'")  # fmt: skip
-    root = data_dir.resolve()
-    found: list[str] = []
-    try:
-        matches = sorted(set().union(*(
-            {m for m in _matches(root, p) if _shown(m.relative_to(root).parts, p)}
-            for p in patterns
-        )))  # fmt: skip
-    except (ValueError, OSError) as exc:
-        raise ItemError(f"glob {pattern!r:.120}: {exc}") from None
-    for path in matches:
-        try:
-            real = path.resolve()
-            inside = real.is_relative_to(root) and real.is_file()
-        except OSError:
-            continue
-        if inside:
-            found.append(path.relative_to(root).as_posix())
-        if len(found) > limit:
-            break
-    return [{**_path_fields(p), "index": i} for i, p in enumerate(found)]
-
-
-def _item_text(item: dict[str, Any], name: str | None) -> str:
-    if name is None:
-        for default in ("path", "value"):
-            if default in item:
-                return _text(item[default])
-        return json.dumps({k: v for k, v in item.items() if k != "index"}, sort_keys=True)
-    if name not in item:
-        raise ItemError(f"item {item.get('index')} has no field {name!r} "
-                        f"(it has {sorted(item)})")  # fmt: skip
-    return _text(item[name])
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
-
-
 # ---- templates ------------------------------------------------------------------------
 
 
 def _substitute(value: Any, item: dict[str, Any]) -> Any:
     if isinstance(value, str):
-        return ITEM.sub(lambda m: _item_text(item, m.group(1)), value)
+        return ITEM.sub(lambda m: item_text(item, m.group(1)), value)
     if isinstance(value, dict):
         return {k: _substitute(v, item) for k, v in value.items()}
     if isinstance(value, list):
@@ -390,7 +183,7 @@ def _shell_payload(payload: dict[str, Any], item: dict[str, Any]) -> dict[str, A
 
     def reference(match: re.Match[str]) -> str:
         name = _variable(match.group(1))
-        env[name] = _item_text(item, match.group(1))
+        env[name] = item_text(item, match.group(1))
         return name
 
     rest = _substitute({k: v for k, v in payload.items() if k != "command"}, item)
@@ -471,41 +264,42 @@ def outside_deps(group: Group) -> list[dict[str, Any]]:
     return errors
 
 
-def read_list(output: Any, path: str) -> list[Any]:
-    """The list at ``path`` of an upstream output (``""``: the output itself, or its
-    ``items`` / ``files`` / ``text`` when the output is a mapping holding one list)."""
-    value: Any = output
-    for part in path.split(".") if path else []:
-        if not isinstance(value, dict) or part not in value:
-            raise ItemError(f"the output has no field {path!r}")
-        value = value[part]
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise ItemError(f"{path or 'the output'} is text, not a list") from None
-    if not isinstance(value, list):
-        raise ItemError(f"{path or 'the output'} is {type(value).__name__}, not a list")
-    return value
-
-
 # ---- a whole plan ---------------------------------------------------------------------
 
 
-def _stand_in(group: Group, reads: list[str], marks: dict[str, bool]) -> dict[str, Any]:
+@dataclass
+class Expanded:
+    """A plan's groups, expanded: their item tasks (``items``), the tasks a ``from``
+    group's template makes of a placeholder item (``samples``, checked and then dropped),
+    and the template task each item task copies (``local``)."""
+
+    groups: list[Group] = field(default_factory=list)
+    items: Expansion = field(default_factory=Expansion)
+    samples: Expansion = field(default_factory=Expansion)
+    local: dict[str, str] = field(default_factory=dict)
+
+    def members(self) -> dict[str, tuple[str, int]]:
+        return {**self.items.members, **self.samples.members}
+
+    def keys(self) -> set[str]:
+        return {g.key for g in self.groups}
+
+    def reads(self) -> dict[str, list[str]]:
+        """What each group's row takes in: every item's output task, and a ``from``
+        group's source."""
+        return {g.key: [*expansion_outputs(g, self.items), *expansion_outputs(g, self.samples),
+                        *([g.from_key] if g.from_key else [])] for g in self.groups}  # fmt: skip
+
+
+def _stand_in(group: Group, reads: list[str]) -> dict[str, Any]:
     """What the validator sees for the group: a noop waiting for every item's output task
-    (and a ``from`` group's source), marked untrusted / sensitive when any of them is, so
-    taint and sensitivity reach the group's readers. No payload: a template per item would
-    make it as large as the group."""
-    task: dict[str, Any] = {
+    (and a ``from`` group's source), which ``validate_plan`` makes untrusted / sensitive
+    when any of them is, so taint and sensitivity reach the group's readers. No payload:
+    a template per item would make it as large as the group."""
+    return {
         "id": group.key, "name": group.name, "type": "noop", "task_class": "cpu",
         "depends_on": list(dict.fromkeys([*group.depends_on, *reads])),
     }  # fmt: skip
-    if marks.get("tainted"):
-        task["trust"] = "untrusted"
-    if marks.get("sensitive"):
-        task["sensitive"] = True
-    return task
 
 
 def expansion_outputs(group: Group, expansion: Expansion) -> list[str]:
@@ -575,11 +369,20 @@ def validate_with_fanout(
     if len(raw_tasks) > limits.max_tasks:
         error = _error(None, "tasks", f"{len(raw_tasks)} tasks; the limit is {limits.max_tasks}")
         raise PlanInvalid([error], too_large=True)
-    errors: list[dict[str, Any]] = []
+    expanded = expand_groups(raw_tasks, limits, data_dir)
     plain = [raw for raw in raw_tasks if not is_group(raw)]
-    expansion, samples = Expansion(), Expansion()
-    groups: list[Group] = []
-    local: dict[str, str] = {}
+    plan, tainted = _validate_expanded(data, plain, expanded, limits)
+    errors = _from_checks(expanded.groups, plan, tainted, expanded.keys())
+    if errors:
+        raise PlanInvalid(errors)
+    plan.fixes = _dedupe_fixes(plan.fixes, expanded.local, expanded.members(), expanded.keys())
+    return _finished(plan, tainted, expanded), tainted
+
+
+def expand_groups(raw_tasks: list[Any], limits: Limits, data_dir: Path | None) -> Expanded:
+    """The first pass: every group read and expanded, in the plan's order, each within
+    what the plan may still hold; PlanInvalid with every group's problems."""
+    expanded, errors = Expanded(), []
     # the plan's own tasks and group rows count too, as they do for a growing plan
     budget = limits.plan_max_tasks - len(raw_tasks)
     for raw in raw_tasks:
@@ -590,84 +393,92 @@ def validate_with_fanout(
         if group is None:
             continue
         errors += outside_deps(group)
-        groups.append(group)
-        if group.source == "items" and isinstance(group.spec, list) and group.spec:
-            # Counted before any item is built: an item's fields take ~300 bytes of Python
-            # objects, so a 1 MB list of half a million numbers made 150 MB to refuse.
-            refusal = too_many(group, len(group.spec), budget, limits.plan_max_tasks)
-            if refusal is not None:
-                errors.append(refusal)
-                budget = -1
-                continue
-        try:
-            items = _static_items(group, data_dir, budget // len(group.template) + 1)
-        except ItemError as exc:
-            errors.append(_error(group.key, f"for_each.{group.source}", str(exc)))
-            continue
-        group.items = items
-        target = samples if items is None else expansion
-        items = items if items is not None else [placeholder()]
-        count = len(items) * len(group.template)
-        if target is expansion:
-            if not items:
-                what = f"glob {group.spec!r:.120}" if group.source == "glob" else "items"
-                errors.append(_error(group.key, f"for_each.{group.source}",
-                                     f"{what} matched nothing (0 items)"))  # fmt: skip
-                continue
-            refusal = too_many(group, len(items), budget, limits.plan_max_tasks)
-            if refusal is not None:
-                errors.append(refusal)
-                budget = -1
-                continue
-            budget -= count
-            longest = max(len(str(t["id"])) for t in group.template)
-            if len(item_key(group.key, len(items) - 1, "x" * longest)) > MAX_KEY:
-                errors.append(_error(group.key, "tasks", (
-                    f"with {len(items)} items the keys <group>__<index>__<id> pass {MAX_KEY} "
-                    "characters; use a shorter group id or template ids"
-                )))  # fmt: skip
-                continue
-        try:
-            expand_items(group, items, target)
-        except ItemError as exc:
-            errors.append(_error(group.key, "tasks", str(exc)))
-            continue
-        for raw_task in group.template:
-            for item in items:
-                local[item_key(group.key, int(item["index"]), str(raw_task["id"]))] = raw_task["id"]
+        expanded.groups.append(group)
+        problem, budget = _expand_group(group, data_dir, budget, limits.plan_max_tasks, expanded)
+        if problem is not None:
+            errors.append(problem)
     if errors:
         raise PlanInvalid(errors)
-    members = {**expansion.members, **samples.members}
-    group_keys = {g.key for g in groups}
-    reads = {g.key: [*expansion_outputs(g, expansion), *expansion_outputs(g, samples),
-                     *([g.from_key] if g.from_key else [])] for g in groups}  # fmt: skip
-    marks: dict[str, dict[str, bool]] = {g.key: {} for g in groups}
-    # Again while a group turns out tainted or sensitive (its readers then are too): at
-    # most once more per group, as a group's marks only ever go from false to true.
-    for _ in range(len(groups) + 1):
-        stand_ins = [_stand_in(g, reads[g.key], marks[g.key]) for g in groups]
-        tasks = plain + expansion.tasks + samples.tasks + stand_ins
-        try:
-            plan, tainted = validate_plan(
-                {**data, "tasks": tasks}, Limits(len(tasks), limits.max_payload_bytes),
-                len(tasks) * 50,
-            )  # fmt: skip
-        except PlanInvalid as exc:
-            fixes = _dedupe_fixes(exc.fixes, local, members, group_keys)
-            errors = bounded(_dedupe(exc.errors, members, local))
-            raise PlanInvalid(errors, exc.too_large, fixes) from None
-        sensitive = {spec.id for spec in plan.tasks if spec.sensitive}
-        found = {g.key: {"tainted": any(k in tainted for k in reads[g.key]),
-                         "sensitive": any(k in sensitive for k in reads[g.key])}
-                 for g in groups}  # fmt: skip
-        if all({n for n, v in found[k].items() if v} <= set(marks[k]) for k in found):
-            break
-        marks = {k: {**marks[k], **{n: True for n, v in found[k].items() if v}} for k in found}
-    errors = _from_checks(groups, plan, tainted, group_keys)
-    if errors:
-        raise PlanInvalid(errors)
-    plan.fixes = _dedupe_fixes(plan.fixes, local, members, group_keys)
-    return _finished(plan, tainted, groups, expansion, samples, local), tainted
+    return expanded
+
+
+def _expand_group(
+    group: Group, data_dir: Path | None, budget: int, plan_max: int, into: Expanded
+) -> tuple[dict[str, Any] | None, int]:
+    """One group's items and their tasks added to ``into``: (the group's problem or None,
+    the tasks the plan may still hold after it; -1 once a group is refused for its size,
+    so each later one is refused naming its own count)."""
+    if group.source == "items" and isinstance(group.spec, list) and group.spec:
+        # Counted before any item is built: an item's fields take ~300 bytes of Python
+        # objects, so a 1 MB list of half a million numbers made 150 MB to refuse.
+        refusal = too_many(group, len(group.spec), budget, plan_max)
+        if refusal is not None:
+            return refusal, -1
+    try:
+        items = _static_items(group, data_dir, budget // len(group.template) + 1)
+    except ItemError as exc:
+        return _error(group.key, f"for_each.{group.source}", str(exc)), budget
+    group.items = items
+    if items is None:  # a ``from`` group: its template checked on a placeholder item
+        target, items = into.samples, [placeholder()]
+    else:
+        target = into.items
+        problem, budget = _sized(group, items, budget, plan_max)
+        if problem is not None:
+            return problem, budget
+    try:
+        expand_items(group, items, target)
+    except ItemError as exc:
+        return _error(group.key, "tasks", str(exc)), budget
+    for raw_task in group.template:
+        for item in items:
+            into.local[item_key(group.key, int(item["index"]), str(raw_task["id"]))] = raw_task[
+                "id"
+            ]
+    return None, budget
+
+
+def _sized(
+    group: Group, items: list[dict[str, Any]], budget: int, plan_max: int
+) -> tuple[dict[str, Any] | None, int]:
+    """A glob's or a literal list's items checked for their number: at least one, within
+    what the plan may still hold, and keys within MAX_KEY. (problem or None, budget left)"""
+    if not items:
+        what = f"glob {group.spec!r:.120}" if group.source == "glob" else "items"
+        return _error(group.key, f"for_each.{group.source}",
+                      f"{what} matched nothing (0 items)"), budget  # fmt: skip
+    refusal = too_many(group, len(items), budget, plan_max)
+    if refusal is not None:
+        return refusal, -1
+    budget -= len(items) * len(group.template)
+    longest = max(len(str(t["id"])) for t in group.template)
+    if len(item_key(group.key, len(items) - 1, "x" * longest)) > MAX_KEY:
+        return _error(group.key, "tasks", (
+            f"with {len(items)} items the keys <group>__<index>__<id> pass {MAX_KEY} "
+            "characters; use a shorter group id or template ids"
+        )), budget  # fmt: skip
+    return None, budget
+
+
+def _validate_expanded(
+    data: dict[str, Any], plain: list[Any], expanded: Expanded, limits: Limits
+) -> tuple[PlanSpec, set[str]]:
+    """The second pass: the plan's own tasks, its item and sample tasks and a stand-in
+    row per group validated at once. PlanInvalid names a group's template task once for
+    all the items that share a problem."""
+    reads = expanded.reads()
+    stand_ins = [_stand_in(g, reads[g.key]) for g in expanded.groups]
+    tasks = plain + expanded.items.tasks + expanded.samples.tasks + stand_ins
+    try:
+        return validate_plan(
+            {**data, "tasks": tasks}, Limits(len(tasks), limits.max_payload_bytes),
+            len(tasks) * 50, reads=reads,
+        )  # fmt: skip
+    except PlanInvalid as exc:
+        members = expanded.members()
+        fixes = _dedupe_fixes(exc.fixes, expanded.local, members, expanded.keys())
+        errors = bounded(_dedupe(exc.errors, members, expanded.local))
+        raise PlanInvalid(errors, exc.too_large, fixes) from None
 
 
 def too_many(group: Group, items: int, budget: int, plan_max: int) -> dict[str, Any] | None:
@@ -717,13 +528,11 @@ def _from_checks(
     return errors
 
 
-def _finished(
-    plan: PlanSpec, tainted: set[str], groups: list[Group], expansion: Expansion,
-    samples: Expansion, local: dict[str, str],
-) -> PlanSpec:  # fmt: skip
+def _finished(plan: PlanSpec, tainted: set[str], expanded: Expanded) -> PlanSpec:
     """The plan to store: sample tasks of ``from`` groups dropped, each stand-in replaced
     by the group's own row."""
-    by_key = {g.key: g for g in groups}
+    samples = expanded.samples
+    by_key = {g.key: g for g in expanded.groups}
     tasks: list[TaskSpec] = []
     for spec in plan.tasks:
         if spec.id in samples.members:
@@ -739,5 +548,5 @@ def _finished(
         tasks.append(spec)
     for key in samples.members:
         tainted.discard(key)
-    return PlanSpec(name=plan.name, tasks=tasks, fixes=plan.fixes, members=expansion.members,
-                    rerun=plan.rerun)  # fmt: skip
+    return PlanSpec(name=plan.name, tasks=tasks, fixes=plan.fixes,
+                    members=expanded.items.members, rerun=plan.rerun)  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 import graphlib
 import json
 from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,13 +226,25 @@ def _check_graph(
         return []
 
 
-def _check_taint(specs: dict[str, TaskSpec], order: list[str], errors: list) -> set[str]:
+# Tasks whose output a task takes in besides what its templates name: a fan-out group's
+# row reads its items' output tasks (``plans/fanout.py``). Taint and sensitivity follow them.
+Reads = Mapping[str, Collection[str]]
+
+
+def _sources(spec: TaskSpec, reads: Reads) -> set[str]:
+    """The tasks whose output ``spec`` takes in: its templates', and its ``reads``."""
+    return results.references(spec.payload) | set(reads.get(spec.id, ()))
+
+
+def _check_taint(
+    specs: dict[str, TaskSpec], order: list[str], errors: list, reads: Reads
+) -> set[str]:
     tainted: set[str] = set()
     for task_id in order:
         spec = specs.get(task_id)
         if spec is None:
             continue
-        sources = results.references(spec.payload) & tainted
+        sources = _sources(spec, reads) & tainted
         if spec.trust == "untrusted" or sources:
             tainted.add(task_id)
             if spec.type == "shell":
@@ -242,7 +255,9 @@ def _check_taint(specs: dict[str, TaskSpec], order: list[str], errors: list) -> 
     return tainted
 
 
-def _propagate_sensitive(specs: dict[str, TaskSpec], order: list[str], fixes: list) -> None:
+def _propagate_sensitive(
+    specs: dict[str, TaskSpec], order: list[str], fixes: list, reads: Reads
+) -> None:
     """A task whose templates read a sensitive task's output holds that data in its own
     payload: it is sensitive too (no untrusted rig gets it, no training sample keeps it)."""
     sensitive: set[str] = set()
@@ -250,7 +265,7 @@ def _propagate_sensitive(specs: dict[str, TaskSpec], order: list[str], fixes: li
         spec = specs.get(task_id)
         if spec is None:
             continue
-        sources = sorted(results.references(spec.payload) & sensitive)
+        sources = sorted(_sources(spec, reads) & sensitive)
         if sources and not spec.sensitive:
             spec.sensitive = True
             fixes.append(
@@ -298,10 +313,14 @@ def sensitive_upstream(task_id: str, specs: dict[str, TaskSpec]) -> list[str]:
 
 
 def validate_plan(
-    data: dict[str, Any], limits: Limits, max_errors: int = MAX_REPORTED_ERRORS
-) -> tuple[PlanSpec, set[str]]:
+    data: dict[str, Any], limits: Limits, max_errors: int = MAX_REPORTED_ERRORS,
+    *, reads: Reads | None = None,
+) -> tuple[PlanSpec, set[str]]:  # fmt: skip
     """The plan and its tainted task ids, or PlanInvalid with every error (the first
-    ``max_errors`` of them)."""
+    ``max_errors`` of them). ``reads``: the outputs a task takes in besides its templates'
+    (a fan-out group's row: its items'), which taint and sensitivity follow too; each
+    task ordered after those it reads (they are among its ``depends_on``)."""
+    reads = reads or {}
     raw_tasks = data.get("tasks") or []
     if len(raw_tasks) > limits.max_tasks:
         error = _error(None, "tasks", f"{len(raw_tasks)} tasks; the limit is {limits.max_tasks}")
@@ -322,8 +341,8 @@ def validate_plan(
             specs.append(spec)
     raw_ids = [str(raw["id"]) for raw in raw_tasks if isinstance(raw, dict) and "id" in raw]
     order = _check_graph(specs, raw_ids, errors)
-    tainted = _check_taint({s.id: s for s in specs}, order, errors) if order else set()
-    _propagate_sensitive({s.id: s for s in specs}, order, fixes)
+    tainted = _check_taint({s.id: s for s in specs}, order, errors, reads) if order else set()
+    _propagate_sensitive({s.id: s for s in specs}, order, fixes, reads)
     _check_external(specs, errors)
     name = data.get("name") or "plan"
     if not isinstance(name, str | int | float) or isinstance(name, bool):
