@@ -43,7 +43,7 @@ TEMPLATE_START = "{{"
 NAME_MAX = 255  # bytes, one name (the file system's limit)
 PATH_MAX = 1024  # characters, a whole path (the payload schema's DataPath)
 # Control characters and the bidirectional controls that make ``gpj.exe`` read as
-# ``exe.jpg`` (the set fan-out items refuse in a path, ``plans/fanout.py``).
+# ``exe.jpg`` (the set fan-out items refuse in a path, ``plans/items.py``).
 UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 RULE = "what a template fills (an item, a task's output) stays inside its plan's folder"
 

@@ -122,7 +122,7 @@ def fill_models(body: bytes, settings: Settings, where: str) -> bytes:
 
 
 def _alternatives(pattern: str) -> list[str]:
-    """``*.{jpg,png}`` as ``*.jpg``, ``*.png`` (the brain's ``fanout.brace_patterns``)."""
+    """``*.{jpg,png}`` as ``*.jpg``, ``*.png`` (brain: ``items.brace_patterns``)."""
     match = BRACES.search(pattern)
     if match is None:
         return [pattern]
@@ -133,7 +133,7 @@ def _alternatives(pattern: str) -> list[str]:
 def _matches(parts: list[str], name: str) -> bool:
     """Whether a file directly in the inputs folder matches a pattern's parts below it,
     as the brain's glob does (``**`` any folders, none included; the name's case ignored;
-    a dot name only by a part that starts with ``.`` itself, ``fanout._shown``)."""
+    a dot name only by a part that starts with ``.`` itself, ``plans/items.py`` ``_shown``)."""
     if not parts:
         return False
     if name.startswith(".") and not parts[-1].startswith("."):

@@ -108,7 +108,7 @@ def list_files(settings: BrainSettings, inputs_dir: str) -> dict[str, Any]:
     files: list[list[Any]] = []
     scanned, truncated = 0, False
     for current, dirs, names in os.walk(folder):  # no symlinked folder is followed
-        # Dot names are left out as a glob leaves them (``plans/fanout.py``): an upload in
+        # Dot names are left out as a glob leaves them (``plans/items.py``): an upload in
         # flight is a ``.upload-<hex>`` file, and a plan must not be drafted over it.
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
