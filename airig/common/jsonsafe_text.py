@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,9 +88,18 @@ class Deferred:
     found: set[str] = field(default_factory=set)
 
 
-def defer_large(raw: bytes | bytearray) -> Deferred | None:
+def _parse_window(window: bytes) -> Any:
+    return from_json(window, allow_inf_nan=True)
+
+
+def defer_large(
+    raw: bytes | bytearray, parse: Callable[[bytes], Any] = _parse_window, window: int = WINDOW
+) -> Deferred | None:
     """``raw`` with its large flat parts replaced by markers, or None when it has none
-    (or a part that is not plain: the caller parses ``raw`` whole)."""
+    (or a part that is not plain: the caller parses ``raw`` whole). ``parse`` reads one
+    window of an array (``[`` + elements + ``]``) as the caller's own reader would: a
+    window it refuses (``ValueError``) leaves the body to be parsed whole; ``window``
+    bytes of the array at a time."""
     if len(raw) < 2 * LARGE:
         return None
     view = memoryview(raw)
@@ -112,7 +121,7 @@ def defer_large(raw: bytes | bytearray) -> Deferred | None:
                 continue
             part = Part([view[start:end]], None)
         else:
-            found = _array(raw, view, start, end)
+            found = _array(raw, view, start, end, parse, window)
             if found is None:
                 return None
             part = found
@@ -126,7 +135,14 @@ def defer_large(raw: bytes | bytearray) -> Deferred | None:
     return Deferred(b"".join(text), parts, marker)
 
 
-def _array(raw: bytes | bytearray, view: memoryview, start: int, end: int) -> Part | None:
+def _array(
+    raw: bytes | bytearray,
+    view: memoryview,
+    start: int,
+    end: int,
+    parse: Callable[[bytes], Any] = _parse_window,
+    size: int = WINDOW,
+) -> Part | None:
     """An array of scalars only (``raw[start:end]``, brackets included), checked and made
     canonical one window at a time; None when it is not JSON or does not check."""
     pieces: list[Piece] = [b"["]
@@ -134,11 +150,11 @@ def _array(raw: bytes | bytearray, view: memoryview, start: int, end: int) -> Pa
     at, stop = start + 1, end - 1
     windows = 0
     while True:
-        cut = raw.find(b",", min(at + WINDOW, stop), stop)
+        cut = raw.find(b",", min(at + size, stop), stop)
         cut = stop if cut < 0 else cut
         window = bytes(view[at:cut])
         try:
-            values = from_json(b"[" + window + b"]", allow_inf_nan=True)
+            values = parse(b"[" + window + b"]")
             check_json_value(values)
         except (ValueError, UnsafeJson):
             return None

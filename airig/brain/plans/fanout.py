@@ -357,19 +357,31 @@ def _dedupe_fixes(
     return out
 
 
+class Uncounted(Exception):
+    """A group whose ``items`` list was given by its count alone (``counts``) is within
+    what the plan may hold: its items are needed, so the plan is read whole."""
+
+
 def validate_with_fanout(
-    data: dict[str, Any], limits: Limits, data_dir: Path | None
+    data: dict[str, Any],
+    limits: Limits,
+    data_dir: Path | None,
+    counts: dict[int, int] | None = None,
 ) -> tuple[PlanSpec, set[str]]:
     """``validate_plan``, with every group expanded first (glob and items now; a ``from``
     group's template checked with a placeholder item). PlanInvalid names the group of any
-    problem of its items, once per template task."""
+    problem of its items, once per template task. ``counts`` (a task's position in
+    ``tasks``: its ``items`` list's length) stands for lists not built (``plans/load.py``):
+    each must be refused by its count, else ``Uncounted``."""
     raw_tasks = data.get("tasks") or []
     if not isinstance(raw_tasks, list) or not any(is_group(raw) for raw in raw_tasks):
         return validate_plan(data, limits)
     if len(raw_tasks) > limits.max_tasks:
         error = _error(None, "tasks", f"{len(raw_tasks)} tasks; the limit is {limits.max_tasks}")
         raise PlanInvalid([error], too_large=True)
-    expanded = expand_groups(raw_tasks, limits, data_dir)
+    expanded = expand_groups(raw_tasks, limits, data_dir, counts or {})
+    if counts:
+        raise Uncounted  # every counted group was within the limit: not refused
     plain = [raw for raw in raw_tasks if not is_group(raw)]
     plan, tainted = _validate_expanded(data, plain, expanded, limits)
     errors = _from_checks(expanded.groups, plan, tainted, expanded.keys())
@@ -379,13 +391,18 @@ def validate_with_fanout(
     return _finished(plan, tainted, expanded), tainted
 
 
-def expand_groups(raw_tasks: list[Any], limits: Limits, data_dir: Path | None) -> Expanded:
+def expand_groups(
+    raw_tasks: list[Any],
+    limits: Limits,
+    data_dir: Path | None,
+    counts: dict[int, int] | None = None,
+) -> Expanded:
     """The first pass: every group read and expanded, in the plan's order, each within
     what the plan may still hold; PlanInvalid with every group's problems."""
     expanded, errors = Expanded(), []
     # the plan's own tasks and group rows count too, as they do for a growing plan
     budget = limits.plan_max_tasks - len(raw_tasks)
-    for raw in raw_tasks:
+    for position, raw in enumerate(raw_tasks):
         if not is_group(raw):
             continue
         group, problems = read_group(raw)
@@ -394,6 +411,14 @@ def expand_groups(raw_tasks: list[Any], limits: Limits, data_dir: Path | None) -
             continue
         errors += outside_deps(group)
         expanded.groups.append(group)
+        known = (counts or {}).get(position)
+        if known is not None:  # an ``items`` list not built: refused by its count or read whole
+            refusal = too_many(group, known, budget, limits.plan_max_tasks)
+            if refusal is None or group.source != "items":
+                raise Uncounted
+            errors.append(refusal)
+            budget = -1
+            continue
         problem, budget = _expand_group(group, data_dir, budget, limits.plan_max_tasks, expanded)
         if problem is not None:
             errors.append(problem)

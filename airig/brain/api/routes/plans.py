@@ -173,8 +173,11 @@ async def submit_plan(
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
         raise _plan_error(422, "Idempotency-Key must be 1 to 200 characters")
     rerun = _rerun(request.query_params.getlist("rerun"))
-    # The request guard has already bounded the body to BRAIN_MAX_PLAN_BYTES.
-    raw = await request.body()
+    # The request guard bounds the body to BRAIN_MAX_PLAN_BYTES as it comes. One buffer
+    # the chunks are appended to: ``request.body()`` joins a list of them, the body twice.
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
     limits = Limits(
         brain.settings.max_tasks, brain.settings.max_payload_bytes, brain.settings.plan_max_tasks
     )
