@@ -154,6 +154,26 @@ def _rerun(values: list[str]) -> bool:
     return any(word in ("true", "1") for word in words)
 
 
+async def _read_body(request: Request, limit: int) -> bytearray:
+    """The body in one buffer (``request.body()`` joins a list of its chunks: the body
+    twice at once), made its declared length at once where it has one: grown chunk by
+    chunk, each step may copy it. The request guard bounds what comes to ``limit``."""
+    declared = request.headers.get("content-length", "")
+    known = declared.isascii() and declared.isdigit() and int(declared[:20]) <= limit
+    raw = bytearray(int(declared) if known else 0)
+    filled = 0
+    async for chunk in request.stream():
+        end = filled + len(chunk)
+        if end <= len(raw):
+            raw[filled:end] = chunk  # the same length: written in place
+        else:
+            del raw[filled:]
+            raw += chunk
+        filled = end
+    del raw[filled:]  # fewer bytes than declared (the client went away)
+    return raw
+
+
 @router.post(
     "/plans", status_code=201, responses=_PLAN_RESPONSES,
     openapi_extra={"requestBody": _PLAN_BODY, "parameters": [_RERUN]},
@@ -173,11 +193,7 @@ async def submit_plan(
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 200:
         raise _plan_error(422, "Idempotency-Key must be 1 to 200 characters")
     rerun = _rerun(request.query_params.getlist("rerun"))
-    # The request guard bounds the body to BRAIN_MAX_PLAN_BYTES as it comes. One buffer
-    # the chunks are appended to: ``request.body()`` joins a list of them, the body twice.
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
+    raw = await _read_body(request, brain.settings.max_plan_bytes)
     limits = Limits(
         brain.settings.max_tasks, brain.settings.max_payload_bytes, brain.settings.plan_max_tasks
     )
