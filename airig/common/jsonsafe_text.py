@@ -17,6 +17,8 @@ was made twice more. Here such parts never become objects:
   hash and the stored file are written from the pieces; the value is built only for a
   consumer that reads it (``value()``), and the length of a deferred list is known
   without it (``count_at``: a ``from`` group is counted before anything is built).
+- A submitted plan's long ``items`` list is found and counted the same way, its windows
+  read by the plan's own JSON reader (``plans/load.py``): refused by its count unbuilt.
 
 Anything unusual (a marker where no output holds it, a key, a duplicate that drops one,
 a part that does not check, nesting at the depth limit) makes ``defer_large`` answer
