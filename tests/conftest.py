@@ -150,6 +150,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(f"marked docker outside {E2E}: move it there (tests/conftest.py)")
 
 
+@pytest.fixture(autouse=True)
+def own_rig_locks(request: pytest.FixtureRequest, tmp_path_factory, monkeypatch) -> None:
+    """Outside tests/e2e/, `up` and `down` (fake engines, the kit's default prefix) take the
+    rig lock (airig/launcher/lifecycle/rig_lock.py) in this run's own folder, not the
+    machine's temporary folder: there it is the lock of the real e2e kit on the other xdist
+    worker, and a unit test waited out each of that kit's `up`s (a CI run's unit tests
+    crawled for minutes). The e2e kits run the launcher in subprocesses, which this leaves
+    alone."""
+    if request.node.nodeid.startswith(E2E):
+        return
+    from airig.launcher.lifecycle import rig_lock
+
+    folder = tmp_path_factory.getbasetemp() / "rig-locks"
+    folder.mkdir(exist_ok=True)
+    monkeypatch.setattr(rig_lock, "LOCK_DIR", folder)
+
+
 # ------------------------------------------------------------------ the kit
 @pytest.fixture
 def kit(tmp_path: Path) -> Path:

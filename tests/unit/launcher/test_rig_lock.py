@@ -314,3 +314,12 @@ def _no_lock(settings, action, say, enabled=True):
 
 def _no_flock(fd, operation):
     raise AssertionError("a dry run locks nothing")
+
+
+def test_a_unit_test_never_waits_on_the_machines_rig_lock():
+    """tests/conftest.py's own_rig_locks: the real e2e kit's `up` holds the lock in the
+    temporary folder for minutes; a unit test's `up` on a fake engine must not wait for it."""
+    import tempfile
+
+    assert Path(tempfile.gettempdir()) != rig_lock.LOCK_DIR
+    assert rig_lock.lock_path("airig").parent == rig_lock.LOCK_DIR
