@@ -183,7 +183,7 @@ def complete(
         tainted_output=tainted_output,
     )  # fmt: skip
     if done["fingerprint"] is not None:  # what a later submit checks before reusing it
-        reuse.record_written(conn, done, results.value_of(report.output), settings.data_dir)
+        reuse.record_written(conn, done, report.output, settings.data_dir)
     for ready in states.release_dependents(conn, outbox, done, now):
         refuse_oversized(conn, outbox, ready, now, settings)
     # a `from` group on this output, read from the report: not loaded back beside it

@@ -93,7 +93,7 @@ class Index(Reaction):
         digest: str,
     ) -> sqlite3.Row | None:  # fmt: skip
         # an index's vectors go in first, or the attempt fails
-        return index_embeddings(conn, outbox, task, report, now, settings, tainted)
+        return index_embeddings(conn, outbox, task, report, now, settings, tainted, digest)
 
 
 class TrainingSample(Reaction):
@@ -123,7 +123,7 @@ def of(task_type: str) -> tuple[Reaction, ...]:
 
 def index_embeddings(
     conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, report: CompleteRequest,
-    now: float, settings: BrainSettings, tainted: int,
+    now: float, settings: BrainSettings, tainted: int, digest: str,
 ) -> sqlite3.Row | None:  # fmt: skip
     """An embed task with an ``index``: its vectors replace the ones it put there before.
     None when written (or no index); else the task's row after its failed attempt: another
@@ -174,7 +174,6 @@ def index_embeddings(
         initial_s=settings.retry_initial_s, cap_s=settings.retry_cap_s,
         infra_budget=settings.infra_retries,
     )  # fmt: skip
-    digest = results.result_hash(report.output, report.files)
     return states.retry_or_fail(
         conn, outbox, task, now, policy, TASK, error_type, message, retryable,
         result_hash=digest,

@@ -18,6 +18,8 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from airig.common.write_paths import UNSAFE
+
 
 class _Placeholder(dict[str, Any]):
     """What a ``from`` template is checked with at submission (its items are not known
@@ -58,9 +60,7 @@ def _looks_like_path(text: str) -> bool:
 # make ``gpj.exe`` read as ``exe.jpg``. NUL is refused in every item value (no path,
 # argument or environment variable can hold one: the task would fail on its worker, or
 # the value be cut short); the rest in a value that reads as a path.
-UNSAFE_IN_PATH = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
-)
+UNSAFE_IN_PATH = UNSAFE  # one set with the write-path rule (common/write_paths.py)
 # The fields a path item has (``_path_fields``): a ``from`` list of ``{path: ...}``
 # objects (a frames or pages output) hands its paths in through them.
 PATH_FIELDS = ("path", "name", "stem", "suffix", "dir")

@@ -62,7 +62,9 @@ def _refuse_by_count(
     JSON reader), the rest of the body parsed as usual. Anything else (a body that is not
     ASCII JSON, a large part elsewhere, a list within the limit, any other problem
     first) returns: the body is then read whole, so every answer stays what it was."""
-    if not raw.isascii():  # then UTF-8 too, without a decoded copy
+    # no `items` key as written (one spelled with escapes reads whole, as before), or not
+    # ASCII (then UTF-8 too, checked without a decoded copy): nothing to count
+    if b'"items"' not in raw or not raw.isascii():
         return
     first = _LEADING_SPACE.match(raw)
     start = first.end() if first else 0

@@ -15,6 +15,7 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from airig.brain.store import results
 from airig.common.task_types import TASK_TYPES
 
 # Rows of input_hashes kept: the newest seen, so a volume of many folders over the years
@@ -66,8 +67,12 @@ def record_written(
 ) -> None:
     """A fingerprinted task succeeded: the files it wrote, as they are now. One that is
     not on this volume (a joined rig's worker writes on its own) records nothing, and the
-    item is then never reused."""
-    paths = written_paths(task["type"], output)
+    item is then never reused. ``output`` as the report holds it: built into objects only
+    for a type whose output names data files (an embed's vectors stay text)."""
+    spec = TASK_TYPES.get(task["type"])
+    if spec is None or spec.data_files is None:
+        return
+    paths = written_paths(task["type"], results.value_of(output))
     if not paths:
         return
     stats = {path: file_stat(data_dir, path) for path in paths}

@@ -26,7 +26,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import DockerError
-from airig.launcher.compose.docker import Docker, engine_errors
+from airig.launcher.compose.container import SERVICE_LABEL
+from airig.launcher.compose.docker import PROJECT_LABEL, Docker, engine_errors
 from airig.launcher.compose.plan import StackPlan, project_names
 from airig.launcher.images import ImageSelection
 from airig.launcher.settings import Settings
@@ -37,8 +38,6 @@ LEGACY_VOLUME = "comfyui-data"  # an older kit's one volume on ComfyUI's /root
 VOLUMES = list(FOLDERS.values())
 MODELS_VOLUME = FOLDERS["ComfyUI/models"]  # kept by `down --volumes --keep-models`
 USER_VOLUMES = [v for v in VOLUMES if v != MODELS_VOLUME]
-SERVICE_LABEL = "com.docker.compose.service"
-PROJECT_LABEL = "com.docker.compose.project"
 SERVER_SERVICES = ("comfyui-cpu", "comfyui-gpu-nvidia", "comfyui-gpu-amd", "comfyui-gpu-intel")
 
 

@@ -26,8 +26,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from airig.common.errors import AirigError, DockerError, PreflightError
-from airig.launcher.compose.container import HEALTHY, ContainerState, is_ok, verdict
-from airig.launcher.compose.docker import Docker, engine_errors
+from airig.launcher.compose.container import (
+    HEALTHY,
+    SERVICE_LABEL,
+    ContainerState,
+    is_ok,
+    verdict,
+)
+from airig.launcher.compose.docker import PROJECT_LABEL, Docker, engine_errors
 from airig.launcher.compose.plan import (
     ESCALATION_PROFILE,
     VULKAN_BUILD,
@@ -81,11 +87,8 @@ VOLUMES = {
 # workers' build: is the same (the x-airig anchor).
 IMAGE_SERVICE = ("03-agents", "brain")
 JOINED_IMAGE_SERVICE = "worker-cpu"
-# The escalation gateway's service in 03-agents (profile `escalation`), and the labels
-# Compose puts on every container it starts.
+# The escalation gateway's service in 03-agents (profile `escalation`).
 GATEWAY_SERVICE = "gateway"
-SERVICE_LABEL = "com.docker.compose.service"
-PROJECT_LABEL = "com.docker.compose.project"
 # 02-compute's init containers, whose JSON lines become the progress bars
 INIT_SERVICES = ("ollama-init", "comfyui-init", "whisper-init")
 
