@@ -24,7 +24,7 @@ from airig.brain.ops.notify import Notifier, parse_urls
 from airig.brain.scheduling import reaper
 from airig.brain.scheduling.placement import Placement
 from airig.brain.settings import BrainSettings
-from airig.brain.store import retention, schema
+from airig.brain.store import retention
 from airig.brain.store.db import Database
 from airig.brain.store.events import EventLog, Outbox
 from airig.brain.store.groupcommit import GroupCommit, after_commit, close_failed
@@ -63,8 +63,6 @@ class Brain:
             cap_s=settings.retry_cap_s,
             infra_budget=settings.infra_retries,
         )
-        with self.db.tx() as conn:
-            schema.create_room_tables(conn)
         self.alert_rules = alerts.Rules(
             queue_depth=settings.alert_queue_depth,
             failures=settings.alert_failures,

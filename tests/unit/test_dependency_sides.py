@@ -26,6 +26,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # Each third-party import name and the distribution that installs it. A new import: add it
 # here and its distribution, with a tested range, to its side's list in pyproject.toml.
 DISTRIBUTION = {
+    "alembic": "alembic",
     "anthropic": "anthropic",
     "apprise": "apprise",
     "apsw": "apsw",
@@ -47,6 +48,7 @@ DISTRIBUTION = {
     "rich": "rich",
     "schemathesis": "schemathesis",
     "selenium": "selenium",
+    "sqlalchemy": "sqlalchemy",
     "sqlite_vec": "sqlite-vec",
     "typer": "typer",
     "uvicorn": "uvicorn",

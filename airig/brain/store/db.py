@@ -16,7 +16,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from airig.brain import timing
-from airig.brain.store import schema
+from airig.brain.store import migrations
 
 # Read connections: reads run beside each other and beside the writer (WAL). A handful
 # serves a 2-core host; a read waits only when all are busy.
@@ -33,6 +33,9 @@ class Database:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Before the first connection: a store a newer brain made is refused as it is, and
+        # an older one is brought to this code's revision (schema.py, migrations/).
+        migrations.upgrade(path)
         self.path = path
         self._lock = threading.RLock()
         self._local = threading.local()  # this thread's open transactions (reads see them)
@@ -43,9 +46,6 @@ class Database:
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.execute("PRAGMA busy_timeout=5000")
-        schema.create(self._conn)
-        with self.tx() as conn:
-            schema.migrate(conn)
         # A second connection for the event loop's token lookups: in WAL mode it reads the
         # last commit without waiting for the writer's lock (a commit waits on fsync).
         self._lookup = self._reader()

@@ -1,309 +1,312 @@
 """The brain store's schema, declared here only: every table and index of ``brain.db``.
 
-- ``TABLES`` and ``BACKUPS``: made when the store opens (``Database``);
-- ``ADDED_COLUMNS`` and ``ADDED_INDEXES``: what came after the first release; ``migrate``
-  adds them to a store an older brain made (idempotent), then a new store is the same;
-- ``ROOM_TABLES``: the tables and indexes of the brain's rooms (the ready heads of
-  ``scheduling/candidates.py``, the ``escalations`` of ``escalation/ledger.py``, the
-  ``alerts`` of ``ops/alerts.py``), made by ``Brain`` after ``migrate`` (their partial
-  indexes need its columns).
+``metadata`` (SQLAlchemy Core) is the schema of this code, one declaration for every
+engine: a new store is made from it (on SQLite now, the same tables on PostgreSQL later,
+issue 38). ``migrations/versions/`` is its history, one numbered Alembic revision per
+change; ``migrations.upgrade`` brings a store an older brain made to it at start and
+refuses one a newer brain made. A change to the schema is a change here and a new
+revision there (AGENTS.md, "The brain's store"); ``tests/unit/brain/test_store_migrations.py``
+fails when the two disagree.
+
+The runtime queries are plain SQL on ``sqlite3`` (``db.py``); SQLAlchemy and Alembic only
+make and upgrade the store, at start.
 
 The search index (``<BRAIN_DATA_DIR>/index/search.sqlite``) is a database file of its own
 and keeps its schema beside the code that opens it (``index_file.py``, ``vectors.py``).
-``tests/unit/brain/test_store_schema.py`` checks that a new store is the one the code
-before this module made, and that an early brain's store opens and migrates to it.
 """
 
 from __future__ import annotations
 
 import secrets
-import sqlite3
+from typing import Any
 
-TABLES = """
-CREATE TABLE IF NOT EXISTS plans (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    idempotency_key TEXT UNIQUE,
-    body_hash TEXT NOT NULL,
-    submitted_by TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    fixes_json TEXT NOT NULL DEFAULT '[]',
-    cancelled INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS tasks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    plan_id TEXT NOT NULL REFERENCES plans(id),
-    key TEXT NOT NULL,
-    name TEXT NOT NULL,
-    type TEXT NOT NULL,
-    task_class TEXT NOT NULL,
-    payload_json TEXT NOT NULL,
-    model TEXT,
-    priority INTEGER NOT NULL,
-    trusted INTEGER NOT NULL,
-    sensitive INTEGER NOT NULL,
-    timeout_s REAL NOT NULL,
-    retry_count INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    task_errors INTEGER NOT NULL DEFAULT 0,
-    infra_errors INTEGER NOT NULL DEFAULT 0,
-    lease_id TEXT,
-    worker_id TEXT,
-    lease_expires_at REAL,
-    attempt_deadline REAL,
-    created_at REAL NOT NULL,
-    ready_at REAL,
-    not_before REAL,
-    started_at REAL,
-    finished_at REAL,
-    output_json TEXT,
-    output_file TEXT,
-    files_json TEXT NOT NULL DEFAULT '[]',
-    metrics_json TEXT NOT NULL DEFAULT '{}',
-    result_hash TEXT,
-    error_type TEXT,
-    error TEXT,
-    reason TEXT,
-    tainted_output INTEGER NOT NULL DEFAULT 0,
-    origin TEXT,
-    depth INTEGER NOT NULL DEFAULT 0,
-    escalate TEXT NOT NULL DEFAULT 'never',
-    allow_external INTEGER NOT NULL DEFAULT 0,
-    context_tokens INTEGER,
-    reviewed INTEGER NOT NULL DEFAULT 0,
-    fanout_group TEXT,
-    fanout_index INTEGER,
-    fingerprint TEXT,
-    reused_from TEXT,
-    written_json TEXT,
-    UNIQUE (plan_id, key)
-);
-CREATE TABLE IF NOT EXISTS deps (
-    task_id INTEGER NOT NULL REFERENCES tasks(id),
-    depends_on INTEGER NOT NULL REFERENCES tasks(id),
-    PRIMARY KEY (task_id, depends_on)
-);
-CREATE INDEX IF NOT EXISTS deps_upstream ON deps(depends_on);
-CREATE TABLE IF NOT EXISTS workers (
-    id TEXT PRIMARY KEY,
-    token_hash TEXT NOT NULL,
-    classes_json TEXT NOT NULL,
-    gpu_index INTEGER,
-    gpus_json TEXT NOT NULL DEFAULT '[]',
-    models_json TEXT NOT NULL DEFAULT '[]',
-    registered_at REAL NOT NULL,
-    last_heartbeat REAL NOT NULL,
-    host TEXT NOT NULL DEFAULT '',
-    registered_by TEXT,
-    last_claim_at REAL
-);
-CREATE TABLE IF NOT EXISTS tokens (
-    token_hash TEXT PRIMARY KEY,
-    scope TEXT NOT NULL,
-    name TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    id TEXT,
-    revoked_at REAL,
-    trust TEXT
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    ts REAL NOT NULL,
-    event_type TEXT NOT NULL,
-    plan_id TEXT,
-    task_id INTEGER,
-    body_json TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_plan ON events(plan_id);
--- Goals the brain's model drafts into plans (airig/brain/planner/goals.py). plan_id and
--- drafting_plan_id are plain text, no foreign key: retention deletes finished plans.
-CREATE TABLE IF NOT EXISTS goals (
-    id TEXT PRIMARY KEY,
-    goal TEXT NOT NULL,
-    inputs_dir TEXT,
-    state TEXT NOT NULL,
-    draft_json TEXT,
-    errors_json TEXT NOT NULL DEFAULT '[]',
-    plan_id TEXT,
-    drafting_plan_id TEXT,
-    submitted_by TEXT NOT NULL DEFAULT '',
-    created_at REAL NOT NULL,
-    updated_at REAL
-);
-CREATE INDEX IF NOT EXISTS workers_token ON workers(token_hash);
--- Per-plan counts (the plans list, every dashboard poll) read this index alone instead
--- of every task row of the plan (benchmarks/dashboard.py: 252 ms at 100k tasks before).
-CREATE INDEX IF NOT EXISTS tasks_plan_state ON tasks(plan_id, state);
--- The queue view groups live tasks by class and model with their oldest ready time:
--- covered by this index, no task row is read.
-CREATE INDEX IF NOT EXISTS tasks_queue ON tasks(state, task_class, model, ready_at);
--- Retention (retention.py) walks plans created before its cutoff, oldest first, and
--- the plans list reads the newest: both are ranges of this index, not a sort of all plans.
-CREATE INDEX IF NOT EXISTS plans_created ON plans(created_at, id);
--- An input file's sha256 by what its stat says (plans/reuse.py): a second submit of an
--- unchanged folder reads none of its files again. Any change of size, times or inode
--- (a file replaced, rewritten in place, even with its mtime set back) misses it.
-CREATE TABLE IF NOT EXISTS input_hashes (
-    path TEXT PRIMARY KEY,
-    size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    ctime_ns INTEGER NOT NULL,
-    inode INTEGER NOT NULL,
-    sha256 TEXT NOT NULL,
-    seen_at REAL NOT NULL
-);
-"""
-# Columns added after the first release, as (table, column, declaration). A database made
-# before them gains them when it is opened: an upgraded brain keeps its plans, workers and
-# tokens. New columns go here (and in TABLES), never by editing a released column.
-ADDED_COLUMNS = (
-    ("workers", "host", "TEXT NOT NULL DEFAULT ''"),
-    # tokens.id of the join token a worker registered with (NULL: the bootstrap token)
-    ("workers", "registered_by", "TEXT"),
-    ("tokens", "id", "TEXT"),
-    ("tokens", "revoked_at", "REAL"),
-    # a join token's trust level (airig/brain/store/trust.py); NULL for other scopes
-    ("tokens", "trust", "TEXT"),
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.types import REAL, TypeEngine
+
+from airig.brain.store.escalations import DUE_WHERE, REVIEW_DUE
+
+# SQLite stores every integer in up to 8 bytes under the name INTEGER (and only a column
+# typed exactly INTEGER PRIMARY KEY is the rowid); PostgreSQL's INTEGER is 4 bytes, too
+# small for mtime_ns, byte counts or a long-lived store's event ids: BIGINT there.
+INT: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
+# Seconds since the epoch as a float: PostgreSQL's REAL is 4 bytes (a timestamp to the
+# minute), so DOUBLE PRECISION there; REAL (8 bytes) on SQLite, as the stores made so far.
+FLOAT: TypeEngine[float] = Double().with_variant(REAL(), "sqlite")
+
+
+def _key(name: str, kind: Any) -> Column[Any]:
+    # nullable=True only keeps SQLite's "id TEXT PRIMARY KEY" as every store so far has it
+    # (no NOT NULL written, so PRAGMA table_info says nullable); PostgreSQL's PRIMARY KEY
+    # is NOT NULL whatever the column says.
+    return Column(name, kind, primary_key=True, nullable=True)
+
+
+def _json(name: str, empty: str) -> Column[str]:
+    return Column(name, Text, nullable=False, server_default=empty)
+
+
+def _zero(name: str, kind: Any = INT) -> Column[Any]:
+    return Column(name, kind, nullable=False, server_default=text("0"))
+
+
+metadata = MetaData()
+
+plans = Table(
+    "plans", metadata,
+    _key("id", Text),
+    Column("name", Text, nullable=False),
+    Column("idempotency_key", Text, unique=True),
+    Column("body_hash", Text, nullable=False),
+    Column("submitted_by", Text, nullable=False),
+    Column("created_at", FLOAT, nullable=False),
+    _json("fixes_json", "[]"),
+    _zero("cancelled"),
+    # who may act on a plan besides admin: auth.owner_of of the submitting token
+    Column("owner", Text),
+    # Retention (retention.py) walks plans created before its cutoff, oldest first, and
+    # the plans list reads the newest: both are ranges of this index, not a sort of all plans.
+    Index("plans_created", "created_at", "id"),
+)  # fmt: skip
+
+tasks = Table(
+    "tasks", metadata,
+    _key("id", INT),
+    Column("plan_id", Text, ForeignKey("plans.id"), nullable=False),
+    Column("key", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("task_class", Text, nullable=False),
+    Column("payload_json", Text, nullable=False),
+    Column("model", Text),
+    Column("priority", INT, nullable=False),
+    Column("trusted", INT, nullable=False),
+    Column("sensitive", INT, nullable=False),
+    Column("timeout_s", FLOAT, nullable=False),
+    Column("retry_count", INT, nullable=False),
+    Column("state", Text, nullable=False),
+    _zero("attempt"),
+    _zero("task_errors"),
+    _zero("infra_errors"),
+    Column("lease_id", Text),
+    Column("worker_id", Text),
+    Column("lease_expires_at", FLOAT),
+    Column("attempt_deadline", FLOAT),
+    Column("created_at", FLOAT, nullable=False),
+    Column("ready_at", FLOAT),
+    Column("not_before", FLOAT),
+    Column("started_at", FLOAT),
+    Column("finished_at", FLOAT),
+    Column("output_json", Text),
+    Column("output_file", Text),
+    _json("files_json", "[]"),
+    _json("metrics_json", "{}"),
+    Column("result_hash", Text),
+    Column("error_type", Text),
+    Column("error", Text),
+    Column("reason", Text),
     # the output may not be trusted: an untrusted rig made it, or the task ran untrusted
-    ("tasks", "tainted_output", "INTEGER NOT NULL DEFAULT 0"),
-    # the external tier (airig/brain/escalation/): never | on_failure | always, whether a
-    # sensitive task may be sent, and its prompt's size in tokens once estimated (NULL: not yet)
-    ("tasks", "escalate", "TEXT NOT NULL DEFAULT 'never'"),
-    ("tasks", "allow_external", "INTEGER NOT NULL DEFAULT 0"),
-    ("tasks", "context_tokens", "INTEGER"),
-    # the brain's model has judged its first failure (airig/brain/escalation/review.py)
-    ("tasks", "reviewed", "INTEGER NOT NULL DEFAULT 0"),
+    _zero("tainted_output"),
     # where a task came from (NULL: its plan as submitted; "plan:<key>" / "external:<key>":
     # added by that task, airig/brain/planner/grow.py) and how many growths deep it is
-    ("tasks", "origin", "TEXT"),
-    ("tasks", "depth", "INTEGER NOT NULL DEFAULT 0"),
+    Column("origin", Text),
+    _zero("depth"),
+    # the external tier (airig/brain/escalation/): never | on_failure | always, whether a
+    # sensitive task may be sent, and its prompt's size in tokens once estimated (NULL: not yet)
+    Column("escalate", Text, nullable=False, server_default="never"),
+    _zero("allow_external"),
+    Column("context_tokens", INT),
+    # the brain's model has judged its first failure (airig/brain/escalation/review.py)
+    _zero("reviewed"),
     # a fan-out item's task: its group's key and the item's index (plans/fanout.py)
-    ("tasks", "fanout_group", "TEXT"),
-    ("tasks", "fanout_index", "INTEGER"),
+    Column("fanout_group", Text),
+    Column("fanout_index", INT),
     # a glob item's fingerprint (its input's sha256 and its rendered template tasks), the
     # task that really ran a reused one ("<plan>/<key>"), and the files on the data volume
     # it wrote with their size and mtime when it succeeded (plans/reuse.py)
-    ("tasks", "fingerprint", "TEXT"),
-    ("tasks", "reused_from", "TEXT"),
-    ("tasks", "written_json", "TEXT"),
-    # when the worker last leased a task (NULL: never): triage's "registered, idle, work waits"
-    ("workers", "last_claim_at", "REAL"),
-    # who may act on a plan or goal besides admin: auth.owner_of of the submitting token
-    ("plans", "owner", "TEXT"),
-    ("goals", "owner", "TEXT"),
-    # who drafted a goal's plan: {"worker", "rig", "trusted"} (planner/goals.py)
-    ("goals", "draft_origin", "TEXT"),
-)
-# Indexes on added columns: created after the columns exist.
-ADDED_INDEXES = (
-    "CREATE UNIQUE INDEX IF NOT EXISTS tokens_id ON tokens(id)",
-    "CREATE INDEX IF NOT EXISTS workers_registered_by ON workers(registered_by)",
+    Column("fingerprint", Text),
+    Column("reused_from", Text),
+    Column("written_json", Text),
+    UniqueConstraint("plan_id", "key"),
+    # Per-plan counts (the plans list, every dashboard poll) read this index alone instead
+    # of every task row of the plan (benchmarks/dashboard.py: 252 ms at 100k tasks before).
+    Index("tasks_plan_state", "plan_id", "state"),
+    # The queue view groups live tasks by class and model with their oldest ready time:
+    # covered by this index, no task row is read.
+    Index("tasks_queue", "state", "task_class", "model", "ready_at"),
     # A claim with a claim_id looks up its earlier leases (queue.claim_leases) by lease id:
     # without it every live lease was read per claim (benchmarks/fleet.py, 500 workers).
-    "CREATE INDEX IF NOT EXISTS tasks_lease ON tasks(lease_id)",
+    Index("tasks_lease", "lease_id"),
     # a group's items, for its progress and its end (store/fanout.py)
-    "CREATE INDEX IF NOT EXISTS tasks_fanout ON tasks(plan_id, fanout_group, state)",
+    Index("tasks_fanout", "plan_id", "fanout_group", "state"),
     # the newest item of a fingerprint, for a submit that may reuse it (store/reuse.py)
-    "CREATE INDEX IF NOT EXISTS tasks_fingerprint ON tasks(fingerprint)"
-    " WHERE fingerprint IS NOT NULL",
-)
-
-
-BACKUPS = """CREATE TABLE IF NOT EXISTS backups (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    created_at REAL NOT NULL,
-    archive TEXT NOT NULL,
-    bytes INTEGER NOT NULL,
-    sha256 TEXT NOT NULL,
-    models INTEGER NOT NULL DEFAULT 0
-)"""
-
-READY_HEADS = """CREATE INDEX IF NOT EXISTS tasks_ready_heads
-           ON tasks(state, task_class, model, priority, ready_at, id)"""
-
-ESCALATIONS = (
-    """CREATE TABLE IF NOT EXISTS escalations (
-        id TEXT PRIMARY KEY,
-        task_id INTEGER NOT NULL,
-        plan_id TEXT NOT NULL,
-        task_key TEXT NOT NULL,
-        why TEXT NOT NULL,
-        state TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        next_try_at REAL,
-        created_at REAL NOT NULL,
-        sent_at REAL,
-        answered_at REAL,
-        reask INTEGER NOT NULL DEFAULT 0,
-        request_json TEXT,
-        provider TEXT,
-        model TEXT,
-        input_tokens INTEGER NOT NULL DEFAULT 0,
-        output_tokens INTEGER NOT NULL DEFAULT 0,
-        estimated_cost REAL NOT NULL DEFAULT 0,
-        cost REAL NOT NULL DEFAULT 0,
-        outcome TEXT,
-        subtasks_json TEXT,
-        error TEXT
-    )""",
-    "CREATE INDEX IF NOT EXISTS escalations_due ON escalations(state, next_try_at)",
-    "CREATE INDEX IF NOT EXISTS escalations_task ON escalations(task_id)",
-    "CREATE INDEX IF NOT EXISTS escalations_answered ON escalations(answered_at)",
-    "CREATE INDEX IF NOT EXISTS escalations_sent ON escalations(sent_at)",
+    Index("tasks_fingerprint", "fingerprint", sqlite_where=text("fingerprint IS NOT NULL"),
+          postgresql_where=text("fingerprint IS NOT NULL")),
+    # the ready heads a claim scans (store/candidates.py: a loose index scan, one indexed
+    # probe per class and model)
+    Index("tasks_ready_heads", "state", "task_class", "model", "priority", "ready_at", "id"),
     # READY tasks the escalation criteria still have to look at: a claim finds them
     # through this partial index without reading the queue (escalations.DUE_WHERE).
-    """CREATE INDEX IF NOT EXISTS tasks_escalation_due ON tasks(state)
-       WHERE escalate = 'always' OR (escalate = 'on_failure'
-             AND (context_tokens IS NULL OR task_errors >= 2))""",
+    Index("tasks_escalation_due", "state", sqlite_where=text(DUE_WHERE),
+          postgresql_where=text(DUE_WHERE)),
     # Tasks whose first failure the brain's model has yet to judge (escalations.REVIEW_DUE).
-    """CREATE INDEX IF NOT EXISTS tasks_review_due ON tasks(state)
-       WHERE escalate = 'on_failure' AND reviewed = 0 AND task_errors = 1""",
-)
-ALERTS = (
-    """CREATE TABLE IF NOT EXISTS alerts (
-        kind TEXT NOT NULL,
-        subject TEXT NOT NULL,
-        fired_at REAL NOT NULL,
-        message TEXT NOT NULL,
-        PRIMARY KEY (kind, subject)
-    )""",
-    # the failure window reads recent events only
-    "CREATE INDEX IF NOT EXISTS events_ts ON events(ts)",
-)
-# Made by ``Brain`` after ``migrate``, in this order.
-ROOM_TABLES = (READY_HEADS, *ESCALATIONS, *ALERTS)
+    Index("tasks_review_due", "state", sqlite_where=text(REVIEW_DUE),
+          postgresql_where=text(REVIEW_DUE)),
+    sqlite_autoincrement=True,  # a task id is never given twice, even after a delete
+)  # fmt: skip
+
+deps = Table(
+    "deps", metadata,
+    Column("task_id", INT, ForeignKey("tasks.id"), nullable=False),
+    Column("depends_on", INT, ForeignKey("tasks.id"), nullable=False),
+    PrimaryKeyConstraint("task_id", "depends_on"),
+    Index("deps_upstream", "depends_on"),
+)  # fmt: skip
+
+workers = Table(
+    "workers", metadata,
+    _key("id", Text),
+    Column("token_hash", Text, nullable=False),
+    Column("classes_json", Text, nullable=False),
+    Column("gpu_index", INT),
+    _json("gpus_json", "[]"),
+    _json("models_json", "[]"),
+    Column("registered_at", FLOAT, nullable=False),
+    Column("last_heartbeat", FLOAT, nullable=False),
+    Column("host", Text, nullable=False, server_default=""),
+    # tokens.id of the join token a worker registered with (NULL: the bootstrap token)
+    Column("registered_by", Text),
+    # when the worker last leased a task (NULL: never): triage's "registered, idle, work waits"
+    Column("last_claim_at", FLOAT),
+    Index("workers_token", "token_hash"),
+    Index("workers_registered_by", "registered_by"),
+)  # fmt: skip
+
+tokens = Table(
+    "tokens", metadata,
+    _key("token_hash", Text),
+    Column("scope", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("created_at", FLOAT, nullable=False),
+    Column("id", Text),  # the public handle (new_token_id), listed and used to revoke it
+    Column("revoked_at", FLOAT),
+    # a join token's trust level (airig/brain/store/trust.py); NULL for other scopes
+    Column("trust", Text),
+    Index("tokens_id", "id", unique=True),
+)  # fmt: skip
+
+events = Table(
+    "events", metadata,
+    _key("id", INT),
+    Column("ts", FLOAT, nullable=False),
+    Column("event_type", Text, nullable=False),
+    Column("plan_id", Text),
+    Column("task_id", INT),
+    Column("body_json", Text, nullable=False),
+    Index("events_plan", "plan_id"),
+    Index("events_ts", "ts"),  # the alerts' failure window reads recent events only
+    sqlite_autoincrement=True,
+)  # fmt: skip
+
+# Goals the brain's model drafts into plans (airig/brain/planner/goals.py). plan_id and
+# drafting_plan_id are plain text, no foreign key: retention deletes finished plans.
+goals = Table(
+    "goals", metadata,
+    _key("id", Text),
+    Column("goal", Text, nullable=False),
+    Column("inputs_dir", Text),
+    Column("state", Text, nullable=False),
+    Column("draft_json", Text),
+    _json("errors_json", "[]"),
+    Column("plan_id", Text),
+    Column("drafting_plan_id", Text),
+    Column("submitted_by", Text, nullable=False, server_default=""),
+    Column("created_at", FLOAT, nullable=False),
+    Column("updated_at", FLOAT),
+    Column("owner", Text),
+    # who drafted a goal's plan: {"worker", "rig", "trusted"} (planner/goals.py)
+    Column("draft_origin", Text),
+)  # fmt: skip
+
+# An input file's sha256 by what its stat says (plans/reuse.py): a second submit of an
+# unchanged folder reads none of its files again. Any change of size, times or inode
+# (a file replaced, rewritten in place, even with its mtime set back) misses it.
+input_hashes = Table(
+    "input_hashes", metadata,
+    _key("path", Text),
+    Column("size", INT, nullable=False),
+    Column("mtime_ns", INT, nullable=False),
+    Column("ctime_ns", INT, nullable=False),
+    Column("inode", INT, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("seen_at", FLOAT, nullable=False),
+)  # fmt: skip
+
+backups = Table(
+    "backups", metadata,
+    _key("id", INT),
+    Column("created_at", FLOAT, nullable=False),
+    Column("archive", Text, nullable=False),
+    Column("bytes", INT, nullable=False),
+    Column("sha256", Text, nullable=False),
+    _zero("models"),
+    sqlite_autoincrement=True,
+)  # fmt: skip
+
+# The external tier's calls (airig/brain/escalation/ledger.py).
+escalations = Table(
+    "escalations", metadata,
+    _key("id", Text),
+    Column("task_id", INT, nullable=False),
+    Column("plan_id", Text, nullable=False),
+    Column("task_key", Text, nullable=False),
+    Column("why", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    _zero("attempts"),
+    Column("next_try_at", FLOAT),
+    Column("created_at", FLOAT, nullable=False),
+    Column("sent_at", FLOAT),
+    Column("answered_at", FLOAT),
+    _zero("reask"),
+    Column("request_json", Text),
+    Column("provider", Text),
+    Column("model", Text),
+    _zero("input_tokens"),
+    _zero("output_tokens"),
+    _zero("estimated_cost", FLOAT),
+    _zero("cost", FLOAT),
+    Column("outcome", Text),
+    Column("subtasks_json", Text),
+    Column("error", Text),
+    Index("escalations_due", "state", "next_try_at"),
+    Index("escalations_task", "task_id"),
+    Index("escalations_answered", "answered_at"),
+    Index("escalations_sent", "sent_at"),
+)  # fmt: skip
+
+# Alerts that fired and have not cleared (airig/brain/ops/alerts.py).
+alerts = Table(
+    "alerts", metadata,
+    Column("kind", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("fired_at", FLOAT, nullable=False),
+    Column("message", Text, nullable=False),
+    PrimaryKeyConstraint("kind", "subject"),
+)  # fmt: skip
 
 
 def new_token_id() -> str:
     """A token's public handle (listed, used to revoke it); unrelated to the token."""
     return secrets.token_hex(6)
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    """Bring a database made by an older brain up to TABLES (idempotent)."""
-    for table, column, declaration in ADDED_COLUMNS:
-        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-        if column not in present:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-    # Tokens stored before ids existed get one, so they can be listed and revoked.
-    for (rowid,) in conn.execute("SELECT rowid FROM tokens WHERE id IS NULL").fetchall():
-        conn.execute("UPDATE tokens SET id = ? WHERE rowid = ?", (new_token_id(), rowid))
-    # Join tokens made before trust levels existed get the default, untrusted.
-    conn.execute("UPDATE tokens SET trust = 'untrusted' WHERE scope = 'join' AND trust IS NULL")
-    for statement in ADDED_INDEXES:  # one by one: executescript would commit the transaction
-        conn.execute(statement)
-    # tasks_queue (state, task_class, model, ready_at) serves every query this one did.
-    conn.execute("DROP INDEX IF EXISTS tasks_state")
-
-
-def create(conn: sqlite3.Connection) -> None:
-    """The tables of a store that lacks them (outside a transaction: executescript commits)."""
-    conn.executescript(TABLES)
-    conn.execute(BACKUPS)
-
-
-def create_room_tables(conn: sqlite3.Connection) -> None:
-    """The rooms' tables and indexes (``ROOM_TABLES``), inside the caller's transaction."""
-    for statement in ROOM_TABLES:  # one by one: executescript would commit the transaction
-        conn.execute(statement)

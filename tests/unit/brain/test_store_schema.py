@@ -1,12 +1,15 @@
-"""One module declares the brain store's schema (``airig/brain/store/schema.py``, issue 37).
+"""One module declares the brain store's schema (``airig/brain/store/schema.py``, issue 37;
+a SQLAlchemy ``MetaData`` since issue 38, upgraded by ``store/migrations/``).
 
 Before it, six files made tables and indexes (``store/db.py``, ``store/backups.py``,
 ``escalation/ledger.py``, ``ops/alerts.py``, ``scheduling/candidates.py``). Two stores
 made by that code lie in ``stores/``: the schema it made (``schema_before_issue37.sql``,
 ``sqlite_master`` as written then) and a store of an early brain, from before every added
-column (``first_release.sql``). A brain of today must make the first and migrate the
-second to it. The search index (``index/search.sqlite``) is a database of its own and
-keeps its schema in ``store/index_file.py``: it is not in these files.
+column (``first_release.sql``). A brain of today must make the first (what a query sees
+of it: columns, keys, indexes; SQLAlchemy writes its statements in its own words) and
+migrate the second to it. The search index (``index/search.sqlite``) is a database of its
+own and keeps its schema in ``store/index_file.py``: it is not in these files.
+``test_store_migrations.py`` covers the revisions themselves.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import sqlite3
 from pathlib import Path
 
 import brain_helpers as h
+
+from airig.brain.store.migrations import revisions
 
 STORES = Path(__file__).parent / "stores"
 
@@ -38,7 +43,11 @@ def shape(conn: sqlite3.Connection) -> dict[str, object]:
     ).fetchall():
         if kind == "table":
             info = conn.execute(f"PRAGMA table_info({name})").fetchall()
-            found[name] = sorted(tuple(row)[1:] for row in info)  # added ones come last
+            keys = conn.execute(f"PRAGMA foreign_key_list({name})").fetchall()
+            found[name] = (
+                sorted(tuple(row)[1:] for row in info),  # added ones come last
+                sorted(tuple(row)[2:5] for row in keys),  # (table, from, to)
+            )
         elif kind == "index":
             columns = [row[2] for row in conn.execute(f"PRAGMA index_info({name})")]
             where = re.sub(r"\s+", " ", sql.partition(" WHERE ")[2]).strip()
@@ -57,12 +66,15 @@ def test_a_new_store_is_the_store_the_code_before_made(tmp_path):
     brain = h.make_brain(tmp_path)
     try:
         with brain.db.read() as conn:
-            made = master(conn)
+            made = shape(conn)
+            version = conn.execute("SELECT version_num FROM alembic_version").fetchall()
     finally:
         brain.stop()
     before = sqlite3.connect(":memory:")
     before.executescript((STORES / "schema_before_issue37.sql").read_text())
-    assert made == master(before)
+    assert made.pop("alembic_version")  # the one table the code before had no use for
+    assert made == shape(before)
+    assert [tuple(row) for row in version] == [(revisions.head(),)]
 
 
 def test_an_early_brains_store_opens_and_migrates_to_the_schema_of_today(tmp_path):
@@ -105,18 +117,20 @@ def test_an_early_brains_store_opens_and_migrates_to_the_schema_of_today(tmp_pat
     assert again == {name: row["id"] for name, row in ids.items()}
 
 
-def test_the_schema_module_is_the_only_brain_code_that_makes_tables():
+def test_no_brain_code_writes_its_tables_as_sql_text():
     """Read from the code: ``CREATE TABLE`` / ``CREATE INDEX`` / ``ALTER TABLE`` in a string
-    of ``airig/brain/`` outside ``store/schema.py`` is a finding; the search index's own
-    file (``store/index_file.py``, ``store/vectors.py``: its vec0 tables) is the exception."""
+    of ``airig/brain/`` is a finding: the tables are ``schema.metadata`` and the changes
+    Alembic's operations in ``store/migrations/versions/``, so that one declaration serves
+    SQLite and PostgreSQL. The search index's own file (``store/index_file.py``,
+    ``store/vectors.py``: its vec0 tables) is the exception."""
     brain = Path(__file__).resolve().parents[3] / "airig" / "brain"
     search_index = {"store/index_file.py", "store/vectors.py"}
     pattern = re.compile(r"\b(CREATE\s+(UNIQUE\s+|VIRTUAL\s+)?(TABLE|INDEX)|ALTER\s+TABLE)\b")
     wrong = sorted(
         name
         for path in brain.rglob("*.py")
-        if (name := path.relative_to(brain).as_posix()) not in search_index | {"store/schema.py"}
+        if (name := path.relative_to(brain).as_posix()) not in search_index
         and pattern.search(path.read_text())
     )
     assert wrong == []
-    assert pattern.search((brain / "store" / "schema.py").read_text())
+    assert pattern.search((brain / "store" / "index_file.py").read_text())  # it reads them
