@@ -5,8 +5,8 @@ engine: a new store is made from it (on SQLite now, the same tables on PostgreSQ
 issue 38). ``migrations/versions/`` is its history, one numbered Alembic revision per
 change; ``migrations.upgrade`` brings a store an older brain made to it at start and
 refuses one a newer brain made. A change to the schema is a change here and a new
-revision there (AGENTS.md, "The brain's store"); ``tests/unit/brain/test_store_migrations.py``
-fails when the two disagree.
+revision there (AGENTS.md, "How to change the store's schema");
+``tests/unit/brain/test_store_migrations.py`` fails when the two disagree.
 
 The runtime queries are plain SQL on ``sqlite3`` (``db.py``); SQLAlchemy and Alembic only
 make and upgrade the store, at start.

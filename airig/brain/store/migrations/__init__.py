@@ -2,8 +2,8 @@
 
 ``upgrade`` runs at the brain's start (``db.Database``), before the store's first
 connection. ``python -m airig.brain.store.migrations new "what changes"`` writes the next
-revision's file (AGENTS.md, "The brain's store"). No alembic.ini: the script location is
-set in code (``runner.config``).
+revision's file (AGENTS.md, "How to change the store's schema"). No alembic.ini: the
+script location is set in code (``runner.config``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``python -m airig.brain.store.migrations new "what changes"``: the next revision's file.
 
-For developers (AGENTS.md, "The brain's store"): it writes
+For developers (AGENTS.md, "How to change the store's schema"): it writes
 ``versions/<NNNN>_<slug>.py`` with the next number after the newest, from
 ``script.py.mako``; fill in its ``upgrade()`` and mirror the change in ``schema.py``.
 """
