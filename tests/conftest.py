@@ -11,12 +11,14 @@ pytest-xdist the controller receives every worker's reports, so it counts the sk
 sets the exit status of the whole run.
 
 Parallel runs: with pytest-xdist installed (the `test` extra) a plain `python -m pytest`
-runs on every CPU (`-n auto`, set here rather than in addopts so that `-p no:xdist` and an
+runs in parallel (set here rather than in addopts so that `-p no:xdist` and an
 environment without xdist still work). The tests in tests/e2e/ share the engine's fixed
-resources (the kit's host ports, the `airig-*` projects and volumes, `ai-network`, the test
-registry, `force_clean()`): they run in order on one worker while the other workers take
-the rest (pytest_xdist_make_scheduler below), and a test marked `docker` anywhere else is an
-error. `-n 0` runs everything in this process; so do `--pdb`, `--trace` and `-s`.
+resources (host ports, Compose projects and volumes, networks, `force_clean()`): they run
+in lanes (tests/e2e_lanes.py), each lane's modules in order on one worker of its own, the
+lanes side by side, while the other workers take the rest (pytest_xdist_make_scheduler
+below); a plain run starts one worker per CPU plus one per lane. A test marked `docker`
+anywhere else is an error. `-n 0` runs everything in this process; so do `--pdb`, `--trace`
+and `-s`.
 """
 
 from __future__ import annotations
@@ -104,14 +106,28 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 # ------------------------------------------------------------------ parallel runs
+ROOT = Path(__file__).resolve().parents[1]
 E2E = "tests/e2e/"  # how their node ids start (relative to the checkout, pytest's rootdir)
-# The one e2e module whose kits use their own project prefixes, network and host ports
-# (tworig-*): it runs on another worker at the same time as the airig-* kits.
-OWN_KIT = "tests/e2e/test_two_rigs.py"
 
 
 def _xdist(config: pytest.Config) -> bool:
     return config.pluginmanager.hasplugin("xdist")
+
+
+def _workers(config: pytest.Config) -> int:
+    """One worker per CPU, and one more per e2e lane when the run includes tests/e2e: a
+    lane's worker mostly waits on its kit (pulls, health checks, the kit's timers), so the
+    CPUs stay with the other tests."""
+    from e2e_lanes import LANES
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    here = config.invocation_params.dir
+    paths = [str((here / a.split("::", 1)[0]).resolve()) for a in config.args] or [str(ROOT)]
+    e2e = str(ROOT / E2E)  # no trailing separator: Path drops it
+    with_e2e = any(
+        e2e.startswith(p + os.sep) or p == e2e or p.startswith(e2e + os.sep) for p in paths
+    )
+    return (cpus or 1) + (len(LANES) if with_e2e else 0)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns -n into workers
@@ -121,27 +137,29 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     option = config.option
     needs_terminal = option.usepdb or option.trace or option.capture == "no"
     if option.numprocesses is None and not option.tx and not needs_terminal:
-        option.numprocesses = "auto"
+        option.numprocesses = _workers(config)
     if option.numprocesses and option.dist == "no":
         option.dist = "loadgroup"
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """xdist's loadgroup, and every test under tests/e2e/ in one group, in collection order.
-    By folder, not by the `docker` mark: the controller only sees node ids, and xdist's own
-    `xdist_group` mark no longer reaches them on pytest 9.2 (pytest-xdist issue #1386)."""
+    """xdist's loadgroup, and the tests under tests/e2e/ in one group per lane
+    (tests/e2e_lanes.py), each group in collection order on one worker. By folder, not by
+    the `docker` mark: the controller only sees node ids, and xdist's own `xdist_group`
+    mark no longer reaches them on pytest 9.2 (pytest-xdist issue #1386)."""
     if config.option.dist not in ("load", "loadgroup"):
         return None
+    from e2e_lanes import lane_for
     from xdist.scheduler import LoadGroupScheduling
 
-    class OneDockerWorker(LoadGroupScheduling):
+    class DockerLanes(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith(OWN_KIT):
-                return OWN_KIT  # its own projects, network and ports: beside the others
-            return E2E if nodeid.startswith(E2E) else super()._split_scope(nodeid)
+            if nodeid.startswith(E2E):
+                return f"{E2E}lane-{lane_for(nodeid).name}"
+            return super()._split_scope(nodeid)
 
-    return OneDockerWorker(config, log)
+    return DockerLanes(config, log)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from e2e_lanes import LANES, Lane, lane_for
+from images import build_kit
+from images.build_kit import KIT_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE_IMAGE = os.environ.get("AIRIG_TEST_BASE_IMAGE", "airig-test/base:bookworm")
 KIT_FILES = [
     "01-infra",
     "02-compute",
@@ -62,41 +64,50 @@ def _run_script(*args: str) -> str:
     return done.stdout
 
 
+_current: Lane = LANES["a"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def lane(request: pytest.FixtureRequest) -> Lane:
+    """The module's lane (tests/e2e_lanes.py), which the helpers below work in: its
+    projects, network, ports and registry name. Autouse, so it is set before the module's
+    own kit fixtures, and after the previous module's kits were torn down."""
+    global _current
+    _current = lane_for(request.node.nodeid)
+    return _current
+
+
+def current_lane() -> Lane:
+    return _current
+
+
 @pytest.fixture(scope="session")
 def test_images() -> None:
-    """Base image, wheelhouse and stand-ins (each cached; .ci/run builds them first), and
-    the stand-ins pushed to the test registry under every name of 02-compute/images.yaml.
-    One process at a time (a session fixture runs once per xdist worker, and two pytest
-    runs may share the engine): the scripts' caches are not safe to fill twice at once."""
-    import fcntl
-    import tempfile
-
-    # read-only: any user may lock the file whoever made it
-    lock = os.open(Path(tempfile.gettempdir()) / "airig-test-images.lock", os.O_RDONLY | os.O_CREAT)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _run_script("tests/images/build-base.sh")
-        _run_script("tests/images/wheelhouse.sh")
-        _run_script("tests/standins/build.sh")
-        _run_script("tests/images/registry.sh", "push")
-    finally:
-        os.close(lock)  # releases the lock
+    """Every image the kits use (tests/images/build-all.sh: base, Vulkan, wheelhouse,
+    stand-ins, the kit's own image, the stand-ins pushed to the test registry), each cached.
+    The script holds the machine's images lock: a session fixture runs once per xdist
+    worker, two pytest runs may share the engine, and .ci/run starts the same script in the
+    background before pytest, so a kit waits here for that build rather than making its own."""
+    _run_script("tests/images/build-all.sh")
 
 
 def registry() -> str:
-    """The test registry's address (127.0.0.1:PORT), started if it is not running."""
-    return _run_script("tests/images/registry.sh", "start").strip()
+    """The test registry's address as this lane names it (127.0.0.1:PORT or
+    localhost:PORT: one registry), started if it is not running."""
+    address = _run_script("tests/images/registry.sh", "start").strip()
+    return f"{_current.registry_host}:{address.rsplit(':', 1)[1]}"
 
 
 def forget_pulled() -> None:
-    """Untag every image pulled from the test registry, so the next `up` pulls it again
-    through the registry (the stand-in's own airig-test/... tag keeps the layers)."""
+    """Untag every image this lane pulled from the test registry, so its next `up` pulls
+    it again through the registry (the stand-in's own airig-test/... tag keeps the layers).
+    Only this lane's names: the other lane's `up` may be between its pull and its create."""
     running = subprocess.run(
         ["bash", "tests/images/registry.sh", "address"], cwd=ROOT, capture_output=True, text=True
     )
     if running.returncode != 0:
         return  # no registry, nothing pulled from it
-    prefix = f"{running.stdout.strip()}/"
+    prefix = f"{_current.registry_host}:{running.stdout.strip().rsplit(':', 1)[1]}/"
     listed = subprocess.run(
         ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"],
         capture_output=True,
@@ -141,9 +152,9 @@ def write_test_env(root: Path, **overrides: str) -> None:
     """The user's .env.example with the kit's image built from local parts and the compute
     images pulled from the test registry (what tests may change)."""
     values = {
-        "AIRIG_IMAGE": "airig/airig:e2e",
-        "AIRIG_BASE_IMAGE": BASE_IMAGE,
-        "AIRIG_PIP_INSTALL_ARGS": "--no-index --find-links /tmp/wheels",
+        **_current.env(),  # the lane's projects, network and ports
+        "AIRIG_IMAGE": KIT_IMAGE,  # built ahead by tests/images/build_kit.py, same arguments
+        **build_kit.build_args(),
         "AIRIG_IMAGE_REGISTRY": registry(),
         "AIRIG_MIN_FREE_DISK_GB": "1",
         "AIRIG_WAIT_TIMEOUT": "300",
@@ -162,10 +173,10 @@ def write_test_env(root: Path, **overrides: str) -> None:
 def worker_container(name: str) -> str:
     """The container of the worker the brain knows as ``name``: a CPU worker is named by
     its Compose slot (`cpu-2`, or `<rig>-cpu-2` on a joined rig: airig/worker/naming.py),
-    so its container is `airig-agents-worker-cpu-2`; any other name is its hostname (a
+    so its container is `<prefix>-agents-worker-cpu-2`; any other name is its hostname (a
     container id), which docker accepts as it is."""
     slot = re.fullmatch(r"(?:.+-)?cpu-(\d+)", name)
-    return f"airig-agents-worker-cpu-{slot[1]}" if slot else name
+    return _current.container("agents", "worker-cpu", int(slot[1])) if slot else name
 
 
 def copy_kit(dest: Path) -> Path:
@@ -185,14 +196,15 @@ def copy_kit(dest: Path) -> Path:
 
 
 def airig_leftovers() -> dict[str, list[str]]:
-    """Containers, networks and volumes of the kit that exist now."""
+    """Containers, networks and volumes of this lane's kit that exist now (the other lane
+    and test_two_rigs run their kits meanwhile, under prefixes of their own)."""
 
     def names(*cmd: str) -> list[str]:
         out = subprocess.run(["docker", *cmd], capture_output=True, text=True).stdout
         return [n for n in out.split() if n]
 
+    mine = f"{_current.prefix}-"
     return {
-        # this kit's projects only: test_two_rigs.py runs its tworig-* kits meanwhile
         "containers": [
             c
             for c in names(
@@ -203,29 +215,30 @@ def airig_leftovers() -> dict[str, list[str]]:
                 "--format",
                 '{{.Label "com.docker.compose.project"}}:{{.Names}}',
             )
-            if c.startswith("airig-")
+            if c.startswith(mine)
         ],
         "networks": [
-            n for n in names("network", "ls", "--format", "{{.Name}}") if n == "ai-network"
+            n for n in names("network", "ls", "--format", "{{.Name}}") if n == _current.network
         ],
         "volumes": [
-            v for v in names("volume", "ls", "--format", "{{.Name}}") if v.startswith("airig-")
+            v for v in names("volume", "ls", "--format", "{{.Name}}") if v.startswith(mine)
         ],
     }
 
 
 def force_clean() -> None:
-    """Remove anything a failed test left, so the next test starts clean (and pulls its
-    compute images from the registry again)."""
-    for project in ("airig-agents", "airig-compute", "airig-infra"):
+    """Remove anything a failed test of this lane left, so the next test starts clean (and
+    pulls its compute images from the registry again)."""
+    for stack in ("agents", "compute", "infra"):
         ids = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+            ["docker", "ps", "-aq", "--filter",
+             f"label=com.docker.compose.project={_current.project(stack)}"],
             capture_output=True,
             text=True,
-        ).stdout.split()
+        ).stdout.split()  # fmt: skip
         if ids:
             subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
-    subprocess.run(["docker", "network", "rm", "ai-network"], capture_output=True)
+    subprocess.run(["docker", "network", "rm", _current.network], capture_output=True)
     for v in airig_leftovers()["volumes"]:
         subprocess.run(["docker", "volume", "rm", "-f", v], capture_output=True)
     forget_pulled()

@@ -14,9 +14,11 @@ import time
 
 import pytest
 import requests
+from e2e_lanes import lane_for
 
 pytestmark = pytest.mark.docker
-BRAIN = "http://127.0.0.1:8080"
+LANE = lane_for(__file__)
+BRAIN = LANE.url("BRAIN_PORT")
 MEM_LIMIT, PIDS_LIMIT = 256 << 20, 96
 KIT_SERVICES = {"volumes-init", "files", "ollama-init", "comfyui-init", "whisper-init",
                 "models-ready", "brain", "worker-cpu"}  # fmt: skip

@@ -7,6 +7,9 @@ import subprocess
 
 import pytest
 import requests
+from e2e_lanes import lane_for
+
+LANE = lane_for(__file__)
 
 pytestmark = pytest.mark.docker
 
@@ -17,14 +20,15 @@ def docker_json(*cmd: str):
 
 
 def container_ids() -> set[str]:
-    """This kit's containers (airig-* projects): test_two_rigs.py may run its own meanwhile."""
+    """This kit's containers (its lane's projects): the other lane and test_two_rigs.py run
+    their own meanwhile."""
     out = subprocess.run(
         ["docker", "ps", "-a", "--filter", "label=com.docker.compose.project",
          "--format", '{{.ID}} {{.Label "com.docker.compose.project"}}'],
         capture_output=True,
         text=True,
     ).stdout  # fmt: skip
-    return {line.split()[0] for line in out.splitlines() if " airig-" in line}
+    return {line.split()[0] for line in out.splitlines() if f" {LANE.prefix}-" in line}
 
 
 def test_up_runs_every_service_healthy_and_down_removes_everything(kit):
@@ -58,22 +62,24 @@ def test_up_runs_every_service_healthy_and_down_removes_everything(kit):
             assert (r["state"], r["health"]) == ("running", "healthy"), r
 
     # every long-running container is on the shared network
-    network = docker_json("network", "inspect", "ai-network")[0]
+    network = docker_json("network", "inspect", LANE.network)[0]
     attached = {c["Name"] for c in network["Containers"].values()}
     running = {r["container"] for r in rows if r["state"] == "running"}
     assert running <= attached
 
-    # ComfyUI on 127.0.0.1:8188, by default bound to loopback only
-    stats = requests.get("http://127.0.0.1:8188/system_stats", timeout=10).json()
+    # ComfyUI on 127.0.0.1:COMFYUI_PORT, by default bound to loopback only
+    stats = requests.get(f"{LANE.url('COMFYUI_PORT')}/system_stats", timeout=10).json()
     assert stats["devices"][0]["type"] == "cpu"
     comfy = next(r for r in rows if r["service"] == "comfyui-cpu")
-    assert comfy["urls"] == ["http://127.0.0.1:8188"]
+    assert comfy["urls"] == [LANE.url("COMFYUI_PORT")]
 
     # workers reached the brain by its name on ai-network and registered
     token = kit.env()["BRAIN_ADMIN_TOKEN"]
     assert token and token != "change-me" and token not in done.stdout
     workers = requests.get(
-        "http://127.0.0.1:8080/v1/workers", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        f"{LANE.url('BRAIN_PORT')}/v1/workers",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
     ).json()
     listed = workers["workers"] if isinstance(workers, dict) else workers
     assert len(listed) >= 2

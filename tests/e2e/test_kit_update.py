@@ -16,13 +16,15 @@ import subprocess
 import urllib.request
 
 import pytest
+from e2e_lanes import lane_for
 from support import one_error
 
 pytestmark = pytest.mark.docker
 
 BASE = "airig-test/whisper:test"
 TAG = "speaches-ai/speaches:e2e-update"
-CONTAINER = "airig-compute-whisper-cpu-1"
+LANE = lane_for(__file__)
+CONTAINER = LANE.container("compute", "whisper-cpu")
 ACCEPT = ", ".join([
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 import requests
+from e2e_lanes import lane_for
 
 pytestmark = pytest.mark.docker
-BRAIN = "http://127.0.0.1:8080"
+LANE = lane_for(__file__)
+BRAIN = LANE.url("BRAIN_PORT")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +69,7 @@ def test_flipped_byte_fails_verify_and_pull_repairs(up_kit):
             "--user",
             "0",
             "-v",
-            "airig-ollama-models:/v",
+            f"{LANE.prefix}-ollama-models:/v",
             "--entrypoint",
             "python",
             image,
@@ -94,7 +96,7 @@ def upload_audio(kit, tmp_path: Path) -> None:
         w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
         w.writeframes(b"\x00\x01" * 16000 * 2)  # two seconds
     r = requests.put(
-        "http://127.0.0.1:8090/files/inputs/talk.wav",
+        f"{LANE.url('FILES_PORT')}/files/inputs/talk.wav",
         data=path.read_bytes(),
         headers=auth(kit),
         timeout=30,
@@ -206,7 +208,7 @@ def test_brain_restarted_mid_plan_completes(up_kit):
     plan_id = submit(up_kit, body)
     time.sleep(3)
     restarted = subprocess.run(
-        ["docker", "restart", "airig-agents-brain-1"], capture_output=True, text=True
+        ["docker", "restart", LANE.container("agents", "brain")], capture_output=True, text=True
     )
     assert restarted.returncode == 0, restarted.stderr
     plan = wait_plan(up_kit, plan_id, timeout=180)

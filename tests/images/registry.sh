@@ -7,7 +7,8 @@
 # Usage: tests/images/registry.sh [start|push|address|stop]
 #   start    run it if it is not running (idempotent); prints its address 127.0.0.1:PORT
 #   push     start, then push every image of images.yaml as its stand-in, and untag the
-#            pushed names locally so a test's pull really reaches the registry
+#            pushed names locally so a test's pull really reaches the registry (once per
+#            stand-in build: a second push of the same images does nothing)
 #   address  print the running registry's address; exit 1 when none answers
 #   stop     stop it and delete its storage
 # State (config, storage, pid, address, log): $AIRIG_TEST_REGISTRY_DIR, default
@@ -88,8 +89,16 @@ path_of() {  # the repository path inside its registry, as AIRIG_IMAGE_REGISTRY 
 }
 
 push() {
-  local addr ref target
+  local addr ref target ids
   addr="$(start)"
+  # Pushed already, from these very stand-ins: nothing to do. Not only quicker: a push
+  # untags what it pushed, and a second push while a kit's `up` is between its pull and its
+  # create would take the image from under it (e2e lanes run kits side by side).
+  ids="$(docker image inspect -f '{{.Id}}' airig-test/ollama:test airig-test/comfyui:test \
+    airig-test/whisper:test)"
+  if [ -f "$dir/pushed" ] && [ "$(cat "$dir/pushed")" = "$ids" ]; then
+    echo "stand-ins already pushed to $addr"; return
+  fi
   for ref in $(sed -n 's/^[[:space:]-]*image:[[:space:]]*//p' "$root/02-compute/images.yaml" | sort -u); do
     case "$ref" in
       airig/*) continue ;;  # built by the kit on its `base:`, which is pushed by its own name
@@ -100,6 +109,7 @@ push() {
     docker rmi "$target" >/dev/null  # an untag: the stand-in's own tag keeps the image
     echo "pushed $target"
   done
+  echo "$ids" >"$dir/pushed"
 }
 
 stop() {

@@ -1,10 +1,12 @@
 """`.ci/run` fails when tests/unit fails at the lower bounds (.ci/lower-bounds), not only
-when the newest releases fail, so a range in pyproject.toml that stops being true fails CI.
+when the newest releases fail, so a range in pyproject.toml that stops being true fails CI;
+and it fails when any job it ran in the background failed (test images, lint, lower
+bounds), showing what each printed, and stops them all when it exits early.
 
 The scripts run here for real, in a copy of the tree's `.ci/` with stand-ins for what they
-call (the venv's python3, the media tools, the background install): nothing is installed
-and no test suite runs. `.ci/run` is run from its last step ("Tests: python -m pytest")
-on, the part that decides its exit status."""
+call (the venv's python3, the media tools, the background jobs): nothing is installed and
+no test suite runs. `.ci/run` is run from its last step ("Tests: python -m pytest") on,
+the part that decides its exit status, with its own job functions."""
 
 from __future__ import annotations
 
@@ -78,38 +80,60 @@ def test_an_unknown_option_is_one_line_and_a_fix(tree, option):
     assert calls(tree) == []
 
 
-def run_tail(tree: Path, main_rc: int, install_rc: int, lower_rc: int):
-    """`.ci/run` from its pytest step on, with python3 exiting `main_rc`, a background
-    install exiting `install_rc` and `.ci/lower-bounds --test` exiting `lower_rc`."""
+def run_tail(tree: Path, main_rc: int, images_rc: int, lint_rc: int, lower_rc: int):
+    """`.ci/run` from its pytest step on, with its real background-job functions: python3
+    exits `main_rc`, and the jobs started before it (debootstrap, images, lint, lower
+    bounds) print a line and exit with theirs."""
     script = (ROOT / ".ci" / "run").read_text()
+    jobs = script[script.index("declare -A job_pid") : script.index("trap stop_jobs EXIT")]
     tail = script[script.index('step "Tests: python -m pytest"') :]
     stand_in(tree / "tools" / "python3", f'echo "python3 $*" >>"$CALLS"; exit {main_rc}')
-    stand_in(tree / ".ci" / "lower-bounds", f'echo "lower-bounds $*" >>"$CALLS"; exit {lower_rc}')
-    harness = (
-        "set -euo pipefail\n"
-        "step() { printf '\\n== %s\\n' \"$*\"; }\n"
-        f'lower_log="$(mktemp)"; echo "install log" >"$lower_log"\n'
-        f"(exit {install_rc}) & lower_pid=$!\n"
-    )
-    (tree / "tail.sh").write_text(harness + tail)
+    started = "".join(
+        f'bg {name} \'echo "{name} log"; sleep 0.2; exit {rc}\'\n'
+        for name, rc in [("debootstrap", 0), ("images", images_rc), ("lint", lint_rc),
+                         ("lower", lower_rc)]
+    )  # fmt: skip
+    harness = "set -euo pipefail\nstep() { printf '\\n== %s\\n' \"$*\"; }\n"
+    (tree / "tail.sh").write_text(harness + jobs + "trap stop_jobs EXIT\n" + started + tail)
     return run(tree, "tail.sh")
 
 
 @pytest.mark.parametrize(
-    ("main_rc", "install_rc", "lower_rc", "expected"),
-    [(0, 0, 0, 0), (0, 0, 1, 1), (0, 0, 5, 5), (1, 0, 0, 1), (1, 0, 5, 1), (0, 1, 0, 1)],
-)
-def test_ci_fails_when_the_lower_bounds_fail(tree, main_rc, install_rc, lower_rc, expected):
-    done = run_tail(tree, main_rc, install_rc, lower_rc)
+    ("main_rc", "images_rc", "lint_rc", "lower_rc", "expected"),
+    [
+        (0, 0, 0, 0, 0), (0, 0, 0, 1, 1), (0, 0, 0, 5, 5), (1, 0, 0, 0, 1), (1, 0, 0, 5, 1),
+        (0, 0, 1, 0, 1), (0, 2, 0, 0, 2), (5, 1, 1, 1, 5), (0, 0, 3, 4, 3),
+    ],
+)  # fmt: skip
+def test_ci_fails_when_a_background_job_fails(tree, main_rc, images_rc, lint_rc, lower_rc,
+                                              expected):  # fmt: skip
+    done = run_tail(tree, main_rc, images_rc, lint_rc, lower_rc)
     assert done.returncode == expected, done.stdout + done.stderr
-    ran = calls(tree)
-    assert ran[0] == "python3 -m pytest -p no:cacheprovider"  # the newest releases first
-    if install_rc == 0:
-        assert ran[1:] == ["lower-bounds --test"]  # then tests/unit at the lower bounds
-    else:
-        assert ran[1:] == [] and "the lower bounds' venv was not made" in done.stdout
-    assert "install log" in done.stdout  # what the background install printed is shown
-    if lower_rc or install_rc:
-        assert "error: the lower bounds failed" in done.stdout
-    if main_rc:
-        assert "error: python -m pytest failed" in done.stdout
+    assert calls(tree) == ["python3 -m pytest -p no:cacheprovider"]
+    for name in ("debootstrap", "images", "lint", "lower"):
+        assert f"{name} log" in done.stdout  # what each background job printed is shown
+    assert ("error: python -m pytest failed" in done.stdout) == bool(main_rc)
+    assert ("error: building the test images failed" in done.stdout) == bool(images_rc)
+    assert ("error: mypy or ruff failed" in done.stdout) == bool(lint_rc)
+    assert ("error: the lower bounds failed" in done.stdout) == bool(lower_rc)
+
+
+def test_an_early_exit_stops_the_background_jobs(tree):
+    """The run fails before pytest (a pip install that fails, say): no job it started goes on
+    building images or running tests after it, each in its own process group."""
+    script = (ROOT / ".ci" / "run").read_text()
+    jobs = script[script.index("declare -A job_pid") : script.index("trap stop_jobs EXIT")]
+    marker = tree / "survived"
+    harness = (
+        "set -euo pipefail\n" + jobs + "trap stop_jobs EXIT\n"
+        f"bg slow 'sleep 3; touch {marker}'\n"
+        f"bg nested 'bash -c \"sleep 3; touch {marker}\"'\n"
+        "sleep 0.5; false\n"
+    )
+    (tree / "early.sh").write_text(harness)
+    done = run(tree, "early.sh")
+    assert done.returncode == 1
+    import time
+
+    time.sleep(4)
+    assert not marker.exists()
