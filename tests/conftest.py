@@ -276,3 +276,31 @@ def reachable_tmp() -> Iterator[Path]:
     folder.chmod(0o755)
     yield folder
     shutil.rmtree(folder)
+
+
+# ------------------------------------------------------------------ PostgreSQL
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator:
+    """A throwaway PostgreSQL cluster (tests/pg_cluster.py), one per xdist worker: initdb
+    and postgres on a unix socket in a folder of its own, stopped and removed at the end.
+    Missing binaries skip with a reason ALLOWED_SKIPS does not allow: CI must run these."""
+    from pg_cluster import MISSING, start_cluster
+
+    cluster = start_cluster()
+    if cluster is None:
+        pytest.skip(MISSING)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster) -> Iterator[str]:
+    """A fresh, empty database on ``pg_cluster`` for this test: its SQLAlchemy URL
+    (``postgresql+psycopg://…?host=<socket folder>``), dropped after."""
+    url = pg_cluster.database()
+    try:
+        yield url
+    finally:
+        pg_cluster.drop(url)
