@@ -39,6 +39,7 @@ DISTRIBUTION = {
     "ollama": "ollama",
     "openai": "openai",
     "prometheus_client": "prometheus-client",
+    "psycopg": "psycopg",
     "pydantic": "pydantic",
     "pydantic_settings": "pydantic-settings",
     "pynvml": "nvidia-ml-py",

@@ -89,6 +89,7 @@ def served(app: FastAPI):
 def create_app(settings: BrainSettings) -> FastAPI:
     """An app bound to one Brain; secrets are checked before anything opens."""
     settings.require_secrets()
+    settings.require_sqlite_store()
     brain = Brain(settings)
 
     @asynccontextmanager

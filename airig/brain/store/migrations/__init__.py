@@ -12,14 +12,25 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from airig.brain.store.migrations.revisions import StoreVersionError, known, store_revision
+from airig.brain.store.migrations.revisions import StoreVersionError, known, newer, store_revision
 
 
-def upgrade(path: Path) -> None:
+def upgrade(path: Path | None = None, *, url: str = "") -> None:
     """Bring the store at ``path`` to ``schema.metadata``: make a new one, upgrade an older
     one revision by revision (each in one transaction: a brain killed between two, or in
     one, finishes the job at its next start), refuse a newer one (``StoreVersionError``,
-    one line, the file as it was). A store at this code's revision costs one read."""
+    one line, the file as it was). A store at this code's revision costs one read.
+
+    ``url`` (``BRAIN_DATABASE_URL``), when given, names a PostgreSQL store instead of the
+    file (``postgres.py``): the same rules, with the URL's password never said."""
+    if url:
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        from airig.brain.store.migrations import postgres
+
+        postgres.upgrade(url)
+        return
+    if path is None:
+        raise TypeError("upgrade() needs the SQLite store's path or a database URL")
     try:
         current = store_revision(path)
     except sqlite3.Error as exc:
@@ -31,11 +42,7 @@ def upgrade(path: Path) -> None:
     if current == revisions[-1]:
         return
     if current is not None and current not in revisions:
-        raise StoreVersionError(
-            f"the brain's store {path} was made by a newer airig (revision {current[:40]!r}, "
-            f"this brain knows revisions up to {revisions[-1]})",
-            "update airig, or restore a backup this version made",
-        )
+        raise newer(str(path), current)
     # Alembic says each step (and its plugins, as it is imported) at INFO: the brain's log
     # gets one line for the upgrade (runner.py), and a failure stays the one line of main().
     logging.getLogger("alembic").setLevel(logging.WARNING)

@@ -22,6 +22,21 @@ class StoreVersionError(AirigError):
     """The store is at a revision this brain cannot run on, or could not be upgraded."""
 
 
+# Revisions up to this one are SQLite's history before versioning (``legacy.py``): a store
+# on PostgreSQL is made new from ``schema.metadata`` and stamped, so it never runs them;
+# every revision after it runs on both engines.
+LAST_SQLITE_ONLY = "0004"
+
+
+def newer(where: str, current: str) -> StoreVersionError:
+    """The one line for a store a newer brain made, on either engine."""
+    return StoreVersionError(
+        f"the brain's store {where} was made by a newer airig (revision {current[:40]!r}, "
+        f"this brain knows revisions up to {head()})",
+        "update airig, or restore a backup this version made",
+    )
+
+
 def known() -> list[str]:
     """Every revision this code knows, oldest first."""
     names = (_REVISION_FILE.fullmatch(path.name) for path in (MIGRATIONS / "versions").iterdir())
