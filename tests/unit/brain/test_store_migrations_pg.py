@@ -454,3 +454,31 @@ def test_missing_server_binaries_are_a_skip_ci_does_not_allow(monkeypatch):
     assert not conftest.skip_allowed(pg_cluster.MISSING)
     monkeypatch.setattr(pg_cluster.glob, "glob", lambda _pattern: [])
     assert pg_cluster.start_cluster() is None
+
+
+RACE = """
+import sys, time
+from airig.brain.store import migrations, schema
+real = schema.metadata.create_all
+def slow(*args, **kwargs):
+    time.sleep(float(sys.argv[2]))  # both have read "no tables" before either creates one
+    return real(*args, **kwargs)
+schema.metadata.create_all = slow
+migrations.upgrade(url=sys.argv[1])
+"""
+
+
+def test_two_processes_making_one_store_at_once_both_succeed(pg_url):
+    """Several brains will share one database (issue 38): two upgrades of one new database
+    at once take turns (an advisory lock), the second finds the store made."""
+    racers = [
+        subprocess.Popen([sys.executable, "-c", RACE, pg_url, "2"], cwd=ROOT, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]  # fmt: skip
+    outcomes = [(racer.wait(timeout=120), racer.stderr.read()) for racer in racers]  # type: ignore[union-attr]
+    assert [code for code, _ in outcomes] == [0, 0], outcomes
+    assert revision_of(pg_url) == revisions.head()
+    found = layout(pg_url)
+    found.pop("alembic_version")
+    assert found == declared()

@@ -6,7 +6,9 @@ before versioning and never run here (``revisions.LAST_SQLITE_ONLY``). A store s
 before this code's newest revision runs the ones after, each in one transaction (DDL is
 transactional on PostgreSQL: a process killed between two revisions, or in one, leaves the
 last one that committed). A newer store is refused with SQLite's line; so is a database
-that holds tables but no brain store, and one stamped inside SQLite's history.
+that holds tables but no brain store, and one stamped inside SQLite's history. Two
+processes upgrading one database at once take turns (an advisory lock): the second finds
+the work done.
 
 The URL is input and holds a password: it is checked before any driver sees it (length,
 control characters, scheme), and every line names it with the password masked (``***``),
@@ -47,6 +49,9 @@ URL_HINT = (
     "BRAIN_DATABASE_URL must be postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
     "(or ...@/DATABASE?host=/socket/folder), or unset for the SQLite store"
 )
+# pg_advisory_lock's key for "the store's schema is being changed": any fixed 64-bit number
+# (the one airig's other locks, later, must not reuse)
+UPGRADE_LOCK = 0x61697269675F3338  # "airig_38"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -128,6 +133,10 @@ def upgrade(url: str) -> None:
         ) from None
     try:
         with made.connect() as conn:
+            # Brains sharing the database start together: one upgrades at a time, the next
+            # reads what it left (a session lock, released when this connection closes).
+            conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": UPGRADE_LOCK})
+            conn.commit()
             current, tables = _revision(conn)
             if current == head():
                 return
