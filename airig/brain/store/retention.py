@@ -15,6 +15,18 @@ short batch.
 Files go before rows: a pass cut short (a crash, a stop) leaves a plan that is still
 finished and still old, so the next pass completes it; rows first would leave result
 files that nothing points at and no pass would find again.
+
+The search index (``vectors.py``, a file of its own: no transaction spans it and the
+store) follows the same order: a plan's entries go after its files and before its rows,
+in transactions of at most ``vectors.DELETE_BATCH`` entries, none of them inside a store
+transaction; those a task of another plan stands on (``reused_from``) stay. Then every
+pass sweeps the index: entries older than the cutoff whose plan the store no longer
+holds and on which no task stands go too. That sweep is what makes every commit point
+safe: whatever a pass left (a crash between two batches, an index that could not be
+written while the store's rows went, entries an older kit left behind, entries kept for
+a reused task whose plan has gone since) the next pass finds and removes, and it never
+touches a plan the store still holds. An index that cannot be written or read is one log
+line per pass (``Pruned.index_error``); the store's retention goes on without it.
 """
 
 from __future__ import annotations
@@ -25,12 +37,13 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from airig.brain.settings import BrainSettings
+from airig.brain.store import vectors
 from airig.brain.store.db import Database
 from airig.brain.store.events import EventLog
 from airig.brain.store.results import task_dir
@@ -41,6 +54,7 @@ log = logging.getLogger("airig.brain.store.retention")
 DAY_S = 86_400.0
 BATCH = 500  # rows one transaction deletes, at most
 SCAN = 50  # plans read per candidate query
+IDS = 500  # plan ids one query of the sweep looks up (SQLite's variables: 32766 at most)
 PAUSE_S = 0.001  # between transactions: waiting claims get the lock (Python locks are unfair)
 SIZES_TTL_S = 60.0  # walking a large results volume is not for every dashboard poll
 _TERMINAL = ", ".join(f"'{state}'" for state in sorted(S.TERMINAL))
@@ -64,6 +78,8 @@ class Pruned:
     events: int = 0
     result_bytes: int = 0
     log_bytes: int = 0
+    index_entries: int = 0  # search index entries (with their vectors)
+    index_error: str | None = None  # why the index's were left for a later pass
     skipped: list[str] = field(default_factory=list)  # plans a foreign key kept
 
     def as_dict(self) -> dict[str, Any]:
@@ -177,8 +193,78 @@ def _delete_plan_row(conn: sqlite3.Connection, plan_id: str) -> int:
     return conn.execute("DELETE FROM plans WHERE id = ?", (plan_id,)).rowcount
 
 
-def remove_plan(db: Database, results_dir: Path, plan_id: str, into: Pruned) -> None:
-    """Delete one finished plan in small transactions, counting into ``into``."""
+def _stood_on(conn: sqlite3.Connection, plan_id: str) -> set[str]:
+    """Keys of the plan's tasks that a task of another plan was reused from: that task's
+    search entries are these (``plans/reuse.py``), so they stay while it does. A range
+    of ``reused_from`` ("<plan>/<key>"; '0' follows '/')."""
+    rows = conn.execute(
+        """SELECT DISTINCT reused_from FROM tasks
+           WHERE reused_from >= ? AND reused_from < ? AND plan_id != ?""",
+        (f"{plan_id}/", f"{plan_id}0", plan_id),
+    )
+    return {str(row[0])[len(plan_id) + 1 :] for row in rows}
+
+
+def _in_index(into: Pruned, step: Callable[[], int]) -> None:
+    """One step on the search index, unless the index failed earlier in this pass: a
+    failure is kept for the pass's one log line, and the store's retention goes on."""
+    if into.index_error is not None:
+        return
+    try:
+        into.index_entries += step()
+    except vectors.IndexUnavailable as exc:
+        into.index_error = str(exc)
+
+
+def drop_entries(db: Database, index: Path, plan_id: str, cutoff: float) -> int:
+    """The plan's search index entries, but those a task of another plan stands on."""
+    if not vectors.task_keys(index, plan_id):
+        return 0
+    with db.read() as conn:
+        keep = _stood_on(conn, plan_id)
+    return vectors.remove_entries(index, plan_id, cutoff, keep)
+
+
+def sweep_index(
+    db: Database, index: Path, cutoff: float, going: Collection[str] = (), dry_run: bool = False,
+) -> int:  # fmt: skip
+    """Entries created before ``cutoff`` of plans the store no longer holds (and, for a dry
+    pass, of the plans it would remove: ``going``), but those a task still in the store
+    (not ``going``) stands on. Reads of the store on read connections: no store writer is
+    held. Returns how many entries went (dry: would)."""
+    found = vectors.plans_with_entries(index)
+    if not found:
+        return 0
+    held = sorted(found - set(going))
+    for start in range(0, len(held), IDS):
+        chunk = held[start : start + IDS]
+        with db.read() as conn:
+            rows = conn.execute(
+                f"SELECT id FROM plans WHERE id IN ({', '.join('?' * len(chunk))})", chunk
+            ).fetchall()
+        found -= {row[0] for row in rows}
+    if not found:
+        return 0
+    stood: dict[str, set[str]] = {}
+    with db.read() as conn:  # one pass over tasks: reused ones are few, orphans may be many
+        for row in conn.execute(
+            "SELECT DISTINCT plan_id, reused_from FROM tasks WHERE reused_from IS NOT NULL"
+        ):
+            if row[0] not in going:
+                origin, _, key = str(row[1]).partition("/")
+                stood.setdefault(origin, set()).add(key)
+    return sum(
+        vectors.remove_entries(index, plan_id, cutoff, stood.get(plan_id, ()), dry_run)
+        for plan_id in sorted(found)
+    )
+
+
+def remove_plan(
+    db: Database, results_dir: Path, plan_id: str, into: Pruned, index: Path | None = None,
+    cutoff: float = float("inf"),
+) -> None:  # fmt: skip
+    """Delete one finished plan in small transactions, counting into ``into``: its files,
+    its entries in the search ``index`` (entries created before ``cutoff``), its rows."""
     with db.read() as conn:
         if conn.execute(_LIVE_TASK, (plan_id,)).fetchone() is not None:
             raise PlanLive(plan_id)
@@ -186,6 +272,8 @@ def remove_plan(db: Database, results_dir: Path, plan_id: str, into: Pruned) -> 
     if folder is not None and folder.is_dir():
         into.result_bytes += tree_bytes(folder)
         shutil.rmtree(folder, ignore_errors=True)
+    if index is not None:
+        _in_index(into, lambda: drop_entries(db, index, plan_id, cutoff))
     with db.read() as conn:
         rows = sum(conn.execute(sql, (plan_id,)).fetchone()[0] for sql in _ROWS)
     if rows <= BATCH:  # most plans: one transaction, the plan row with the rest
@@ -251,22 +339,36 @@ def loose_events(db: Database, cutoff: float, into: Pruned) -> None:
         time.sleep(PAUSE_S)
 
 
-def prune(db: Database, results_dir: Path, cutoff: float, dry_run: bool = False) -> Pruned:
+def prune(
+    db: Database, results_dir: Path, cutoff: float, dry_run: bool = False,
+    index: Path | None = None,
+) -> Pruned:  # fmt: skip
     """One pass over the store: every finished plan whose last task ended before
-    ``cutoff``, and loose events older than it."""
+    ``cutoff``, and loose events older than it; then the search ``index``'s entries of
+    plans no longer in the store (``sweep_index``)."""
     done = Pruned(cutoff=cutoff, dry_run=dry_run)
-    for plan_id in candidates(db, cutoff):
+    going = candidates(db, cutoff)
+    for plan_id in going:
         if dry_run:
             count_plan(db, results_dir, plan_id, done)
             continue
         try:
-            remove_plan(db, results_dir, plan_id, done)
+            remove_plan(db, results_dir, plan_id, done, index, cutoff)
         except PlanLive:
             continue
         except sqlite3.IntegrityError as exc:  # a table of another module still names it
             log.warning("plan %s kept: %s", plan_id, exc)
             done.skipped.append(plan_id)
     loose_events(db, cutoff, done)
+    if index is not None:
+        # a dry pass removed nothing: the plans it would remove count as gone
+        gone = set(going) if dry_run else set()
+        _in_index(done, lambda: sweep_index(db, index, cutoff, gone, dry_run))
+        if done.index_error is not None:
+            log.warning(
+                "retention: search index entries of removed plans stay for a later pass: %s",
+                done.index_error,
+            )
     return done
 
 
@@ -314,16 +416,18 @@ class Retention:
         """Remove (or count) what is older than ``older_than_s`` (default: the retention)."""
         now = time.time() if now is None else now
         age = self.max_age_s if older_than_s is None else older_than_s
+        index = vectors.index_path(self.settings.data_dir)
         with self._lock:
-            done = prune(self.db, self.settings.results_dir, now - age, dry_run)
+            done = prune(self.db, self.settings.results_dir, now - age, dry_run, index)
             if not dry_run:
                 done.log_bytes = self.events.expire(now - age, now)
                 self.last = done
                 self._sizes = None  # measured again on the next read
                 if self.on_pruned:
                     self.on_pruned(done.plans, done.tasks, done.events, done.result_bytes)
-        if done.plans or done.events:
-            log.info("retention: %s", done.as_dict())
+        if done.plans or done.events or done.index_entries:  # index_error: its own line
+            log.info("retention: %s", {k: v for k, v in done.as_dict().items()
+                                       if k != "index_error"})  # fmt: skip
         return done
 
     def tick(self) -> None:

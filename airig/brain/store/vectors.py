@@ -32,12 +32,24 @@ anything: refused at completion, naming the document. Rows an older kit stored s
 a NULL distance; a search skips them (and asks sqlite-vec for more neighbours instead).
 Vectors are stored as unit vectors (the cosine distance does not change), so a large but
 finite component never overflows float32.
+
+Entries follow retention (``retention.py``): the entries a plan wrote go with the plan, in
+transactions of at most ``DELETE_BATCH`` entries with their vectors (``remove_entries``),
+except those a task of another plan stands on (a reused item's ``reused_from`` names the
+task that wrote them). An entry and its vector are written and deleted in one
+transaction, so a search answers exactly what ``entries`` holds. In this process one
+writer of the file at a time (``_write_lock``): an embed completion writes the index
+inside the store's write transaction, so it must wait for at most one short batch of
+retention's, never for SQLite's busy handler to poll its way in between batches.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
+import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +71,12 @@ __all__ = ["INDEX_FILE", "IndexUnavailable", "connect", "index_path"]
 SNIPPET_CHARS = 300
 # The most neighbours one sqlite-vec KNN query returns.
 MAX_K = 4096
+# Entries (each with its vector) one transaction of retention deletes, at most.
+DELETE_BATCH = 500
+PAUSE_S = 0.001  # between those transactions: a waiting writer (a completion) gets the lock
+# The one writer of the index file in this process (Python's locks are unfair: the pause
+# above is what lets a waiting completion in between two batches).
+_write_lock = threading.Lock()
 
 
 class IndexRefused(Exception):
@@ -157,7 +175,7 @@ def replace_task(
     units = [_unit(entry, n) for n, entry in enumerate(entries)]
     conn = connect(path)
     try:
-        with conn:  # one transaction (a savepoint in apsw)
+        with _write_lock, conn:  # one transaction (a savepoint in apsw)
             row = _index_row(conn, name)
             if row is None:
                 if not entries:
@@ -275,6 +293,118 @@ def indexes(path: Path, owner: str | None = None, admin: bool = True) -> list[In
         raise unavailable("read", path, exc) from None
     finally:
         conn.close()
+
+
+def plans_with_entries(path: Path) -> set[str]:
+    """Every plan id that holds entries in any index; none without an index file. One
+    pass over ``entries_by_task`` per index (an index's entries in plan order)."""
+    if not exists(path):
+        return set()
+    conn = connect(path, create=False)
+    try:
+        found: set[str] = set()
+        for (index_id,) in conn.execute("SELECT id FROM indexes ORDER BY id").fetchall():
+            found.update(
+                str(row[0]) for row in conn.execute(
+                    "SELECT DISTINCT plan_id FROM entries WHERE index_id = ?", (index_id,)
+                )
+            )  # fmt: skip
+        return found
+    except apsw.Error as exc:
+        raise unavailable("read", path, exc) from None
+    finally:
+        conn.close()
+
+
+def task_keys(path: Path, plan_id: str) -> set[str]:
+    """The keys of the tasks of ``plan_id`` that hold entries; none without a file."""
+    if not exists(path):
+        return set()
+    conn = connect(path, create=False)
+    try:
+        return {
+            str(row[0]) for row in conn.execute(
+                """SELECT DISTINCT e.task_key FROM indexes i
+                   JOIN entries e ON e.index_id = i.id AND e.plan_id = ?""",
+                (plan_id,),
+            )
+        }  # fmt: skip
+    except apsw.Error as exc:
+        raise unavailable("read", path, exc) from None
+    finally:
+        conn.close()
+
+
+def remove_entries(
+    path: Path, plan_id: str, before: float, keep: Collection[str] = (), dry_run: bool = False,
+) -> int:  # fmt: skip
+    """Delete the entries of plan ``plan_id`` created before ``before``, with their
+    vectors, but those of the task keys in ``keep`` (tasks of other plans stand on them).
+
+    Each transaction deletes at most ``DELETE_BATCH`` entries (one SELECT, one DELETE of
+    a vector per entry, one DELETE of the entries) and the calls pause between them, so an
+    embed completion waiting to write (inside the store's write transaction) waits for
+    one batch at most. Every commit leaves whole entries (an entry and its vector go
+    together): cut short anywhere, a later call deletes the rest. Returns how many went
+    (``dry_run``: how many would, deleting nothing); ``IndexUnavailable`` when the file
+    cannot be read or written. No file: 0."""
+    if not exists(path):
+        return 0
+    conn = connect(path, create=False)
+    removed = 0
+    try:
+        rows: list[Any] = conn.execute(
+            """SELECT DISTINCT i.id, e.task_key FROM indexes i
+               JOIN entries e ON e.index_id = i.id AND e.plan_id = ?
+               ORDER BY i.id, e.task_key""",
+            (plan_id,),
+        ).fetchall()
+        for index_id, key in rows:
+            if key in keep:
+                continue
+            params = (int(index_id), plan_id, str(key), before)
+            if dry_run:
+                counted: Any = conn.execute(
+                    f"SELECT COUNT(*) FROM entries WHERE {_OF_TASK}", params
+                ).fetchone()
+                removed += int(counted[0])
+                continue
+            while (n := _delete_batch(conn, int(index_id), params)) == DELETE_BATCH:
+                removed += n
+                time.sleep(PAUSE_S)
+            removed += n
+        return removed
+    except apsw.Error as exc:
+        raise unavailable("write", path, exc) from None
+    finally:
+        conn.close()
+
+
+_OF_TASK = "index_id = ? AND plan_id = ? AND task_key = ? AND created < ?"
+
+
+def _delete_batch(conn: apsw.Connection, index_id: int, params: tuple[Any, ...]) -> int:
+    """One transaction: at most DELETE_BATCH entries of one task (``_OF_TASK``) and their
+    vectors. IMMEDIATE: the file's write lock is taken before the read, so no other
+    process's commit comes in between and turns the delete into SQLITE_BUSY."""
+    with _write_lock:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            ids = [
+                int(row[0]) for row in conn.execute(
+                    f"SELECT id FROM entries WHERE {_OF_TASK} ORDER BY id LIMIT ?",
+                    (*params, DELETE_BATCH),
+                )
+            ]  # fmt: skip
+            if ids:
+                conn.executemany(f"DELETE FROM vec_{index_id} WHERE rowid = ?", [(i,) for i in ids])
+                marks = ", ".join("?" * len(ids))
+                conn.execute(f"DELETE FROM entries WHERE id IN ({marks})", ids)
+            conn.execute("COMMIT")
+        finally:
+            if conn.in_transaction:  # a failure before or at the commit: nothing of it stays
+                conn.execute("ROLLBACK")
+    return len(ids)
 
 
 def tasks_with_entries(path: Path, wanted: list[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
