@@ -35,7 +35,10 @@ pytestmark = pytest.mark.skipif(
     reason="schemathesis is not installed for this Python (pip install -e '.[test]')",
 )
 SEED = os.environ.get("AIRIG_FUZZ_SEED", "20261123")
-EXAMPLES = os.environ.get("AIRIG_FUZZ_EXAMPLES", "25")
+# 10 generated examples per operation in the fuzzing phase (the examples and coverage
+# phases do not depend on it): the run's share of a 2-core CI run (issue 37). A deeper run
+# is an opt-in: AIRIG_FUZZ_EXAMPLES=200 AIRIG_FUZZ_SEED=$RANDOM python -m pytest this file.
+EXAMPLES = os.environ.get("AIRIG_FUZZ_EXAMPLES", "10")
 
 
 @pytest.fixture

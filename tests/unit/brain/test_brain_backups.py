@@ -55,7 +55,9 @@ def test_an_archive_is_recorded_and_shown_newest_first(client):
 
 
 @pytest.mark.parametrize("bad", [{"sha256": "not-hex"}, {"bytes": -1}, {"archive": ""},
-                                 {"models": 0}, {"bytes": "12"}, {"created_at": 0}])  # fmt: skip
+                                 {"models": 0}, {"bytes": "12"}, {"created_at": 0},
+                                 # true is not 1.0 (found by the API fuzz test)
+                                 {"created_at": True}, {"created_at": "1700000000"}])  # fmt: skip
 def test_a_bad_record_is_refused(client, bad):
     assert client.post("/v1/backups", json={**RECORD, **bad}, headers=ADMIN).status_code == 422
 

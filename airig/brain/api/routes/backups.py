@@ -28,7 +28,7 @@ class BackupRecord(BaseModel):
     # strict: 0 is not False and "12" is not 12 (the fuzz test's contract)
     bytes: int = Field(ge=0, strict=True)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    created_at: float = Field(gt=0)  # when its snapshot was taken (epoch seconds)
+    created_at: float = Field(gt=0, strict=True)  # when its snapshot was taken (epoch s)
     models: bool = Field(False, strict=True)  # whether the archive holds the models too
 
 
