@@ -25,6 +25,7 @@ from airig.brain.api.routes import plans as routes_plans
 from airig.brain.api.routes import search as routes_search
 from airig.brain.api.routes import tasks as routes_tasks
 from airig.brain.api.routes import tokens as routes_tokens
+from airig.brain.api.routes import training as routes_training
 from airig.brain.api.routes import workers as routes_workers
 from airig.brain.api.unwritable import DESCRIPTIONS as UNWRITABLE
 from airig.brain.api.unwritable import degraded, install_unwritable
@@ -119,6 +120,7 @@ def create_app(settings: BrainSettings) -> FastAPI:
     app.include_router(routes_alerts.router, responses=COMMON_RESPONSES)  # read by triage
     app.include_router(routes_search.router, responses=COMMON_RESPONSES)  # what embed indexed
     app.include_router(routes_backups.router, responses=COMMON_RESPONSES)  # `backup`'s archives
+    app.include_router(routes_training.router, responses=COMMON_RESPONSES)  # training export
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.get("/health", tags=["ops"])
