@@ -242,6 +242,10 @@ class BrainClient:
         """The alerts that hold now (``GET /v1/alerts``): kind, subject, fired_at, message."""
         return cast(list[Json], self._object("GET", "/v1/alerts")["alerts"])
 
+    def training_samples(self, params: Json) -> Json:
+        """One page of ``GET /v1/training/samples``: samples, excluded counts, next cursor."""
+        return self._object("GET", "/v1/training/samples", params=params)
+
     def search(self, query: str, index: str | None, k: int) -> Json:
         """``POST /v1/search``: the entries of an index nearest ``query``. The brain's
         refusals (no index, an unknown one, a bad query) become one line each."""

@@ -399,6 +399,9 @@ def _mount_subcommands() -> None:
     from airig.launcher.cli.workers import build_workers_app
 
     app.add_typer(build_workers_app(_settings), name="workers")  # list, forget NAME
+    from airig.launcher.cli.training import build_training_app
+
+    app.add_typer(build_training_app(_settings), name="training")  # export --out FILE
     register(app)
     register_runbook(app)  # restart, tune
     from airig.launcher.cli.triage import register as register_triage
