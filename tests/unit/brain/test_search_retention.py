@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
 import statistics
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -18,6 +21,7 @@ import apsw
 import brain_helpers as h
 import pytest
 import sqlite_vec
+from support import NOBODY, unprivileged
 
 from airig.brain.store import retention, vectors
 
@@ -507,3 +511,38 @@ def test_dry_run_counts_the_entries_a_pass_removes(tmp_path, plans):
     real = brain.retention.run(older_than_s=DAY, now=T0 + 2 * DAY)
     assert dry.index_entries == real.index_entries == 3 * plans + 2
     assert stored(index_of(brain)) == {}
+
+
+def test_a_read_only_index_file_on_disk_names_the_fix_and_the_store_is_pruned():
+    # The file as the volume may really hold it: the brain's user may not write it (a
+    # pass as `nobody`, the store writable by it, the index root's). CI runs as root,
+    # which passes every permission check, hence unprivileged() and a folder it can read.
+    shared = Path(tempfile.mkdtemp(prefix="airig-index-ro-"))
+    try:
+        shared.chmod(0o755)
+        brain = make_brain(shared)
+        old = finished_plan(brain, ["a"], T0)
+        index(brain, old, "a", 2, T0)
+        brain.db.close()
+        if os.geteuid() == 0:  # the brain's user is nobody, the index root's
+            for folder, dirs, files in os.walk(shared):
+                for name in dirs + files:
+                    os.chown(Path(folder) / name, NOBODY, NOBODY)
+            for path in (index_of(brain), index_of(brain).parent):
+                os.chown(path, 0, 0)
+        index_of(brain).chmod(0o444)
+        index_of(brain).parent.chmod(0o555)
+
+        def prune_as_nobody() -> None:
+            again = make_brain(shared)
+            done = again.retention.run(older_than_s=DAY, now=T0 + 2 * DAY)
+            assert done.plans == 1 and old not in plans_in_store(again), done
+            assert "read-only" in str(done.index_error), done.index_error
+
+        assert unprivileged(prune_as_nobody) is None
+        index_of(brain).parent.chmod(0o755)
+        index_of(brain).chmod(0o644)
+        assert stored(index_of(brain)) == {old: 2}  # kept for a pass that may write
+    finally:
+        (shared / "data" / "index").chmod(0o755)
+        shutil.rmtree(shared)
