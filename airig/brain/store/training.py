@@ -82,8 +82,11 @@ SKIP_CHUNK = 64 * 1024
 # What one page reads at most: lines and bytes (the answer's size follows from them).
 MAX_PAGE_LINES = 1000
 PAGE_BYTES = 4 * 1024 * 1024
-CURSOR = re.compile(r"^(\d{1,20}):(\d{1,20}):(\d{1,3}):(\d{1,10})$")
 HEAD_BYTES = 64  # of a file, hashed into the cursor (_head)
+# inode:offset:head:crc, head 0..HEAD_BYTES: the route's pattern, so a cursor it lets
+# through names a file or none (then the oldest left), never a refusal of its own;
+# an offset below 2**63, which a seek takes
+CURSOR = re.compile(r"^(\d{1,20}):(\d{1,18}):([0-9]|[1-5][0-9]|6[0-4]):(\d{1,10})$")
 READ_TRIES = 3
 ROLES = ("system", "user", "assistant")
 
@@ -133,8 +136,6 @@ def parse_cursor(cursor: str | None) -> tuple[int, int, int, int] | None:
     if match is None:
         raise BadCursor(f"{cursor!r} is not a cursor this brain gave")
     inode, offset, head, crc = (int(part) for part in match.groups())
-    if head > HEAD_BYTES:
-        raise BadCursor(f"{cursor!r} is not a cursor this brain gave")
     return inode, offset, head, crc
 
 
@@ -205,7 +206,8 @@ def _read_lines(log: Path, query: Query) -> tuple[list[bytearray | None], str | 
         with handle:
             if os.fstat(handle.fileno()).st_ino != inode:
                 return None
-            at = offset if index == start else 0
+            # past the end (a file cut since, or a made-up offset): at its end
+            at = min(offset, os.fstat(handle.fileno()).st_size) if index == start else 0
             handle.seek(at)
             for raw, size in _lines(handle):
                 lines.append(raw)
@@ -244,11 +246,11 @@ def _lines(handle: BinaryIO) -> Iterator[tuple[bytearray | None, int]]:
 
 
 def _parsed(raw: bytearray | None) -> dict[str, Any] | None:
-    """A sample line's object, or None: too long, NUL, not UTF-8, not JSON, not an
+    """A sample line's object, or None: too long, not UTF-8, not JSON (a NUL too), not an
     object, or without the fields every line has."""
-    if raw is None or b"\x00" in raw:
+    if raw is None:
         return None
-    try:
+    try:  # a raw NUL is a control character JSON refuses, as it does bad UTF-8
         value = json.loads(raw)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None

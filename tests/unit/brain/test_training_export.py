@@ -238,6 +238,18 @@ def test_a_cursor_whose_file_expired_goes_on_from_the_oldest_left(brain):
     assert sum(rest.excluded.values()) == 0  # not read from the middle of a line
 
 
+def test_a_cursor_past_its_file_s_end_reads_on_from_the_next_file(brain):
+    plan = plan_of(brain, keys=("a", "b"))
+    log = brain.settings.training_file
+    write_log(brain, sample(plan, "a"))
+    with log.open("rb") as handle:
+        head, crc = training._head(handle, 64)
+    far = f"{log.stat().st_ino}:{10**18 - 1}:{head}:{crc}"  # the largest the pattern takes
+    rotate(log, 5, 1.0)
+    write_log(brain, sample(plan, "b"))
+    assert [s["task"] for s in export(brain, cursor=far).samples] == ["b"]
+
+
 def test_100k_lines_are_read_a_page_at_a_time_in_bounded_memory(brain):
     plan = plan_of(brain, keys=("a", "b"))
     line = (json.dumps(sample(plan, "a", prompt="p" * 200)) + "\n").encode()
