@@ -328,3 +328,35 @@ def test_the_brain_s_own_samples_export_and_a_sensitive_one_does_not(tmp_path):
         {"role": "assistant", "content": "hi!"},
     ]]  # fmt: skip
     assert page["excluded"] == {"sensitive": 1}
+
+
+def test_an_untrusted_rig_s_answer_and_what_read_it_are_left_out_as_the_run_marked_them(
+    tmp_path,
+):  # fmt: skip
+    """The real run, not hand-set rows: a rig joined with an untrusted token answers
+    ``rig``; ``reader`` reads that answer on this machine's worker (tainted input);
+    ``own`` neither. Only ``own`` is exported."""
+    settings = h.make_settings(tmp_path, BRAIN_CLAIM_WAIT_S=0)
+    with TestClient(create_app(settings)) as client:
+        join = client.post("/v1/tokens", headers=ADMIN, json={"scope": "join", "name": "b"})
+        workers = {}
+        for name, token in (("local", "bootstrap-secret-token"), ("rig", join.json()["token"])):
+            reg = client.post("/v1/workers/register", headers={"Authorization": f"Bearer {token}"},
+                              json={"name": name, "classes": ["llm"]})  # fmt: skip
+            workers[name] = {"Authorization": f"Bearer {reg.json()['token']}"}
+        tasks = [
+            {**LLM, "id": "rig", "priority": 9, "payload": {"prompt": "from afar"}},
+            {**LLM, "id": "own", "priority": 5, "payload": {"prompt": "at home"}},
+            {**LLM, "id": "reader", "depends_on": ["rig"],
+             "payload": {"prompt": "sum up {{ tasks.rig.output }}"}},
+        ]  # fmt: skip
+        client.post("/v1/plans", headers=ADMIN, json={"name": "p", "tasks": tasks})
+        for name in ("rig", "local", "local"):
+            task = client.post("/v1/claims", headers=workers[name], json={"wait_s": 0}).json()
+            body = {"attempt": 1, "lease_id": task["lease_id"], "output": {"text": f"by {name}"}}
+            done = client.post(f"/v1/tasks/{task['task_id']}/complete", headers=workers[name],
+                               json=body)  # fmt: skip
+            assert done.status_code == 200, done.text
+        page = client.get("/v1/training/samples", headers=ADMIN).json()
+    assert [s["task"] for s in page["samples"]] == ["own"]
+    assert page["excluded"] == {"untrusted_rig": 1, "untrusted_input": 1}
