@@ -35,6 +35,9 @@ def make_settings(tmp: Path, **overrides: Any) -> BrainSettings:
     values = {
         "BRAIN_DB": str(tmp / "state" / "brain.db"),
         "BRAIN_RESULTS_DIR": str(tmp / "results"),
+        # not the container's /data: retention sweeps <data>/index/search.sqlite, and a test
+        # must never reach the machine's own
+        "BRAIN_DATA_DIR": str(tmp / "data"),
         "BRAIN_ADMIN_TOKEN": "admin-secret-token",
         "WORKER_BOOTSTRAP_TOKEN": "bootstrap-secret-token",
         "BRAIN_LEASE_S": 10,
@@ -42,6 +45,8 @@ def make_settings(tmp: Path, **overrides: Any) -> BrainSettings:
         "BRAIN_RETRY_CAP_S": 4,
         "BRAIN_INFRA_RETRIES": 2,
     }
+    if "data_dir" in overrides:  # the field's name: it and the alias must not both be given
+        del values["BRAIN_DATA_DIR"]
     values.update(overrides)
     return BrainSettings(**values)
 
