@@ -95,7 +95,7 @@ push() {
   # untags what it pushed, and a second push while a kit's `up` is between its pull and its
   # create would take the image from under it (e2e lanes run kits side by side).
   ids="$(docker image inspect -f '{{.Id}}' airig-test/ollama:test airig-test/comfyui:test \
-    airig-test/whisper:test)"
+    airig-test/whisper:test; sha256sum "$root/02-compute/images.yaml")"  # and the names
   if [ -f "$dir/pushed" ] && [ "$(cat "$dir/pushed")" = "$ids" ]; then
     echo "stand-ins already pushed to $addr"; return
   fi
