@@ -74,7 +74,10 @@ def build_training_app(settings_of: Callable[[], Settings]) -> typer.Typer:
 
     @app.command("export")
     def export(
-        out: Annotated[Path, typer.Option("--out", help="The JSONL file to write (chat format).")],
+        out: Annotated[
+            Path,
+            typer.Option("--out", help="The JSONL file to write (chat format).", parser=_out_path),
+        ],
         since: Annotated[
             str | None,
             typer.Option(
@@ -163,6 +166,14 @@ def check_choices(task_type: str, min_quality: str) -> None:
         raise AirigError(
             f"unknown --min-quality {min_quality!r}", f"give one of: {', '.join(QUALITIES)}"
         )
+
+
+def _out_path(value: str) -> Path:
+    """--out as a path, a NUL refused as a usage error: click's own Path type stats it,
+    which raises ValueError (a traceback) at the lowest click the ranges allow."""
+    if "\x00" in value:
+        raise typer.BadParameter("a file name has no NUL character")
+    return Path(value)
 
 
 def check_out(out: Path, force: bool) -> Path:
