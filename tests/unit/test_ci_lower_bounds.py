@@ -88,6 +88,7 @@ def run_tail(tree: Path, main_rc: int, images_rc: int, lint_rc: int, lower_rc: i
     jobs = script[script.index("declare -A job_pid") : script.index("trap stop_jobs EXIT")]
     tail = script[script.index('step "Tests: python -m pytest"') :]
     stand_in(tree / "tools" / "python3", f'echo "python3 $*" >>"$CALLS"; exit {main_rc}')
+    stand_in(tree / ".ci" / "lower-bounds", 'echo "lower-bounds $*" >>"$CALLS"; exit 4')
     started = "".join(
         f'bg {name} \'echo "{name} log"; sleep 0.2; exit {rc}\'\n'
         for name, rc in [("debootstrap", 0), ("images", images_rc), ("lint", lint_rc),
@@ -101,7 +102,7 @@ def run_tail(tree: Path, main_rc: int, images_rc: int, lint_rc: int, lower_rc: i
 @pytest.mark.parametrize(
     ("main_rc", "images_rc", "lint_rc", "lower_rc", "expected"),
     [
-        (0, 0, 0, 0, 0), (0, 0, 0, 1, 1), (0, 0, 0, 5, 5), (1, 0, 0, 0, 1), (1, 0, 0, 5, 1),
+        (0, 0, 0, 0, 4), (0, 0, 0, 1, 1), (1, 0, 0, 0, 1), (1, 0, 0, 5, 1),
         (0, 0, 1, 0, 1), (0, 2, 0, 0, 2), (5, 1, 1, 1, 5), (0, 0, 3, 4, 3),
     ],
 )  # fmt: skip
@@ -109,13 +110,17 @@ def test_ci_fails_when_a_background_job_fails(tree, main_rc, images_rc, lint_rc,
                                               expected):  # fmt: skip
     done = run_tail(tree, main_rc, images_rc, lint_rc, lower_rc)
     assert done.returncode == expected, done.stdout + done.stderr
-    assert calls(tree) == ["python3 -m pytest -p no:cacheprovider"]
+    ran = calls(tree)
+    assert ran[0] == "python3 -m pytest -p no:cacheprovider"  # the newest releases first
+    # the lower bounds' tests (a stand-in that fails) run once their venv was made
+    assert ran[1:] == ([] if lower_rc else ["lower-bounds --test"])
     for name in ("debootstrap", "images", "lint", "lower"):
         assert f"{name} log" in done.stdout  # what each background job printed is shown
     assert ("error: python -m pytest failed" in done.stdout) == bool(main_rc)
     assert ("error: building the test images failed" in done.stdout) == bool(images_rc)
     assert ("error: mypy or ruff failed" in done.stdout) == bool(lint_rc)
-    assert ("error: the lower bounds failed" in done.stdout) == bool(lower_rc)
+    assert ("the lower bounds' venv was not made" in done.stdout) == bool(lower_rc)
+    assert "error: the lower bounds failed" in done.stdout  # the --test stand-in exits 4
 
 
 def test_an_early_exit_stops_the_background_jobs(tree):
