@@ -17,9 +17,12 @@ from dotenv import dotenv_values
 from airig.common.errors import ConfigError
 from airig.common.secrets import PLACEHOLDER
 
-# AIRIG_GATEWAY_TOKEN: the brain's token at the escalation gateway; generated
-# even while escalation is off, so turning it on needs no second step.
-SECRET_KEYS = ("BRAIN_ADMIN_TOKEN", "WORKER_BOOTSTRAP_TOKEN", "AIRIG_GATEWAY_TOKEN")
+# AIRIG_GATEWAY_TOKEN: the brain's token at the escalation gateway, and POSTGRES_PASSWORD,
+# its database's (AIRIG_BRAIN_STORE=postgres): generated even while they are unused, so
+# turning escalation or PostgreSQL on needs no second step.
+SECRET_KEYS = (
+    "BRAIN_ADMIN_TOKEN", "WORKER_BOOTSTRAP_TOKEN", "AIRIG_GATEWAY_TOKEN", "POSTGRES_PASSWORD",
+)  # fmt: skip
 
 
 @dataclass

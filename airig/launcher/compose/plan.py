@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from airig.launcher.compose import postgres
 from airig.launcher.images import ImageSelection, choose_images, load_catalog, pins_from
 from airig.launcher.images.registry import mirrored
 from airig.launcher.settings import PROFILES, STACKS, Settings
@@ -143,6 +144,9 @@ def build_plan(
         "AIRIG_CPU_WORKER_CLASSES": cpu_worker_classes(profile, gpus),
         **rig_env(settings),
         **escalation_env(settings),
+        # the brain's BRAIN_DATABASE_URL: empty (SQLite), or the postgres service's; this
+        # file holds the password then, so `write_generated` makes it private (mode 600)
+        **postgres.store_env(settings),
     }
     generated[state / HOST_ENV] = "".join(f"{k}={v}\n" for k, v in sorted(host_env.items()))
     env_files = [settings.env_file, state / HOST_ENV]
@@ -264,7 +268,11 @@ def rig_env(settings: Settings) -> dict[str, str]:
 
 def stack_extra_profiles(settings: Settings, stack: str) -> tuple[str, ...]:
     """Profiles besides the hardware one: `escalation` starts 03-agents' gateway, only
-    when .env opts in (AIRIG_ESCALATION=on; a joined rig runs no brain to serve)."""
+    when .env opts in (AIRIG_ESCALATION=on; a joined rig runs no brain to serve);
+    `postgres` starts 01-infra's database with AIRIG_BRAIN_STORE=postgres, so `compose up
+    --wait` of 01-infra waits for its health before 03-agents' brain starts."""
+    if stack == postgres.INFRA_STACK:
+        return (postgres.PROFILE,) if postgres.enabled(settings) else ()
     wanted = stack == "03-agents" and settings.escalation == "on" and not settings.joined
     return (ESCALATION_PROFILE,) if wanted else ()
 

@@ -14,6 +14,9 @@
   started; the engine streams each folder as a tar (``get_archive``). Uploads in flight
   (``.upload-*``) are left out.
 - ``.env`` and ``.airig/``'s state from the checkout.
+- With the store on PostgreSQL (``AIRIG_BRAIN_STORE=postgres``): ``pg_dump -Fc`` of the
+  brain's database in the postgres container (``pg_store.py``) instead of the SQLite
+  snapshot, which reads a file such a brain never writes.
 
 Once the archive is complete on disk it is recorded with the brain (``POST /v1/backups``):
 the dashboard and ``status`` show its age, and ``backup_old`` fires past
@@ -32,10 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from airig import __version__
+from airig.launcher.compose import postgres
 from airig.launcher.compose.docker import Docker, engine_errors
 from airig.launcher.compose.plan import project_names
+from airig.launcher.lifecycle import pg_store
 from airig.launcher.lifecycle.backup_archive import (
     DATA_VOLUME,
+    PG_DUMP_FILE,
     ArchiveWriter,
     BackupError,
     Manifest,
@@ -126,18 +132,28 @@ def take(
     except OSError as exc:
         raise BackupError(f"cannot create {folder}: {exc.strerror}", "pick another --to") from None
     brain = _brain_container(settings, docker)
+    database = pg_store.running(settings, docker) if postgres.enabled(settings) else None
     now = time.time()
     path = folder / archive_name(now)
-    say(f"Snapshotting the brain's store and search index (SQLite online backup) in "
-        f"{brain.name} …")  # fmt: skip
+    if database is not None:
+        say(f"Dumping the brain's database (pg_dump) in {database.name} and snapshotting its "
+            f"search index (SQLite online backup) in {brain.name} …")  # fmt: skip
+    else:
+        say(f"Snapshotting the brain's store and search index (SQLite online backup) in "
+            f"{brain.name} …")  # fmt: skip
     writer: ArchiveWriter | None = None
     try:
-        store = _snapshot(brain)
+        store = _snapshot(brain) if database is None else {}
         index = _index_snapshot(brain)
         writer = ArchiveWriter(path)
-        with engine_errors("reading the store's snapshot"):
-            chunks, _ = brain.get_archive(SNAPSHOT)
-            writer.add_tar("volumes/brain-state", chunks, lambda name: "brain.db")
+        if database is None:
+            with engine_errors("reading the store's snapshot"):
+                chunks, _ = brain.get_archive(SNAPSHOT)
+                writer.add_tar("volumes/brain-state", chunks, lambda name: "brain.db")
+        else:
+            into = writer
+            store = pg_store.dump(database, lambda chunks: into.add_tar(
+                "volumes/brain-state", chunks, lambda name: PG_DUMP_FILE))  # fmt: skip
         if index.get("present"):
             with engine_errors("reading the search index's snapshot"):
                 chunks, _ = brain.get_archive(INDEX_SNAPSHOT)

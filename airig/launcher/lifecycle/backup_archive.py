@@ -10,6 +10,9 @@ archive ``verify`` refuses as truncated, never one that looks complete):
 - ``volumes/<volume>/...``: a volume's files by their path in it, the volume's name
   without the rig's prefix (``brain-state/brain.db`` is the store's online-backup
   snapshot, ``results/...``, ``comfyui-user/...``; the model volumes with ``--models``);
+  with the store on PostgreSQL (``AIRIG_BRAIN_STORE=postgres``) the store's folder holds
+  ``brain-state/brain.dump`` instead, the brain's database as ``pg_dump -Fc`` wrote it in
+  the postgres container (the store's manifest facts say ``engine: postgresql``);
 - ``volumes/data/<part>/...``: the data volume's parts (``DATA_PARTS``): ``outputs/``
   (what recipes and tasks wrote), ``index/search.sqlite`` (the search index, an online-backup
   snapshot as the store's) and, with ``--inputs``, ``inputs/`` (the uploaded inputs). An
@@ -64,6 +67,10 @@ STATE_FILES = ("tuning.log", "images.lock", "update.log")
 # holds only its snapshot.
 STORE_VOLUME = "brain-state"
 STORE_FILE = "brain.db"
+# The store on PostgreSQL: its dump, in the store's folder in place of the snapshot (the
+# server's own volume, airig/launcher/compose/postgres.py VOLUME, is never archived)
+PG_DUMP_FILE = "brain.dump"
+PG_DUMP_MEMBER = f"volumes/{STORE_VOLUME}/{PG_DUMP_FILE}"
 VOLUMES = (STORE_VOLUME, "results", "comfyui-user", DATA_VOLUME,
            "ollama-models", "comfyui-models", "whisper-models")  # fmt: skip
 # The manifest lists each member (path, size, sha256): beyond that, one can only be padding
@@ -379,8 +386,9 @@ def check_name(name: str, archive: Path) -> None:
         raise _foreign(archive, f"it holds a file outside its volume's folder: {name!r}")
     if parts[0] == "volumes" and parts[1] not in VOLUMES:
         raise _foreign(archive, f"it holds a file of a volume the kit does not have: {name!r}")
-    if parts[:2] == ("volumes", STORE_VOLUME) and parts[2:] != (STORE_FILE,):
-        raise _foreign(archive, f"it holds a store file other than its snapshot: {name!r}")
+    if parts[:2] == ("volumes", STORE_VOLUME) and parts[2:] not in ((STORE_FILE,), (PG_DUMP_FILE,)):
+        raise _foreign(archive, f"it holds a store file other than its snapshot or dump: "
+                                f"{name!r}")  # fmt: skip
     if parts[:2] == ("volumes", DATA_VOLUME) and (len(parts) < 4 or parts[2] not in DATA_PARTS):
         raise _foreign(archive, f"it holds a data volume file outside {', '.join(DATA_PARTS)}: "
                                 f"{name!r}")  # fmt: skip

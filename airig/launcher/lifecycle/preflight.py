@@ -14,6 +14,7 @@ from typing import Any
 
 from airig.common.errors import AirigError
 from airig.common.secrets import is_placeholder
+from airig.launcher.compose import postgres
 from airig.launcher.compose.docker import Docker
 from airig.launcher.compose.plan import gateway_key_path
 from airig.launcher.envfile import missing_keys
@@ -66,6 +67,8 @@ def env_check(settings: Settings) -> Check:
         "BRAIN_ADMIN_TOKEN": settings.brain_admin_token,
         "WORKER_BOOTSTRAP_TOKEN": settings.worker_bootstrap_token,
     }
+    if postgres.enabled(settings):  # the database's and the brain's URL's password
+        secrets["POSTGRES_PASSWORD"] = settings.postgres_password
     placeholders = [key for key, value in secrets.items() if is_placeholder(value)]
     if placeholders:
         return Check(

@@ -28,6 +28,14 @@ In two halves, so nothing is half-started:
 
 Models the archive does not hold are pulled and verified by `up`'s init containers, as on
 a first `up`.
+
+An archive of a kit whose store was on PostgreSQL holds ``pg_dump -Fc``'s file instead of
+the SQLite snapshot (``volumes/brain-state/brain.dump``, checked for pg_dump's header),
+and its ``.env`` must say ``AIRIG_BRAIN_STORE=postgres`` (an SQLite archive's must not):
+``prepare`` removes the postgres service's volume with the others, so `up` starts a fresh
+cluster with the restored password, and ``apply_pending`` loads the dump there with
+``pg_restore --clean`` once 01-infra is up and healthy, before the brain starts
+(``pg_store.load``).
 """
 
 from __future__ import annotations
@@ -45,8 +53,10 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from airig.common.errors import AirigError
+from airig.launcher.compose import postgres
 from airig.launcher.compose.docker import Docker, engine_errors
 from airig.launcher.envfile import read_env, set_values
+from airig.launcher.lifecycle import pg_store
 from airig.launcher.lifecycle.backup import (
     DATA_VOLUMES,
     MODEL_VOLUMES,
@@ -56,6 +66,7 @@ from airig.launcher.lifecycle.backup import (
 from airig.launcher.lifecycle.backup_archive import (
     DATA_VOLUME,
     ENV_MEMBER,
+    PG_DUMP_MEMBER,
     STATE_FILES,
     BackupError,
     Manifest,
@@ -88,7 +99,9 @@ def prepare(root: Path, archive: Path, yes: bool, docker: Docker,
     kept = _Kept(archive)
     manifest = verify(archive, kept.keep)  # its bytes as verified: used once it returns
     kept.check(manifest)
-    files = {**kept.files, ENV_MEMBER: _restored_env(archive, kept.files[ENV_MEMBER], prefix, say)}
+    env, store = _restored_env(archive, kept.files[ENV_MEMBER], prefix, say)
+    kept.check_store(manifest, store)
+    files = {**kept.files, ENV_MEMBER: env}
     running = _running(docker, {prefix})
     if running:
         raise BackupError(
@@ -123,10 +136,13 @@ class _Kept:
         self.archive = archive
         self.files: dict[str, bytes] = {}
         self.store_head = b""
+        self.dump_head = b""
 
     def keep(self, name: str, reader: IO[bytes]) -> None:
         if name == STORE_MEMBER:
             self.store_head = reader.read(len(SQLITE_HEADER))
+        elif name == PG_DUMP_MEMBER:
+            self.dump_head = reader.read(len(pg_store.DUMP_HEADER))
         elif name.startswith(("env/", "state/")):
             cap = ENV_MAX if name == ENV_MEMBER else STATE_MAX
             data = reader.read(cap + 1)
@@ -139,29 +155,62 @@ class _Kept:
 
     def check(self, manifest: Manifest) -> None:
         """What the restore cannot do without: the kit's settings and its store (the
-        store's volume is replaced: without a snapshot it would be left empty)."""
-        for member, what in ((ENV_MEMBER, "the kit's settings and secrets"),
-                             (STORE_MEMBER, "the brain's store")):  # fmt: skip
-            if member not in {e.path for e in manifest.files}:
+        store's volume is replaced: without a snapshot it would be left empty), the
+        SQLite snapshot or, from a kit on PostgreSQL, the database's dump."""
+        held = {e.path for e in manifest.files}
+        wanted = [(ENV_MEMBER, "the kit's settings and secrets")]
+        if PG_DUMP_MEMBER not in held:
+            wanted.append((STORE_MEMBER, "the brain's store"))
+        for member, what in wanted:
+            if member not in held:
                 raise BackupError(
                     f"{self.archive.name} cannot be restored: it holds no {member} ({what})",
                     NOTHING_CHANGED,
                 )
+        if PG_DUMP_MEMBER in held:
+            if STORE_MEMBER in held:
+                raise BackupError(
+                    f"{self.archive.name} cannot be restored: it holds both an SQLite store "
+                    "and a PostgreSQL dump", NOTHING_CHANGED,
+                )  # fmt: skip
+            if self.dump_head != pg_store.DUMP_HEADER:
+                raise BackupError(
+                    f"{self.archive.name} cannot be restored: its {PG_DUMP_MEMBER} is not a "
+                    "pg_dump archive (-Fc)", NOTHING_CHANGED,
+                )  # fmt: skip
+            return
         if self.store_head != SQLITE_HEADER:
             raise BackupError(
                 f"{self.archive.name} cannot be restored: its {STORE_MEMBER} is not an SQLite "
                 "database", NOTHING_CHANGED,
             )  # fmt: skip
 
+    def check_store(self, manifest: Manifest, store: str) -> None:
+        """The restored .env's AIRIG_BRAIN_STORE names the store the archive holds: a
+        PostgreSQL dump with sqlite (or the other way round) would start a brain on an
+        empty store while the archive's data lay unused."""
+        has_dump = any(e.path == PG_DUMP_MEMBER for e in manifest.files)
+        if has_dump == (store == "postgres"):
+            return
+        held = "a PostgreSQL dump" if has_dump else "an SQLite store"
+        raise BackupError(
+            f"{self.archive.name} cannot be restored: it holds {held} but its .env says "
+            f"AIRIG_BRAIN_STORE={store}", NOTHING_CHANGED,
+        )  # fmt: skip
 
-def _restored_env(archive: Path, data: bytes, prefix: str, say: Callable[[str], None]) -> bytes:
+
+def _restored_env(
+    archive: Path, data: bytes, prefix: str, say: Callable[[str], None]
+) -> tuple[bytes, str]:
     """The archive's ``.env`` as this checkout will run it: read with this kit's settings
     (one it would refuse at `up` is refused now, while the old data is still there), with
-    this checkout's ``AIRIG_PROJECT_PREFIX``."""
+    this checkout's ``AIRIG_PROJECT_PREFIX``; and the store it names (AIRIG_BRAIN_STORE)."""
     with tempfile.TemporaryDirectory(prefix="airig-restore-env-") as tmp:  # mode 700
         path = Path(tmp) / ".env"
         _write_private(path, data)
         try:
+            # the .env alone: a variable of this shell must not decide what it says
+            store = read_env(path).get("AIRIG_BRAIN_STORE") or "sqlite"
             load_settings(Path(tmp))
             own = read_env(path).get("AIRIG_PROJECT_PREFIX", "")
         except AirigError as exc:
@@ -171,21 +220,23 @@ def _restored_env(archive: Path, data: bytes, prefix: str, say: Callable[[str], 
                 NOTHING_CHANGED,
             ) from None
         if own == prefix:
-            return data
+            return data, store
         set_values(path, {"AIRIG_PROJECT_PREFIX": prefix})
         was = f"the archive's kit ran as {own}" if own else "the archive's .env names none"
         say(f"  AIRIG_PROJECT_PREFIX stays this checkout's {prefix} ({was})")
-        return path.read_bytes()
+        return path.read_bytes(), store
 
 
 def replaced_volumes(manifest: Manifest) -> list[str]:
     """The volumes a restore of this archive replaces: the store, results, ComfyUI's
     user folder, and the data volume when the archive holds it (an older kit's archive
-    does not: the data volume is left as it is)."""
+    does not: the data volume is left as it is); with a PostgreSQL dump the postgres
+    service's volume too, so `up` makes a fresh cluster with the restored password."""
     data = [DATA_VOLUME] if any(
         PurePosixPath(e.path).parts[:2] == ("volumes", DATA_VOLUME) for e in manifest.files
     ) or manifest.data_included else []  # fmt: skip
-    return [STATE_VOLUME, *DATA_VOLUMES, *data]
+    database = [postgres.VOLUME] if any(e.path == PG_DUMP_MEMBER for e in manifest.files) else []
+    return [STATE_VOLUME, *DATA_VOLUMES, *data, *database]
 
 
 def _running(docker: Docker, prefixes: set[str]) -> list[str]:
@@ -318,7 +369,7 @@ def apply_pending(settings: Settings, docker: Docker, say: Callable[[str], None]
                                                           DATA_VOLUME, *MODEL_VOLUMES)]  # fmt: skip
     say(f"Restoring {', '.join(volumes) or 'nothing'} from {archive.name} …")
     try:
-        _spool_and_put(settings, docker, archive, volumes)
+        _spool_and_put(settings, docker, archive, volumes, say)
     except OSError as exc:  # the spool's disk filled up: the volumes were not touched
         raise BackupError(
             f"cannot spool {archive.name}'s files under {settings.state_dir}: "
@@ -330,19 +381,26 @@ def apply_pending(settings: Settings, docker: Docker, say: Callable[[str], None]
     return True
 
 
-def _spool_and_put(settings: Settings, docker: Docker, archive: Path,
-                   volumes: list[str]) -> None:  # fmt: skip
+def _spool_and_put(settings: Settings, docker: Docker, archive: Path, volumes: list[str],
+                   say: Callable[[str], None] = print) -> None:  # fmt: skip
     """The archive verified while its volume files go into one tar per volume; only
-    once it has verified whole do they go into the volumes."""
+    once it has verified whole do they go into the volumes, and a PostgreSQL store's
+    dump into the running postgres service (``pg_store.load``)."""
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="restore-spool-", dir=settings.state_dir) as tmp:
         # one tar per volume, closed below once the archive has been read
         tars = {v: tarfile.open(Path(tmp) / f"{v}.tar", "w") for v in volumes}  # noqa: SIM115
         made: set[tuple[str, str]] = set()
         store = Path(tmp) / "brain.db"  # the store, recorded in before it goes in its tar
+        dump = Path(tmp) / "brain.dump"  # the PostgreSQL store, for pg_restore
 
         def spill(name: str, reader: IO[bytes]) -> None:
             parts = PurePosixPath(name).parts
+            if name == PG_DUMP_MEMBER:  # for pg_restore, not a file of the volume
+                with dump.open("wb") as out:
+                    for chunk in iter(lambda: reader.read(1 << 20), b""):
+                        out.write(chunk)
+                return
             if parts[0] != "volumes" or parts[1] not in tars:
                 return
             if name == STORE_MEMBER:
@@ -385,6 +443,8 @@ def _spool_and_put(settings: Settings, docker: Docker, archive: Path,
                 with contextlib.suppress(OSError):
                     handle.close()
         _put(settings, docker, {v: Path(tmp) / f"{v}.tar" for v in volumes})
+        if dump.is_file():
+            pg_store.load(settings, docker, dump, archive, manifest, archive_sha256(archive), say)
 
 
 def record_restored(store: Path, archive: Path, manifest: Manifest) -> bool:

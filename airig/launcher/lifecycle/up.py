@@ -43,6 +43,7 @@ from airig.launcher.compose.plan import (
     project_names,
     vulkan_build,
 )
+from airig.launcher.compose.postgres import VOLUME as POSTGRES_VOLUME
 from airig.launcher.compose.pull import pull_missing
 from airig.launcher.compose.stack_env import remove_written, stack_env_path, stack_env_text
 from airig.launcher.hardware.choice import Choice, choose_profile, probe_images
@@ -78,7 +79,8 @@ from airig.launcher.settings import Settings
 
 # The shared volumes, named "<AIRIG_PROJECT_PREFIX>-<name>" (see 01-infra/compose.yaml).
 VOLUMES = {
-    "data": ["data", "results", "brain-state", *USER_VOLUMES],
+    # brain-postgres: the store with AIRIG_BRAIN_STORE=postgres (compose/postgres.py)
+    "data": ["data", "results", "brain-state", *USER_VOLUMES, POSTGRES_VOLUME],
     # comfyui-data: an older kit's volume on ComfyUI's /root, models inside until `up`
     # moves them (comfy_volumes.py)
     "models": ["ollama-models", MODELS_VOLUME, LEGACY_VOLUME, "whisper-models"],
@@ -397,6 +399,10 @@ class Launcher:
     def write_generated(self, plan: ComposePlan) -> None:
         for path, text in plan.generated.items():
             path.parent.mkdir(parents=True, exist_ok=True)
+            # private: host.env holds the brain's database URL, password and all
+            # (AIRIG_BRAIN_STORE=postgres); an older kit's file is narrowed too
+            path.touch(mode=0o600)
+            path.chmod(0o600)
             path.write_text(text)
         # `docker compose logs` run inside a stack folder reads only that folder's .env:
         # link each to a file holding what this run used (.env, the generated values, the
