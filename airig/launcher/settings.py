@@ -176,7 +176,8 @@ class Settings(BaseSettings):
         "sqlite", "AIRIG_BRAIN_STORE", "01-infra",
         "Where the brain keeps its store: sqlite (a file on its volume) or postgres (01-infra's "
         "postgres service; for a fleet past a few hundred workers).",
-        problem="is not a store the brain runs on", fix="set {key} to sqlite or postgres",
+        empty_is_default=True, problem="is not a store the brain runs on",
+        fix="set {key} to sqlite or postgres",
     )  # fmt: skip
     postgres_image: str = knob(
         "postgres:17", "POSTGRES_IMAGE", "01-infra",
