@@ -280,6 +280,17 @@ def reachable_tmp() -> Iterator[Path]:
 
 
 # ------------------------------------------------------------------ PostgreSQL
+@pytest.fixture(autouse=True)
+def _pg_store_databases() -> Iterator[None]:
+    """``AIRIG_TEST_STORE=postgresql`` (tests/pg_stores.py): the databases this test's
+    brains used, dropped after it."""
+    yield
+    import pg_stores
+
+    if pg_stores.wanted():
+        pg_stores.drop_all()
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator:
     """A throwaway PostgreSQL cluster (tests/pg_cluster.py), one per xdist worker: initdb

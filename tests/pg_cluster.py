@@ -97,7 +97,8 @@ class Cluster:
             cluster.process = subprocess.Popen(  # type: ignore[call-overload]
                 [str(bin_dir / "postgres"), "-D", str(cluster.data), "-k", str(folder),
                  "-p", str(PORT), "-c", "listen_addresses=", "-c", "fsync=off",
-                 "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
+                 "-c", "full_page_writes=off", "-c", "synchronous_commit=off",
+                 "-c", "max_connections=300"],
                 stdout=log, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True, **owner,
             )  # fmt: skip
         try:
@@ -127,13 +128,13 @@ class Cluster:
     def dsn(self, database: str = "postgres") -> str:
         return f"host={self.folder} port={PORT} user={USER} password={PASSWORD} dbname={database}"
 
-    def database(self) -> str:
-        """A new, empty database; its SQLAlchemy URL."""
+    def database(self, template: str = "template0") -> str:
+        """A new database, a copy of ``template`` (empty: ``template0``); its SQLAlchemy URL."""
         import psycopg
 
         name = f"t{os.getpid()}_{next(self._names)}"
         with psycopg.connect(self.dsn(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         return self.url(name)
 
     def drop(self, url: str) -> None:

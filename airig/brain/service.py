@@ -25,7 +25,7 @@ from airig.brain.scheduling import reaper
 from airig.brain.scheduling.placement import Placement
 from airig.brain.settings import BrainSettings
 from airig.brain.store import retention
-from airig.brain.store.db import Database
+from airig.brain.store.engines import open_store
 from airig.brain.store.events import EventLog, Outbox
 from airig.brain.store.groupcommit import GroupCommit, after_commit, close_failed
 from airig.brain.store.retry import RetryPolicy
@@ -40,7 +40,7 @@ class Brain:
     def __init__(self, settings: BrainSettings) -> None:
         self.settings = settings
         settings.results_dir.mkdir(parents=True, exist_ok=True)
-        self.db = Database(settings.db_path)
+        self.db = open_store(settings.db_path, settings.database_url)
         # Whether the store can be written (a full or read-only disk), from its writes.
         self.store_health = StoreHealth(settings.db_path.parent)
         self._recording = threading.Lock()  # one writer of ended outages' alerts at a time

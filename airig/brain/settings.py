@@ -26,9 +26,8 @@ class BrainSettings(BaseSettings):
     listen_host: str = Field("127.0.0.1", alias="BRAIN_LISTEN_HOST")
     listen_port: int = Field(8080, alias="BRAIN_LISTEN_PORT")
     db_path: Path = Field(Path("/state/brain.db"), alias="BRAIN_DB")
-    # PostgreSQL instead of the SQLite file (issue 38): empty = BRAIN_DB. For now only the
-    # schema runs there (`python -m airig.brain.store.migrations upgrade`); the brain's
-    # queries do not, so a brain started with it set refuses (require_sqlite_store).
+    # PostgreSQL instead of the SQLite file (issue 38): empty = BRAIN_DB. Several brains may
+    # share one database (store/pg.py says how their writes stay serial).
     database_url: str = Field("", alias="BRAIN_DATABASE_URL", repr=False)
     results_dir: Path = Field(Path("/results"), alias="BRAIN_RESULTS_DIR")
     # Event and training-sample logs; empty = next to the database.
@@ -159,14 +158,6 @@ class BrainSettings(BaseSettings):
     @property
     def training_file(self) -> Path:
         return self.training_path or self.db_path.parent / "training_samples.jsonl"
-
-    def require_sqlite_store(self) -> None:
-        """Refuse to serve on BRAIN_DATABASE_URL: the runtime store is sqlite3 only so far."""
-        if self.database_url:
-            raise ConfigError(
-                "BRAIN_DATABASE_URL: the brain's queries do not run on PostgreSQL yet; unset it",
-                "python -m airig.brain.store.migrations upgrade makes its schema there",
-            )
 
     def require_secrets(self) -> None:
         """Refuse to serve with a missing or placeholder secret."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,12 @@ def make_settings(tmp: Path, **overrides: Any) -> BrainSettings:
         "BRAIN_RETRY_CAP_S": 4,
         "BRAIN_INFRA_RETRIES": 2,
     }
+    if os.environ.get("AIRIG_TEST_STORE") and "BRAIN_DATABASE_URL" not in overrides:
+        import pg_stores  # tests/: only with it set (a subprocess has tests/unit only)
+
+        if pg_stores.wanted():
+            # AIRIG_TEST_STORE=postgresql: the same test on PostgreSQL (tests/pg_stores.py)
+            values["BRAIN_DATABASE_URL"] = pg_stores.url_for(tmp)
     if "data_dir" in overrides:  # the field's name: it and the alias must not both be given
         del values["BRAIN_DATA_DIR"]
     values.update(overrides)

@@ -90,7 +90,6 @@ def served(app: FastAPI):
 def create_app(settings: BrainSettings) -> FastAPI:
     """An app bound to one Brain; secrets are checked before anything opens."""
     settings.require_secrets()
-    settings.require_sqlite_store()
     brain = Brain(settings)
 
     @asynccontextmanager

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from airig.brain.store import dialect
+
 
 def active(conn: sqlite3.Connection) -> list[sqlite3.Row]:
     """Reads every alert that holds (kind, subject, fired_at, message), oldest first."""
@@ -48,7 +50,7 @@ def failures_since(
 ) -> list[sqlite3.Row]:
     """(type, worker) of every task event of these types since ``since``."""
     return conn.execute(
-        f"""SELECT t.type AS type, json_extract(e.body_json, '$.worker_id') AS worker
+        f"""SELECT t.type AS type, {dialect.json_text(conn, "e.body_json", "worker_id")} AS worker
             FROM events e JOIN tasks t ON t.id = e.task_id
             WHERE e.ts >= ? AND e.event_type IN ({",".join("?" * len(event_types))})""",
         (since, *event_types),

@@ -10,21 +10,23 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Iterable, Iterator
 
+from airig.brain.store import dialect
 from airig.brain.store.queue import not_needing
 
 _NEXT_MODEL = """SELECT model FROM tasks WHERE state = 'READY' AND task_class = ?
                  AND model > ? ORDER BY model LIMIT 1"""
 _NEXT_HEAD = """SELECT id, priority, ready_at FROM tasks WHERE state = 'READY'
-                AND task_class = ? AND model IS ? AND priority > ? {only}
+                AND task_class = ? AND model IS NOT DISTINCT FROM ? AND priority > ? {only}
                 ORDER BY priority, ready_at, id LIMIT 1"""
 _GROUP_SIZE = """SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE state = 'READY'
-                 AND task_class = ? AND model IS ? AND priority = ? {only} LIMIT ?)"""
+                 AND task_class = ? AND model IS NOT DISTINCT FROM ? AND priority = ? {only}
+                 LIMIT ?) AS g"""
 # (next head, group size) for a trusted worker (covered by the index: no row is read)
 # and for a worker of an untrusted rig (each probed row is read for its flags): no
 # sensitive task, and no `plan` task: a plan task's answer becomes tasks of this rig (a
 # goal's draft is approved into a plan, a grown plan runs its tasks), so only the brain's
 # own rig and `--trust full` rigs draft or grow plans.
-_UNTRUSTED = "AND NOT sensitive AND type <> 'plan'"
+_UNTRUSTED = "AND sensitive = 0 AND type <> 'plan'"
 _QUERIES = {
     True: (_NEXT_HEAD.format(only=""), _GROUP_SIZE.format(only="")),
     False: (_NEXT_HEAD.format(only=_UNTRUSTED), _GROUP_SIZE.format(only=_UNTRUSTED)),
@@ -50,7 +52,7 @@ def group_heads(
     next_head, group_size = _QUERIES[sensitive]
     extra: list[str] = []
     if held:
-        condition, extra = not_needing(sorted(held))
+        condition, extra = not_needing(sorted(held), dialect.of(conn))
         next_head = next_head.replace("ORDER BY", f"AND {condition} ORDER BY")
         group_size = group_size.replace(" LIMIT ?", f" AND {condition} LIMIT ?")
     for task_class in sorted(classes):

@@ -28,6 +28,13 @@ def ping(conn: sqlite3.Connection) -> None:
     conn.execute("SELECT 1").fetchone()
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 class Database:
     """The brain's store handle. Use ``tx()`` for writes and ``read()`` for reads."""
 
@@ -139,6 +146,12 @@ class Database:
         """Short reads of committed rows that must not wait for a writer (auth)."""
         with self._lookup_lock:
             yield self._lookup
+
+    dialect = "sqlite"  # dialect.of(): the SQL this store's connections speak
+
+    def file_bytes(self) -> tuple[int, int]:
+        """What the store takes on disk: the database file's bytes and its WAL's."""
+        return _size(self.path), _size(self.path.with_name(self.path.name + "-wal"))
 
     def close(self) -> None:
         with self._lookup_lock:

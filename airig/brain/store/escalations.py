@@ -132,8 +132,10 @@ def count_failure(conn: sqlite3.Connection, task_id: int, failures: int, result_
 def hold_for_review(conn: sqlite3.Connection, task_id: int, until: float, reason: str) -> None:
     """A waiting retry held back until ``until`` at least, saying ``reason``."""
     conn.execute(
-        "UPDATE tasks SET not_before = MAX(not_before, ?), reason = ? WHERE id = ?",
-        (until, reason, task_id),
+        # the later of the two; a retry with no not_before yet is held until ``until``
+        "UPDATE tasks SET not_before = CASE WHEN not_before > ? THEN not_before ELSE ? END,"
+        " reason = ? WHERE id = ?",
+        (until, until, reason, task_id),
     )
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from airig.brain.store import dialect
+
 EVENT_WINDOW = 100_000
 
 
@@ -23,7 +25,7 @@ def last_id(conn: sqlite3.Connection) -> int:
 
 def events_query(
     newest_id: int, plan: str | None, event_type: str | None, task: str | None,
-    worker: str | None, after_id: int, limit: int,
+    worker: str | None, after_id: int, limit: int, engine: str = dialect.SQLITE,
 ) -> tuple[str, list[Any]]:  # fmt: skip
     """The SQL (newest first) for one filter; every form is an indexed range or lookup."""
     clauses: list[str] = []
@@ -37,13 +39,13 @@ def events_query(
         params.append(floor)
     for clause, value in (
         ("event_type = ?", event_type),
-        ("json_extract(body_json, '$.task_id') = ?", task),
-        ("json_extract(body_json, '$.worker_id') = ?", worker),
+        (f"{dialect.json_text(engine, 'body_json', 'task_id')} = ?", task),
+        (f"{dialect.json_text(engine, 'body_json', 'worker_id')} = ?", worker),
     ):
         if value:
             clauses.append(clause)
             params.append(value)
-    where = " AND ".join(clauses) or "1"
+    where = " AND ".join(clauses) or "TRUE"
     sql = f"SELECT id, body_json FROM events WHERE {where} ORDER BY id DESC LIMIT ?"
     return sql, [*params, limit]
 
@@ -53,5 +55,7 @@ def search(
     task: str | None, worker: str | None, after_id: int, limit: int,
 ) -> list[sqlite3.Row]:  # fmt: skip
     """Reads up to ``limit`` events (id, body_json) that match the filter, newest first."""
-    sql, params = events_query(newest, plan, event_type, task, worker, after_id, limit)
+    sql, params = events_query(
+        newest, plan, event_type, task, worker, after_id, limit, engine=dialect.of(conn)
+    )
     return conn.execute(sql, params).fetchall()

@@ -34,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airig.brain.store import dialect
 from airig.common.jsonlog import utc_iso
 
 log = logging.getLogger("airig.brain.store.events")
@@ -102,12 +103,13 @@ def store_line(
     plan_id: str | None, task_id: int | None, line: str,
 ) -> None:  # fmt: skip
     """One event's JSON line into the table and the outbox, with its id."""
-    cursor = conn.execute(
-        "INSERT INTO events (ts, event_type, plan_id, task_id, body_json) VALUES (?,?,?,?,?)",
+    event_id = conn.execute(
+        "INSERT INTO events (ts, event_type, plan_id, task_id, body_json) VALUES (?,?,?,?,?)"
+        " RETURNING id",
         (now, event_type, plan_id, task_id, line),
-    )
+    ).fetchone()[0]
     outbox.events.append(line)
-    outbox.event_ids.append(int(cursor.lastrowid or 0))
+    outbox.event_ids.append(int(event_id))
 
 
 # The body ``record`` gives a task_submitted event, built by SQLite for a whole plan.
@@ -120,6 +122,18 @@ SELECT ?1, 'task_submitted', plan_id, id, json_object(
     'error', NULL, 'reason', NULL, 'to', state)
 FROM tasks WHERE plan_id = ?3 ORDER BY id
 """
+# PostgreSQL: the same body (its keys in the same order: json, not jsonb), the lines and
+# their ids given back by the INSERT itself.
+_SUBMITTED_PG = """
+INSERT INTO events (ts, event_type, plan_id, task_id, body_json)
+SELECT ?1, 'task_submitted', plan_id, id, json_build_object(
+    'timestamp', (?2)::text, 'event_type', 'task_submitted', 'plan', plan_id, 'task_id', key,
+    'task_uid', id, 'attempt', attempt, 'class', task_class, 'model', model,
+    'worker_id', NULL, 'gpu_id', NULL, 'duration_ms', NULL, 'tokens_generated', NULL,
+    'error', NULL, 'reason', NULL, 'to', state)::text
+FROM tasks WHERE plan_id = ?3 ORDER BY id
+RETURNING id, body_json
+"""
 
 
 def record_submitted(conn: sqlite3.Connection, outbox: Outbox, plan_id: str, now: float) -> None:
@@ -127,6 +141,12 @@ def record_submitted(conn: sqlite3.Connection, outbox: Outbox, plan_id: str, now
     statements: the events built and stored by SQLite, their lines read back as one
     value. A plan of 500 tasks stored its events one INSERT at a time, inside the
     transaction every claim waits behind (benchmarks/fleet.py)."""
+    if dialect.is_pg(conn):
+        rows = conn.execute(_SUBMITTED_PG, (now, utc_iso(now), plan_id)).fetchall()
+        rows.sort(key=lambda row: int(row[0]))
+        outbox.events.extend(row[1] for row in rows)
+        outbox.event_ids.extend(int(row[0]) for row in rows)
+        return
     conn.execute(_SUBMITTED, (now, utc_iso(now), plan_id))
     joined, ids = conn.execute(
         "SELECT group_concat(body_json, char(10)), group_concat(id) FROM"

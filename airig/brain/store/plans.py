@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import sqlite3
 
+from sqlalchemy.dialects import postgresql
+
+from airig.brain.store import dialect, schema
+
 # Read on every dashboard poll of the plans list: the index covers it (test_dashboard_api.py).
 STATE_COUNTS = "SELECT state, COUNT(*) AS n FROM tasks WHERE plan_id = ? GROUP BY state"
 
@@ -118,8 +122,32 @@ CROSS JOIN tasks AS d ON d.plan_id = ?1 AND d.key = pair.value ->> 1
 # the JSON per pair of rows: 19 s for 500 tasks.
 
 
+def _pg_type(column: str) -> str:
+    """The column's type on PostgreSQL, which casts ``->>``'s text only when told to."""
+    return str(schema.tasks.c[column].type.compile(dialect=postgresql.dialect()))
+
+
+# PostgreSQL: the same two statements, the rows from jsonb in their order (ORDINALITY), each
+# value cast to its column's type (SQLite converts by the column's affinity itself).
+_INSERT_TASKS_PG = (
+    f"INSERT INTO tasks (plan_id, created_at, ready_at, finished_at, {', '.join(TASK_COLUMNS)})"
+    f" SELECT ?1, ?2, CASE WHEN value ->> {_STATE} = 'READY' THEN ?2 END,"
+    f" CASE WHEN value ->> {_STATE} = 'SUCCEEDED' THEN ?2 END, "
+    + ", ".join(f"(value ->> {n})::{_pg_type(c)}" for n, c in enumerate(TASK_COLUMNS))
+    + " FROM jsonb_array_elements((?3)::jsonb -> 'tasks') WITH ORDINALITY AS r(value, n)"
+    " ORDER BY n"
+)
+_INSERT_DEPS_PG = """
+INSERT INTO deps (task_id, depends_on)
+SELECT t.id, d.id FROM jsonb_array_elements((?2)::jsonb -> 'deps') AS pair(value)
+JOIN tasks AS t ON t.plan_id = ?1 AND t.key = pair.value ->> 0
+JOIN tasks AS d ON d.plan_id = ?1 AND d.key = pair.value ->> 1
+"""
+
+
 def insert_tasks(conn: sqlite3.Connection, plan_id: str, now: float, prepared: str) -> None:
     """A new plan's tasks and dependencies, from ``prepared``: ``{"tasks": [[one value per
     TASK_COLUMNS], ...], "deps": [[task key, key it depends on], ...]}``."""
-    conn.execute(_INSERT_TASKS, (plan_id, now, prepared))
-    conn.execute(_INSERT_DEPS, (plan_id, prepared))
+    pg = dialect.is_pg(conn)
+    conn.execute(_INSERT_TASKS_PG if pg else _INSERT_TASKS, (plan_id, now, prepared))
+    conn.execute(_INSERT_DEPS_PG if pg else _INSERT_DEPS, (plan_id, prepared))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from airig.brain.store import dialect
 from airig.common import task_types
 from airig.common.protocol import TaskState as S
 
@@ -70,9 +71,10 @@ def claim_leases(conn: sqlite3.Connection, worker_id: str, claim_id: str) -> lis
     # "<claim_id>-" <= lease_id < "<claim_id>." is the prefix (LIKE's, as a range the
     # tasks_lease index serves; '.' follows '-'; `+state`: not the queue index). A claim
     # id has letters and digits only.
+    state = "state" if dialect.is_pg(conn) else "+state"  # SQLite's "not this index"
     return conn.execute(
-        """SELECT * FROM tasks WHERE lease_id >= ? AND lease_id < ?
-           AND +state IN ('LEASED', 'RUNNING') AND worker_id = ?""",
+        f"""SELECT * FROM tasks WHERE lease_id >= ? AND lease_id < ?
+           AND {state} IN ('LEASED', 'RUNNING') AND worker_id = ?""",
         (f"{claim_id}-", f"{claim_id}.", worker_id),
     ).fetchall()
 
@@ -89,13 +91,13 @@ def escalated(conn: sqlite3.Connection) -> list[sqlite3.Row]:
     ).fetchall()
 
 
-def _service_case() -> str:
+def _service_case(engine: str = dialect.SQLITE) -> str:
     """``task_types.service_of`` in SQL, written from the table: each type's
     ``model_service`` (Ollama for llm, embed, ocr and plan, ComfyUI for image, Whisper
     for transcribe), the one its payload names for resource; NULL for the rest."""
     whens = [
         f"WHEN type = '{name}' THEN "
-        + ("json_extract(payload_json, '$.service')" if spec.service_from_payload
+        + (dialect.json_text(engine, "payload_json", "service") if spec.service_from_payload
            else f"'{spec.model_service}'")
         for name, spec in task_types.TASK_TYPES.items()
         if spec.service_from_payload or spec.model_service is not None
@@ -105,6 +107,10 @@ def _service_case() -> str:
 
 # The compute service a task's executor calls; ``service_of`` is the same rule in Python.
 SERVICE_OF_TASK = _service_case()
+_SERVICE_OF = {
+    dialect.SQLITE: SERVICE_OF_TASK,
+    dialect.POSTGRESQL: _service_case(dialect.POSTGRESQL),
+}
 
 
 def service_of(task_type: str, payload_json: str) -> str | None:
@@ -112,11 +118,11 @@ def service_of(task_type: str, payload_json: str) -> str | None:
     return task_types.service_of(task_type, payload_json)
 
 
-def not_needing(services: list[str]) -> tuple[str, list[str]]:
+def not_needing(services: list[str], engine: str = dialect.SQLITE) -> tuple[str, list[str]]:
     """A WHERE condition (and its parameters) true for a task that needs none of
-    ``services``."""
+    ``services``, in ``engine``'s SQL."""
     marks = ", ".join("?" for _ in services)
-    return f"COALESCE({SERVICE_OF_TASK}, '') NOT IN ({marks})", list(services)
+    return f"COALESCE({_SERVICE_OF[engine]}, '') NOT IN ({marks})", list(services)
 
 
 def waited_too_long(
@@ -125,7 +131,8 @@ def waited_too_long(
     """Reads the READY tasks needing ``service`` that became READY before ``ready_before``,
     whole rows."""
     return conn.execute(
-        f"SELECT * FROM tasks WHERE state = 'READY' AND {SERVICE_OF_TASK} = ? AND ready_at < ?",
+        f"SELECT * FROM tasks WHERE state = 'READY' AND {_SERVICE_OF[dialect.of(conn)]} = ?"
+        " AND ready_at < ?",
         (service, ready_before),
     ).fetchall()
 
@@ -133,8 +140,8 @@ def waited_too_long(
 def mark_waiting(conn: sqlite3.Connection, service: str, reason: str) -> int:
     """Sets ``reason`` on every READY task needing ``service``; how many changed."""
     return conn.execute(
-        f"""UPDATE tasks SET reason = ? WHERE state = 'READY' AND {SERVICE_OF_TASK} = ?
-            AND reason IS NOT ?""",
+        f"""UPDATE tasks SET reason = ? WHERE state = 'READY'
+            AND {_SERVICE_OF[dialect.of(conn)]} = ? AND reason IS DISTINCT FROM ?""",
         (reason, service, reason),
     ).rowcount
 
@@ -143,7 +150,8 @@ def clear_waiting(conn: sqlite3.Connection, service: str, prefix: str) -> int:
     """Clears the ``reason`` starting with ``prefix`` of the READY tasks needing
     ``service`` (they no longer wait for it); how many changed."""
     return conn.execute(
-        f"""UPDATE tasks SET reason = NULL WHERE state = 'READY' AND {SERVICE_OF_TASK} = ?
+        f"""UPDATE tasks SET reason = NULL WHERE state = 'READY'
+            AND {_SERVICE_OF[dialect.of(conn)]} = ?
             AND substr(reason, 1, ?) = ?""",
         (service, len(prefix), prefix),
     ).rowcount

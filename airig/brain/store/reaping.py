@@ -13,9 +13,9 @@ import sqlite3
 def extend_live_leases(conn: sqlite3.Connection, now: float, lease_s: float) -> int:
     """Every live lease runs at least ``lease_s`` from ``now``; how many there are."""
     cursor = conn.execute(
-        """UPDATE tasks SET lease_expires_at = MAX(COALESCE(lease_expires_at, 0), ?)
-           WHERE state IN ('LEASED', 'RUNNING')""",
-        (now + lease_s,),
+        """UPDATE tasks SET lease_expires_at = CASE WHEN lease_expires_at > ?
+           THEN lease_expires_at ELSE ? END WHERE state IN ('LEASED', 'RUNNING')""",
+        (now + lease_s, now + lease_s),
     )
     return cursor.rowcount
 

@@ -386,13 +386,6 @@ class StoreSizes:
         return asdict(self)
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 class Retention:
     """The brain's retention: the periodic pass, the on-demand prune, the store's size."""
 
@@ -439,10 +432,10 @@ class Retention:
         with self._sizes_lock:
             known = self._sizes
             if fresh or known is None or time.time() - known.measured_at > SIZES_TTL_S:
-                db_path = self.db.path
+                db_bytes, wal_bytes = self.db.file_bytes()
                 known = self._sizes = StoreSizes(
-                    db_bytes=_size(db_path),
-                    wal_bytes=_size(db_path.with_name(db_path.name + "-wal")),
+                    db_bytes=db_bytes,
+                    wal_bytes=wal_bytes,
                     results_bytes=tree_bytes(self.settings.results_dir),
                     logs=self.events.sizes(),
                     measured_at=time.time(),

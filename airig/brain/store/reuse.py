@@ -103,7 +103,7 @@ def newest_item(conn: sqlite3.Connection, fingerprint: str, owner: str | None) -
     newest = conn.execute(
         """SELECT t.plan_id, t.fanout_group, t.fanout_index FROM tasks t
            JOIN plans p ON p.id = t.plan_id
-           WHERE t.fingerprint = ? AND p.owner IS ? ORDER BY t.id DESC LIMIT 1""",
+           WHERE t.fingerprint = ? AND p.owner IS NOT DISTINCT FROM ? ORDER BY t.id DESC LIMIT 1""",
         (fingerprint, owner),
     ).fetchone()
     if newest is None:

@@ -430,7 +430,9 @@ def test_a_hostile_url_is_one_line_without_the_password(url, words):
     assert words in line and "Wr0ng" not in line and len(line) < 800
 
 
-def test_the_brain_refuses_to_start_with_a_database_url(tmp_path):
+def test_a_brain_whose_database_url_is_unreachable_exits_in_one_line(tmp_path):
+    """The brain serves on BRAIN_DATABASE_URL (issue 38); a server it cannot reach is one
+    line at start, the password never in it, no SQLite file made instead."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAIN_", "AIRIG_"))}
     env.update({"BRAIN_DB": str(tmp_path / "brain.db"), "BRAIN_RESULTS_DIR": str(tmp_path / "r"),
                 "BRAIN_ADMIN_TOKEN": "admin-secret-token", "BRAIN_LISTEN_PORT": "1",
@@ -439,7 +441,7 @@ def test_the_brain_refuses_to_start_with_a_database_url(tmp_path):
     done = subprocess.run([sys.executable, "-m", "airig.brain"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 2
-    said = "BRAIN_DATABASE_URL: the brain's queries do not run on PostgreSQL yet; unset it"
+    said = "cannot bring the brain's store postgresql+psycopg://u:***@/db?host=%2Fnonexistent"
     one_line(done.stdout + done.stderr, said)
     assert "Wr0ng" not in done.stdout + done.stderr
     assert not (tmp_path / "brain.db").exists()  # refused before the store opened

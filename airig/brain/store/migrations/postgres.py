@@ -13,9 +13,8 @@ the work done.
 The URL is input and holds a password: it is checked before any driver sees it (length,
 control characters, scheme), and every line names it with the password masked (``***``),
 the driver's own words scrubbed of it too. Only ``postgresql`` URLs are taken; they run
-on psycopg 3 (``postgresql+psycopg``). The brain's runtime queries still run on sqlite3
-only (``BrainSettings.require_sqlite_store``): this is the schema part, run by
-``python -m airig.brain.store.migrations upgrade``.
+on psycopg 3 (``postgresql+psycopg``). The brain runs this at start (``pg.PgDatabase``);
+``python -m airig.brain.store.migrations upgrade`` runs it alone.
 """
 
 from __future__ import annotations

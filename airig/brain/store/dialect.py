@@ -1,0 +1,70 @@
+"""Where SQLite's SQL and PostgreSQL's differ, the store says it here, once.
+
+Every other statement of the store is written in the SQL both engines accept (``ON
+CONFLICT DO NOTHING``, ``RETURNING``, ``IS [NOT] DISTINCT FROM``, ``COALESCE``, ``CASE``).
+What has no common spelling is a function of the connection: JSON read from a TEXT
+column, a JSON array given as one parameter, string aggregation. Each takes the
+connection the statement runs on (``of``): ``sqlite3.Connection`` is SQLite's,
+``pg.PgConnection`` says ``dialect = "postgresql"``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
+_savepoints = itertools.count()
+
+
+def of(conn: Any) -> str:
+    """The engine a connection (or ``Database``) runs on; an engine's name is itself."""
+    if isinstance(conn, str):
+        return conn
+    return str(getattr(conn, "dialect", SQLITE))
+
+
+def is_pg(conn: Any) -> bool:
+    return of(conn) == POSTGRESQL
+
+
+def json_text(conn: Any, column: str, key: str) -> str:
+    """A top-level key of a JSON object held as TEXT, as text (NULL where absent).
+
+    ``key`` is the code's own word (letters, digits, _), never input: it is written into
+    the statement."""
+    if not key.replace("_", "").isalnum():
+        raise ValueError(f"not a JSON key this module writes into SQL: {key!r}")
+    if is_pg(conn):
+        return f"(({column})::jsonb ->> '{key}')"
+    return f"json_extract({column}, '$.{key}')"
+
+
+def json_values(conn: Any, param: str = "?", cast: str = "") -> str:
+    """A subquery of the values of a JSON array given as one parameter (``param``), one row
+    each in a column named ``value``: ``x IN ({json_values(conn)})``. ``cast`` is the SQL
+    type the values compare as on PostgreSQL (``bigint`` for ids), which types strictly
+    where SQLite compares 1 and '1' alike only by affinity."""
+    if is_pg(conn):
+        value = f"value::{cast}" if cast else "value"
+        return f"SELECT {value} FROM jsonb_array_elements_text(({param})::jsonb) AS j(value)"
+    return f"SELECT value FROM json_each({param})"
+
+
+@contextmanager
+def savepoint(conn: Any) -> Iterator[None]:
+    """A part of the caller's transaction that may fail alone: on an error it is undone and
+    the error raised, the transaction still open. SQLite goes on after a failed statement;
+    PostgreSQL refuses every later statement of the transaction without this."""
+    name = f"airig_sp{next(_savepoints)}"
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        conn.execute(f"ROLLBACK TO {name}")
+        conn.execute(f"RELEASE {name}")
+        raise
+    conn.execute(f"RELEASE {name}")
