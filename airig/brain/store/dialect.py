@@ -43,6 +43,14 @@ def json_text(conn: Any, column: str, key: str) -> str:
     return f"json_extract({column}, '$.{key}')"
 
 
+def json_rows(conn: Any, expr: str, alias: str) -> str:
+    """A FROM item: one row per element of the JSON array ``expr`` (a TEXT column or a
+    parameter), its text in ``alias.value``."""
+    if is_pg(conn):
+        return f"jsonb_array_elements_text(({expr})::jsonb) AS {alias}(value)"
+    return f"json_each({expr}) AS {alias}"
+
+
 def json_values(conn: Any, param: str = "?", cast: str = "") -> str:
     """A subquery of the values of a JSON array given as one parameter (``param``), one row
     each in a column named ``value``: ``x IN ({json_values(conn)})``. ``cast`` is the SQL

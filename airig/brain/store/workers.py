@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from airig.brain.store import dialect
+
 
 def holder(conn: sqlite3.Connection, name: str) -> sqlite3.Row | None:
     """Reads who holds a worker name: its token hash, last heartbeat, rig, and that rig's
@@ -121,8 +123,8 @@ def model_holders(conn: sqlite3.Connection, worker_id: str, since: float) -> dic
     # decoding them in Python cost a sixth of the brain's CPU at 500 workers
     # (benchmarks/fleet.py); the same counts, each listed model once per listing.
     rows = conn.execute(
-        """SELECT m.value AS model, COUNT(*) AS n
-           FROM workers w, json_each(w.models_json) m
+        f"""SELECT m.value AS model, COUNT(*) AS n
+           FROM workers w, {dialect.json_rows(conn, "w.models_json", "m")}
            WHERE w.id != ? AND w.last_heartbeat >= ? GROUP BY m.value""",
         (worker_id, since),
     ).fetchall()
