@@ -384,7 +384,7 @@ def test_own_ports_and_down_see_only_this_rigs_projects(kit):
     launcher.down(build_plan(settings, "cpu", []), volumes=True, keep_models=True)
     assert engine.removed == [
         "rigb-data", "rigb-results", "rigb-brain-state", "rigb-comfyui-custom-nodes",
-        "rigb-comfyui-input", "rigb-comfyui-output", "rigb-comfyui-user",
+        "rigb-comfyui-input", "rigb-comfyui-output", "rigb-comfyui-user", "rigb-brain-postgres",
     ]  # fmt: skip
 
 
