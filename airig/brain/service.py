@@ -201,22 +201,37 @@ class Brain:
         with contextlib.suppress(StoreUnwritable):
             self.write(lambda conn, outbox, now: reaper.extend_live_leases(
                 conn, self.started_at, self.settings.lease_s))  # fmt: skip
-        self._reaper = reaper.Reaper(self.reap_once, self.settings.reaper_interval_s)
+        # Brains sharing one PostgreSQL store: the timers run in the one that holds its
+        # timers lock (db.leads(); always this one on SQLite), the others answer requests.
+        self._reaper = reaper.Reaper(self._leading(self.reap_once), self.settings.reaper_interval_s)
         self._reaper.start()
         # The external tier's calls (airig/brain/escalation/); with AIRIG_ESCALATION=off it
         # only fails what waits for it, with that reason.
-        self.escalations = Sender(self.write, self.settings, self.retry, read=self.db.read)
+        self.escalations = Sender(
+            self.write, self.settings, self.retry, read=self.db.read, leads=self.db.leads
+        )
         self.escalations.start()
-        self._pruner = reaper.Reaper(self.retention.tick, self.settings.retention_interval_s)
+        self._pruner = reaper.Reaper(
+            self._leading(self.retention.tick), self.settings.retention_interval_s
+        )
         self._pruner.start()
         if self.probes.targets:
+            # every brain probes (its claims skip a service it sees down); the leading one
+            # marks the waiting tasks
             self._prober = reaper.Reaper(self.probe_once, self.settings.probe_interval_s)
             self._prober.start()
+
+    def _leading(self, tick: Callable[[], None]) -> Callable[[], None]:
+        def tick_if_leading() -> None:
+            if self.db.leads():
+                tick()
+
+        return tick_if_leading
 
     def probe_once(self) -> None:
         """Probe the compute services, then mark (or release) the tasks waiting for one."""
         self.probes.probe_once()
-        if self.probes.outages() or self.scheduling.marked:
+        if (self.probes.outages() or self.scheduling.marked) and self.db.leads():
             self.write(self.scheduling.hold_waiting)
 
     def reap_once(self) -> None:

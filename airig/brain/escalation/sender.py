@@ -66,9 +66,10 @@ class Sender(threading.Thread):
         self, write: Writer, settings: BrainSettings, policy: RetryPolicy,
         client: GatewayClient | None = None,
         read: Callable[[], AbstractContextManager[sqlite3.Connection]] | None = None,
-        reviewer: review.Reviewer | None = None,
+        reviewer: review.Reviewer | None = None, leads: Callable[[], bool] = lambda: True,
     ) -> None:  # fmt: skip
         super().__init__(name="escalations", daemon=True)
+        self._leads = leads  # brains sharing one store: only the one running its timers sends
         self._write = write
         self.settings = settings
         self.policy = policy
@@ -86,7 +87,8 @@ class Sender(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.wait(INTERVAL_S):
             try:
-                self.tick()
+                if self._leads():
+                    self.tick()
             except StoreUnwritable:
                 pass  # said once when it began (store/unwritable.py); tried again next pass
             except Exception:

@@ -149,6 +149,11 @@ class Database:
 
     dialect = "sqlite"  # dialect.of(): the SQL this store's connections speak
 
+    def leads(self) -> bool:
+        """Whether this brain runs the store's timers (reaper, probes, retention, alerts,
+        the external tier's calls): a SQLite store has one brain, so always."""
+        return True
+
     def file_bytes(self) -> tuple[int, int]:
         """What the store takes on disk: the database file's bytes and its WAL's."""
         return _size(self.path), _size(self.path.with_name(self.path.name + "-wal"))

@@ -22,6 +22,7 @@ modules run on either engine; where the two dialects differ the SQL says so itse
 from __future__ import annotations
 
 import functools
+import logging
 import queue
 import re
 import sqlite3
@@ -39,9 +40,14 @@ from airig.brain import timing
 from airig.brain.store import migrations
 from airig.brain.store.db import Database
 
+log = logging.getLogger("airig.brain.store")
 # pg_advisory_xact_lock's key for "a write transaction of the brain's store": the store's
 # one-writer rule across brains (UPGRADE_LOCK is the schema's; these must differ).
 WRITE_LOCK = 0x61697269675F7772  # "airig_wr"
+# pg_try_advisory_lock's key for "this brain runs the timers": a session lock, held while
+# its connection lives, so a killed brain's is released by the server and the next brain's
+# pass takes it.
+TIMERS_LOCK = 0x61697269675F746D  # "airig_tm"
 CONNECT_TIMEOUT_S = 10  # a server that drops packets is an error after this, not a hang
 POOL = 4  # connections for reads, as db.READERS: a 2-core brain's reads side by side
 _INT8 = psycopg.postgres.types["int8"].oid
@@ -325,8 +331,41 @@ class PgDatabase(Database):
         self._pg_lookup = PgConnection(self._pginfo, read_only=True)
         self._pg_lookup_lock = threading.Lock()
         self._pg_readers: queue.SimpleQueue[PgConnection] = queue.SimpleQueue()
+        self._pg_lead_lock = threading.Lock()
+        self._pg_leader: PgConnection | None = None  # holds TIMERS_LOCK while it lives
+        self._pg_leading = False
         self._pg_made = 0  # read connections opened so far, up to POOL: each is a server process
         self._pg_making = threading.Lock()
+
+    def leads(self) -> bool:
+        """Whether this brain runs the store's timers now: it holds ``TIMERS_LOCK`` on a
+        connection of its own (checked alive each time: a lost connection lost the lock),
+        or takes it when no brain holds it. One brain of those sharing the database does,
+        at any time; another takes over within one pass of its holder's death."""
+        with self._pg_lead_lock:
+            conn = self._pg_leader
+            if conn is not None and self._pg_leading:
+                try:
+                    conn.execute("SELECT 1").fetchone()
+                    return True
+                except sqlite3.Error:
+                    conn.close()
+                    self._pg_leader = conn = None
+                    self._pg_leading = False
+                    log.warning("this brain lost the store's timers lock (its connection)")
+            try:
+                if conn is None:
+                    self._pg_leader = conn = PgConnection(self._pginfo)
+                got = conn.execute("SELECT pg_try_advisory_lock(?)", (TIMERS_LOCK,)).fetchone()
+            except sqlite3.Error:
+                if self._pg_leader is not None:
+                    self._pg_leader.close()
+                self._pg_leader = None
+                return False
+            self._pg_leading = bool(got[0])
+            if self._pg_leading:
+                log.info("this brain runs the store's timers", extra={"store": self.where})
+            return self._pg_leading
 
     def file_bytes(self) -> tuple[int, int]:
         """The database's size as the server counts it (no WAL of its own to add)."""
@@ -412,6 +451,11 @@ class PgDatabase(Database):
             yield cast(sqlite3.Connection, self._pg_lookup)
 
     def close(self) -> None:
+        with self._pg_lead_lock:  # the timers lock goes with its connection
+            if self._pg_leader is not None:
+                self._pg_leader.close()
+                self._pg_leader = None
+                self._pg_leading = False
         with self._pg_lookup_lock:
             self._pg_lookup.close()
         with self._pg_making:
