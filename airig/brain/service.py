@@ -92,6 +92,7 @@ class Brain:
         self.inflight = InFlight(settings.max_inflight_bytes)
         self.work_ready = threading.Condition()
         self.closing = threading.Event()
+        self._stopped = threading.Event()  # set by stop(): the store's listener ends
         self._reaper: reaper.Reaper | None = None
         self.escalations: Sender | None = None
         self.started_at = 0.0  # set by start: workers count as silent only from then
@@ -186,8 +187,12 @@ class Brain:
         self.events.publish(outbox)
         self.metrics.apply(outbox.metrics)
         if outbox.work_ready:
-            with self.work_ready:
-                self.work_ready.notify_all()
+            self._wake_claims()
+            self.db.announce_work()  # the claims waiting in the other brains, if any
+
+    def _wake_claims(self) -> None:
+        with self.work_ready:
+            self.work_ready.notify_all()
 
     def wait_for_work(self, timeout_s: float) -> None:
         with self.work_ready:
@@ -197,6 +202,7 @@ class Brain:
         """Extend live leases once (a restart is no reason to expire them), then reap."""
         self.started_at = time.time()
         self.notifier.start()
+        self.db.listen_work(self._wake_claims, self._stopped)
         # Started on a full or read-only store: the reaper's pass extends them once it can.
         with contextlib.suppress(StoreUnwritable):
             self.write(lambda conn, outbox, now: reaper.extend_live_leases(
@@ -271,6 +277,7 @@ class Brain:
             self.work_ready.notify_all()
 
     def stop(self) -> None:
+        self._stopped.set()
         if self.escalations:
             self.escalations.stop()
             self.escalations.join(timeout=5)

@@ -11,7 +11,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -148,6 +148,12 @@ class Database:
             yield self._lookup
 
     dialect = "sqlite"  # dialect.of(): the SQL this store's connections speak
+
+    def announce_work(self) -> None:
+        """Other brains' waiting claims woken (PostgreSQL): a SQLite store has one brain."""
+
+    def listen_work(self, woken: Callable[[], None], stop: threading.Event) -> None:
+        """``woken`` on other brains' work (PostgreSQL); nothing to hear on SQLite."""
 
     def leads(self) -> bool:
         """Whether this brain runs the store's timers (reaper, probes, retention, alerts,

@@ -25,10 +25,11 @@ import functools
 import logging
 import queue
 import re
+import select
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, cast
 
@@ -48,6 +49,9 @@ WRITE_LOCK = 0x61697269675F7772  # "airig_wr"
 # its connection lives, so a killed brain's is released by the server and the next brain's
 # pass takes it.
 TIMERS_LOCK = 0x61697269675F746D  # "airig_tm"
+# LISTEN/NOTIFY channel: "a commit made work READY". A brain's long-polling claims wait on
+# its own condition; a plan submitted through another brain wakes them through this.
+WORK_CHANNEL = "airig_work"
 CONNECT_TIMEOUT_S = 10  # a server that drops packets is an error after this, not a hang
 POOL = 4  # connections for reads, as db.READERS: a 2-core brain's reads side by side
 _INT8 = psycopg.postgres.types["int8"].oid
@@ -331,6 +335,8 @@ class PgDatabase(Database):
         self._pg_lookup = PgConnection(self._pginfo, read_only=True)
         self._pg_lookup_lock = threading.Lock()
         self._pg_readers: queue.SimpleQueue[PgConnection] = queue.SimpleQueue()
+        self._pg_announce_lock = threading.Lock()
+        self._pg_announcer: PgConnection | None = None
         self._pg_lead_lock = threading.Lock()
         self._pg_leader: PgConnection | None = None  # holds TIMERS_LOCK while it lives
         self._pg_leading = False
@@ -366,6 +372,55 @@ class PgDatabase(Database):
             if self._pg_leading:
                 log.info("this brain runs the store's timers", extra={"store": self.where})
             return self._pg_leading
+
+    def announce_work(self) -> None:
+        """Tell every brain on the database that a commit made work READY (their waiting
+        claims look again). A lost NOTIFY costs one claim wait, never a task."""
+        with self._pg_announce_lock:
+            try:
+                if self._pg_announcer is None:
+                    self._pg_announcer = PgConnection(self._pginfo)
+                self._pg_announcer.execute("SELECT pg_notify(?, '')", (WORK_CHANNEL,))
+            except sqlite3.Error:
+                if self._pg_announcer is not None:
+                    self._pg_announcer.close()
+                self._pg_announcer = None
+
+    def listen_work(self, woken: Callable[[], None], stop: threading.Event) -> None:
+        """Call ``woken`` whenever any brain announces work, until ``stop`` is set: a
+        thread of its own, on a connection of its own (LISTEN), reconnecting after a
+        lost one."""
+        threading.Thread(
+            target=self._listen, args=(woken, stop), name="work-listener", daemon=True
+        ).start()
+
+    def _listen(self, woken: Callable[[], None], stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                conn = psycopg.connect(
+                    self._pginfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                )
+            except psycopg.Error:
+                stop.wait(1.0)
+                continue
+            try:
+                conn.execute(f"LISTEN {WORK_CHANNEL}")
+                raw = conn.pgconn
+                while not stop.is_set():
+                    # libpq's own pattern: wait for the socket, read, drain what arrived
+                    readable, _, _ = select.select([conn.fileno()], [], [], 0.5)
+                    if not readable:
+                        continue
+                    raw.consume_input()
+                    heard = False
+                    while raw.notifies() is not None:
+                        heard = True
+                    if heard:
+                        woken()
+            except (psycopg.Error, OSError):
+                stop.wait(1.0)  # the server went away: listen again once it is back
+            finally:
+                conn.close()
 
     def file_bytes(self) -> tuple[int, int]:
         """The database's size as the server counts it (no WAL of its own to add)."""
@@ -451,6 +506,10 @@ class PgDatabase(Database):
             yield cast(sqlite3.Connection, self._pg_lookup)
 
     def close(self) -> None:
+        with self._pg_announce_lock:
+            if self._pg_announcer is not None:
+                self._pg_announcer.close()
+                self._pg_announcer = None
         with self._pg_lead_lock:  # the timers lock goes with its connection
             if self._pg_leader is not None:
                 self._pg_leader.close()
