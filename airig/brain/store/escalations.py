@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from airig.brain.store import dialect
+
 DUE_STATES = ("queued", "sent", "over_budget")
 OPEN_STATES = DUE_STATES  # a task with a row in one of these has a call to come
 # Must repeat the WHERE of the partial index schema.ESCALATIONS makes, word for word:
@@ -96,7 +98,7 @@ def totals(conn: sqlite3.Connection) -> dict[str, Any]:
     row = conn.execute(
         # calls made (sent at least once); rows still queued or stopped by the budget are
         # in by_state
-        """SELECT COALESCE(SUM(attempts > 0), 0) AS calls,
+        """SELECT COALESCE(SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), 0) AS calls,
                   COALESCE(SUM(input_tokens), 0) AS input_tokens,
                   COALESCE(SUM(output_tokens), 0) AS output_tokens,
                   COALESCE(SUM(cost), 0) AS cost FROM escalations"""
@@ -179,7 +181,12 @@ def take_review_due(conn: sqlite3.Connection, limit: int) -> list[sqlite3.Row]:
 
 def release_review_hold(conn: sqlite3.Connection, task_id: int, now: float) -> None:
     """A retry held for the verdict: free to run now."""
-    conn.execute("UPDATE tasks SET not_before = MIN(not_before, ?) WHERE id = ?", (now, task_id))
+    conn.execute(
+        # the earlier of the two; none stays none (SQLite's MIN(NULL, x) is NULL too)
+        "UPDATE tasks SET not_before = CASE WHEN not_before > ? THEN ? ELSE not_before END"
+        " WHERE id = ?",
+        (now, now, task_id),
+    )
 
 
 # --- the handoff (handoff.py), the sender and the reply ---
@@ -215,7 +222,8 @@ def task_keys(conn: sqlite3.Connection, ids: list[int]) -> list[str]:
     return [
         row["key"]
         for row in conn.execute(
-            "SELECT key FROM tasks WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+            f"SELECT key FROM tasks WHERE id IN ({dialect.json_values(conn, cast='bigint')})"
+            " ORDER BY id",
             (json.dumps(ids),),
         ).fetchall()
     ]

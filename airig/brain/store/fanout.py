@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from airig.brain.store import results
+from airig.brain.store import dialect, results
 from airig.common.protocol import TaskState as S
 
 GROUP_TYPE = "group"
@@ -345,7 +345,8 @@ def only_items_failed(conn: sqlite3.Connection, plan_id: str) -> bool:
     """Every task of the plan that did not succeed is a fan-out item (its group went on):
     a finished plan is then ``partial``, not ``failed``."""
     row = conn.execute(
-        """SELECT SUM(fanout_group IS NULL) AS others, COUNT(*) AS n FROM tasks
+        """SELECT SUM(CASE WHEN fanout_group IS NULL THEN 1 ELSE 0 END) AS others,
+                  COUNT(*) AS n FROM tasks
            WHERE plan_id = ? AND state != 'SUCCEEDED'""",
         (plan_id,),
     ).fetchone()
@@ -403,7 +404,7 @@ def task_count(conn: sqlite3.Connection, plan_id: str) -> int:
 
 def rows_by_ids(conn: sqlite3.Connection, ids: list[int]) -> list[sqlite3.Row]:
     return conn.execute(
-        "SELECT * FROM tasks WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+        f"SELECT * FROM tasks WHERE id IN ({dialect.json_values(conn, cast='bigint')}) ORDER BY id",
         (json.dumps(ids),),
     ).fetchall()
 

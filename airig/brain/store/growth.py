@@ -10,7 +10,9 @@ import json
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any
+
+from airig.brain.store import dialect
 
 
 def downstream(conn: sqlite3.Connection, task_id: int) -> dict[int, str]:
@@ -35,7 +37,7 @@ def task_count(conn: sqlite3.Connection, plan_id: str) -> int:
 def tasks_named(conn: sqlite3.Connection, plan_id: str, keys: list[str]) -> list[sqlite3.Row]:
     """The plan's tasks of these keys, whole rows."""
     return conn.execute(
-        """SELECT * FROM tasks WHERE plan_id = ? AND key IN (SELECT value FROM json_each(?))""",
+        f"SELECT * FROM tasks WHERE plan_id = ? AND key IN ({dialect.json_values(conn)})",
         (plan_id, json.dumps(keys)),
     ).fetchall()
 
@@ -43,7 +45,7 @@ def tasks_named(conn: sqlite3.Connection, plan_id: str, keys: list[str]) -> list
 def keys_taken(conn: sqlite3.Connection, plan_id: str, keys: list[str]) -> list[sqlite3.Row]:
     """Which of these keys the plan already has (rows of ``key``)."""
     return conn.execute(
-        "SELECT key FROM tasks WHERE plan_id = ? AND key IN (SELECT value FROM json_each(?))",
+        f"SELECT key FROM tasks WHERE plan_id = ? AND key IN ({dialect.json_values(conn)})",
         (plan_id, json.dumps(keys)),
     ).fetchall()
 
@@ -63,19 +65,20 @@ def insert_task(
     state: str, now: float, ready_at: float | None, origin: str, depth: int,
 ) -> int:  # fmt: skip
     """A task ``spec`` (``plans/models.py`` ``TaskSpec``) added to a running plan; its uid."""
-    cursor = conn.execute(
+    row = conn.execute(
         """INSERT INTO tasks (plan_id, key, name, type, task_class, payload_json, model,
                priority, trusted, sensitive, timeout_s, retry_count, state, created_at,
                ready_at, origin, depth, escalate, allow_external)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+           RETURNING id""",
         (
             plan_id, spec.id, spec.name, spec.type, spec.task_class,
             json.dumps(spec.payload), spec.model, spec.priority,
             int(trusted), int(spec.sensitive), timeout_s, spec.retry_count, state, now,
             ready_at, origin, depth, spec.escalate, int(spec.allow_external),
         ),
-    )  # fmt: skip
-    return cast(int, cursor.lastrowid)  # set by the INSERT that just ran
+    ).fetchone()  # fmt: skip
+    return int(row["id"])  # RETURNING: PostgreSQL has no lastrowid
 
 
 def add_deps(conn: sqlite3.Connection, pairs: Iterable[tuple[int, int]]) -> None:
@@ -84,7 +87,9 @@ def add_deps(conn: sqlite3.Connection, pairs: Iterable[tuple[int, int]]) -> None
 
 
 def add_deps_if_missing(conn: sqlite3.Connection, pairs: Iterable[tuple[int, int]]) -> None:
-    conn.executemany("INSERT OR IGNORE INTO deps (task_id, depends_on) VALUES (?, ?)", pairs)
+    conn.executemany(
+        "INSERT INTO deps (task_id, depends_on) VALUES (?, ?) ON CONFLICT DO NOTHING", pairs
+    )
 
 
 def dependents(conn: sqlite3.Connection, task_id: int) -> list[sqlite3.Row]:
@@ -111,7 +116,7 @@ def savepoint(conn: sqlite3.Connection) -> Iterator[None]:
 def tasks_by_id(conn: sqlite3.Connection, ids: list[int]) -> list[sqlite3.Row]:
     """These tasks, whole rows, in id order."""
     return conn.execute(
-        "SELECT * FROM tasks WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id",
+        f"SELECT * FROM tasks WHERE id IN ({dialect.json_values(conn, cast='bigint')}) ORDER BY id",
         (json.dumps(ids),),
     ).fetchall()
 

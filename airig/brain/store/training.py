@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from airig.brain.settings import BrainSettings
-from airig.brain.store import states
+from airig.brain.store import dialect, states
 from airig.brain.store.events import redact, rotated_files
 from airig.brain.store.payloads import rendered_payload
 from airig.common.task_types import TASK_TYPES
@@ -335,6 +335,18 @@ def _task_reason(row: sqlite3.Row | None, query: Query) -> str | None:
     return None
 
 
+_COLUMNS = """SELECT t.id, t.plan_id, t.key, t.type, t.model, t.payload_json, t.trusted,
+                  t.sensitive, t.tainted_output, t.task_errors"""
+_TASK_ROWS = f"""{_COLUMNS}
+           FROM json_each(?) j JOIN tasks t
+             ON t.plan_id = json_extract(j.value, '$[0]')
+            AND t.key = json_extract(j.value, '$[1]')"""
+# PostgreSQL: the pairs from jsonb (its json_each reads objects, not arrays)
+_TASK_ROWS_PG = f"""{_COLUMNS}
+           FROM jsonb_array_elements((?)::jsonb) AS j(value) JOIN tasks t
+             ON t.plan_id = j.value ->> 0 AND t.key = j.value ->> 1"""
+
+
 def task_rows(
     conn: sqlite3.Connection, keys: set[tuple[str, str]]
 ) -> dict[tuple[str, str], sqlite3.Row]:
@@ -343,12 +355,7 @@ def task_rows(
     if not keys:
         return {}
     rows = conn.execute(
-        """SELECT t.id, t.plan_id, t.key, t.type, t.model, t.payload_json, t.trusted,
-                  t.sensitive, t.tainted_output, t.task_errors
-           FROM json_each(?) j JOIN tasks t
-             ON t.plan_id = json_extract(j.value, '$[0]')
-            AND t.key = json_extract(j.value, '$[1]')""",
-        (json.dumps(sorted(keys)),),
+        _TASK_ROWS_PG if dialect.is_pg(conn) else _TASK_ROWS, (json.dumps(sorted(keys)),)
     ).fetchall()
     return {(row["plan_id"], row["key"]): row for row in rows}
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from airig.brain.store import results
+from airig.brain.store import dialect, results
 
 # A join token's trust level (`token create --join --trust ...`); the first is the default.
 JOIN_TRUST = ("untrusted", "full")
@@ -48,8 +48,8 @@ def tainted_sources(conn: sqlite3.Connection, task: sqlite3.Row) -> list[str]:
     if not keys:
         return []
     rows = conn.execute(
-        """SELECT key FROM tasks WHERE plan_id = ? AND tainted_output = 1
-           AND key IN (SELECT value FROM json_each(?)) ORDER BY key""",
+        f"""SELECT key FROM tasks WHERE plan_id = ? AND tainted_output = 1
+           AND key IN ({dialect.json_values(conn)}) ORDER BY key""",
         (task["plan_id"], json.dumps(keys)),
     ).fetchall()
     return [row["key"] for row in rows]
