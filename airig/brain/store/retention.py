@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from airig.brain.settings import BrainSettings
-from airig.brain.store import vectors
+from airig.brain.store import dialect, vectors
 from airig.brain.store.db import Database
 from airig.brain.store.events import EventLog
 from airig.brain.store.results import task_dir
@@ -136,6 +136,12 @@ def plan_results(results_dir: Path, plan_id: str) -> Path | None:
 
 def _goal_columns(conn: sqlite3.Connection) -> set[str]:
     """The columns of a ``goals`` table (the planner's), or none when there is none."""
+    if dialect.is_pg(conn):  # no sqlite_master or PRAGMA: the catalog's view of it
+        rows = conn.execute(
+            """SELECT column_name FROM information_schema.columns
+               WHERE table_schema = current_schema() AND table_name = 'goals'"""
+        )
+        return {str(row[0]) for row in rows}
     table = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'goals'"
     ).fetchone()
@@ -165,10 +171,11 @@ def _delete_events(conn: sqlite3.Connection, plan_id: str) -> int:
 
 
 def _delete_deps(conn: sqlite3.Connection, plan_id: str) -> int:
-    """Deps of the plan's tasks (a task depends on tasks of its own plan only)."""
+    """Deps of the plan's tasks (a task depends on tasks of its own plan only), by the
+    table's key (PostgreSQL has no rowid)."""
     return conn.execute(
-        """DELETE FROM deps WHERE rowid IN (SELECT d.rowid FROM deps d
-           JOIN tasks t ON t.id = d.task_id WHERE t.plan_id = ? LIMIT ?)""",
+        """DELETE FROM deps WHERE (task_id, depends_on) IN (SELECT d.task_id, d.depends_on
+           FROM deps d JOIN tasks t ON t.id = d.task_id WHERE t.plan_id = ? LIMIT ?)""",
         (plan_id, BATCH),
     ).rowcount
 

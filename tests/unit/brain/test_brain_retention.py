@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from contextlib import contextmanager
 
 import brain_helpers as h
@@ -13,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airig.brain.api.app import create_app
-from airig.brain.store import retention
+from airig.brain.store import dialect, retention
 from airig.brain.store.events import EventLog, Outbox, record, rotate, rotated_files
 from airig.brain.store.results import task_dir
 
@@ -53,11 +52,26 @@ def table_counts(brain, plan_id: str) -> dict[str, int]:
     }
 
 
+def goal_columns(conn) -> list[tuple]:
+    """PRAGMA table_info's (cid, name, type, notnull, default) of ``goals``, on either engine."""
+    if dialect.is_pg(conn):
+        rows = conn.execute(
+            """SELECT ordinal_position, column_name,
+                      CASE WHEN data_type IN ('double precision', 'real') THEN 'REAL'
+                           WHEN data_type LIKE '%int%' THEN 'INTEGER' ELSE 'TEXT' END,
+                      is_nullable = 'NO',
+                      column_default FROM information_schema.columns
+               WHERE table_schema = current_schema() AND table_name = 'goals'"""
+        )
+        return [tuple(row) for row in rows]
+    return [tuple(row) for row in conn.execute("PRAGMA table_info(goals)")]
+
+
 def add_goal(brain, plan_id: str) -> None:
     """A row in the planner's ``goals`` table, whatever its other columns are."""
     with brain.db.tx() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS goals (id TEXT PRIMARY KEY, plan_id TEXT)")
-        columns = list(conn.execute("PRAGMA table_info(goals)"))
+        columns = goal_columns(conn)
         values = {
             c[1]: (0 if "INT" in c[2] or "REAL" in c[2] else "x")
             for c in columns if c[3] and c[4] is None
@@ -118,7 +132,8 @@ def test_a_dry_run_counts_what_a_pass_removes_and_removes_nothing(tmp_path):
     brain = h.make_brain(tmp_path)
     for day in range(5):
         run_plan(brain, ["a", "b"], T0 + day * DAY)
-    files = {r[0] for r in sqlite3.connect(brain.settings.db_path).execute("SELECT id FROM plans")}
+    with brain.db.read() as conn:
+        files = {r[0] for r in conn.execute("SELECT id FROM plans")}
     for plan_id in files:
         folder = task_dir(brain.settings.results_dir, plan_id, "a")
         folder.mkdir(parents=True)
@@ -133,6 +148,23 @@ def test_a_dry_run_counts_what_a_pass_removes_and_removes_nothing(tmp_path):
     ) == (3, 6, real.events, 300)  # fmt: skip
     assert real.events > 0 and dry.dry_run and not real.dry_run
     assert count(brain, "SELECT COUNT(*) FROM plans") == 2
+
+
+class Changes:
+    """A connection that counts the rows its statements changed, as SQLite's
+    ``total_changes`` does, on either engine (PostgreSQL's connection has no such count)."""
+
+    def __init__(self, conn) -> None:
+        self.conn, self.rows = conn, 0
+
+    def execute(self, sql: str, *args):
+        cursor = self.conn.execute(sql, *args)
+        if sql.lstrip().split(None, 1)[0].upper() in ("INSERT", "UPDATE", "DELETE"):
+            self.rows += cursor.rowcount
+        return cursor
+
+    def __getattr__(self, name: str):
+        return getattr(self.conn, name)
 
 
 def test_a_large_plan_goes_in_small_transactions(tmp_path, monkeypatch):
@@ -151,9 +183,9 @@ def test_a_large_plan_goes_in_small_transactions(tmp_path, monkeypatch):
     @contextmanager
     def counted(*args, **kwargs):
         with real_tx(*args, **kwargs) as conn:
-            before = conn.total_changes
-            yield conn
-            changes.append(conn.total_changes - before)
+            counter = Changes(conn)
+            yield counter
+            changes.append(counter.rows)
 
     monkeypatch.setattr(brain.db, "tx", counted)
     done = brain.retention.run(older_than_s=DAY, now=T0 + 2 * DAY)
@@ -237,7 +269,13 @@ def test_store_sizes_are_served_and_exported(client, tmp_path):
         "/v1/plans", headers=ADMIN, json={"name": "p", "tasks": [{"id": "a", "type": "noop"}]}
     )
     store = client.get("/v1/store", headers=ADMIN).json()
-    assert store["db_bytes"] == os.path.getsize(tmp_path / "state" / "brain.db")
+    db = client.app.state.db
+    if dialect.is_pg(db):  # the database's size as the server counts it: no file of ours
+        with db.read() as conn:
+            size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        assert store["db_bytes"] == size > 0
+    else:
+        assert store["db_bytes"] == os.path.getsize(tmp_path / "state" / "brain.db")
     assert store["results_bytes"] == 1234 and store["retention_days"] == 30
     assert store["logs"]["events"] > 0 and "training" in store["logs"]
     metrics = client.get("/metrics", headers=ADMIN).text
