@@ -2,7 +2,8 @@
 
 Usage: python benchmarks/fleet.py [--workers 10,50,100,500] [--step-s 90] [--warmup-s 25]
                                   [--task-s 2,10] [--load-s 3] [--quick]
-                                  [--json results/fleet.json]
+                                  [--store sqlite|postgres] [--brains N] [--kill-brain-at S]
+                                  [--compare] [--json results/fleet.json]
 
 Each step starts a fresh brain (``python -m airig.brain``, default settings: 30 s leases,
 a heartbeat every 10 s) and ``workers / 5`` rigs of up to 5 GPUs. Each rig gets its own
@@ -28,20 +29,30 @@ Targets at the largest step (500): exchange p99 < 50 ms, heartbeat p99 < 50 ms, 
 largest step <= 1.25x the smallest step's.
 ``--quick``: 10 and 50 workers, 20 s steps after a 15 s warm-up (for run_all.sh and CI),
 judged on its largest step.
+
+``--store postgres --brains N`` (issue 38): N brain processes on one throwaway, durable
+PostgreSQL database (``fleet_store.py``); worker i talks to brain i % N and moves to the
+next on a connection error (a client-side round robin standing in for a load balancer).
+CPU is reported per brain and for the database server. ``--kill-brain-at S`` SIGKILLs
+brain 0 (the one running the timers) S seconds into the step; after the step the feeder
+stops, the fleet drains the queue, and the store is audited: tasks never completed
+(lost), tasks completed twice, and every error a client saw. ``--compare`` runs issue
+38's table in one sitting (SQLite/1, PostgreSQL/1, PostgreSQL/N at the largest step,
+the kill run, then the other steps on PostgreSQL/N) and names the largest step meeting
+the target: exchange, heartbeat and renew p99 < 50 ms, no errors.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import math
 import os
-import sqlite3
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -51,11 +62,15 @@ NAME = "fleet"
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import httpx  # noqa: E402
-from fleet_clients import VIEWS, Rig, Stats, dashboard, feeder  # noqa: E402
-from procs import ADMIN, REPO, Brain, rss_mb  # noqa: E402
+from fleet_clients import VIEWS, Rig, Stats, Upstream, dashboard, feeder  # noqa: E402
+from fleet_store import Fleet, fleet  # noqa: E402
+from procs import ADMIN, REPO, rss_mb  # noqa: E402
 from scale import percentile  # noqa: E402
 
 GPUS_PER_RIG = 5
+MAX_RIGS = 200  # rig names are rig000..rig199
+DRAIN_S = 120.0  # after a kill: a lease (30 s) to expire and be reaped, the queue to empty
+TARGET_MS = 50.0
 TICK = os.sysconf("SC_CLK_TCK")
 LOGS = ("events.jsonl", "brain.log", "state/training_samples.jsonl")
 
@@ -64,6 +79,21 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of one process (fields 14 and 15 of /proc/<pid>/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def cpu_with_children(pid: int) -> float:
+    """A server's CPU: its own, its reaped children's (cutime + cstime, fields 16 and 17)
+    and its live children's: PostgreSQL's backends end and are reaped by the postmaster."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    total = sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            child = stat.read_text().rsplit(")", 1)[1].split()
+            if int(child[1]) == pid:
+                total += (int(child[11]) + int(child[12])) / TICK
+        except (OSError, IndexError, ValueError):
+            continue  # a process that ended meanwhile
+    return total
 
 
 def runqueue_seconds(pid: int) -> float:
@@ -96,18 +126,6 @@ def fsync_probe(folder: Path, stats: Stats, stop: threading.Event) -> None:
             start = time.perf_counter()
             os.fsync(handle.fileno())
             stats.time("fsync", time.perf_counter() - start)
-
-
-def db_bytes(path: Path) -> int:
-    """Bytes of live pages (page_count - freelist), WAL included: what the data takes."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    try:
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-        size = conn.execute("PRAGMA page_size").fetchone()[0]
-    finally:
-        conn.close()
-    return (pages - free) * size
 
 
 def log_bytes(root: Path) -> int:
@@ -166,25 +184,33 @@ def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
     return None
 
 
-def breakdown(before: dict, after: dict) -> dict:
-    """Per route of ROUTES: p50 / p99 ms of each phase and of the whole, over the window."""
+def breakdown(before: list[dict], after: list[dict | None]) -> dict:
+    """Per route of ROUTES: p50 / p99 ms of each phase and of the whole, over the window,
+    the brains' histograms added up (a brain killed in the window has no "after": left out)."""
+    windows: dict[tuple[str, str], dict[float, float]] = {}
+    for earlier_all, later in zip(before, after, strict=True):
+        for (route, phase), buckets in (later or {}).items():
+            if route not in ROUTES:
+                continue
+            earlier = dict(earlier_all.get((route, phase), []))
+            summed = windows.setdefault((route, phase), {})
+            for le, count in buckets:
+                summed[le] = summed.get(le, 0.0) + count - earlier.get(le, 0.0)
     out: dict[str, dict] = {}
-    for (route, phase), buckets in after.items():
-        if route not in ROUTES:
-            continue
-        earlier = dict(before.get((route, phase), []))
-        window = [(le, count - earlier.get(le, 0.0)) for le, count in buckets]
+    for (route, phase), summed in windows.items():
+        window = list(summed.items())
         out.setdefault(ROUTES[route], {})[phase] = {
             "p50_ms": quantile(window, 0.5), "p99_ms": quantile(window, 0.99),
         }  # fmt: skip
     return out
 
 
-def slow_requests(log: Path, since: float, until: float) -> dict:
-    """The brain's "slow request" lines (over SLOW_MS) logged in the window: per route, how
+def slow_requests(logs: list[Path], since: float, until: float) -> dict:
+    """The brains' "slow request" lines (over SLOW_MS) logged in the window: per route, how
     many, and the mean ms of each phase among them."""
     found: dict[str, list[dict]] = {}
-    for line in log.read_text(errors="replace").splitlines():
+    lines = [line for log in logs for line in log.read_text(errors="replace").splitlines()]
+    for line in lines:
         if '"slow request"' not in line:
             continue
         entry = json.loads(line)
@@ -210,55 +236,110 @@ async def join_tokens(url: str, rigs: int) -> list[str]:
     return tokens
 
 
-async def drive(brain: Brain, workers: int, args: argparse.Namespace) -> dict:
-    stats, stop = Stats(), asyncio.Event()
+class Meter:
+    """The brains' and the store server's counters; a killed brain's stay at what they
+    read just before its kill (its /proc entry may be gone by the end)."""
+
+    def __init__(self, fl: Fleet) -> None:
+        self.fl = fl
+        self.last: dict[int, tuple[float, float]] = {}
+
+    def brains(self) -> list[tuple[float, float]]:
+        """(CPU seconds, seconds waited for a CPU) of each brain."""
+        out = []
+        for n, brain in enumerate(self.fl.brains):
+            if n not in self.fl.killed or n not in self.last:
+                with contextlib.suppress(OSError, IndexError, ValueError):  # gone: the last stands
+                    self.last[n] = (cpu_seconds(brain.pid), runqueue_seconds(brain.pid))
+            out.append(self.last.get(n, (0.0, 0.0)))
+        return out
+
+    def server(self) -> float:
+        cluster = self.fl.cluster
+        if cluster is None or cluster.process is None:
+            return 0.0
+        return cpu_with_children(cluster.process.pid)
+
+    def sample(self, logs: list[Path]) -> dict:
+        return {"t": time.monotonic(), "brains": self.brains(), "gen": time.process_time(),
+                "db": self.fl.db_bytes(), "logs": sum(log_bytes(p) for p in logs),
+                "server": self.server()}  # fmt: skip
+
+
+async def drive(fl: Fleet, workers: int, args: argparse.Namespace,
+                kill_at: float | None = None) -> dict:  # fmt: skip
+    stats, stop, feeding = Stats(), asyncio.Event(), asyncio.Event()
+    urls, last = fl.urls, len(fl.brains) - 1
     counts = [GPUS_PER_RIG] * (workers // GPUS_PER_RIG)
     if workers % GPUS_PER_RIG:
         counts.append(workers % GPUS_PER_RIG)
-    tokens = await join_tokens(brain.url, len(counts))
-    rigs = [Rig(brain.url, f"rig{n:03d}", tokens[n], gpus, stats) for n, gpus in enumerate(counts)]
+    tokens = await join_tokens(urls[0], len(counts))
+    # worker i of the fleet starts on brain i % N (Rig: first + its GPU index)
+    firsts = [sum(counts[:n]) for n in range(len(counts))]
+    rigs = [Rig(urls, f"rig{n:03d}", tokens[n], gpus, stats, firsts[n])
+            for n, gpus in enumerate(counts)]  # fmt: skip
     submitted = [0, 0]
-    jobs = [asyncio.create_task(feeder(brain.url, ADMIN, workers, stats, stop, submitted))]
+    # The feeder talks to the last brain, the one a kill never takes: a submit cut off
+    # mid-commit cannot be sent again safely (it may have been stored).
+    jobs = [asyncio.create_task(feeder(Upstream(urls, last), ADMIN, workers, stats, feeding,
+                                       submitted))]  # fmt: skip
     while submitted[0] == 0 and not stats.errors:
         await asyncio.sleep(0.1)
     everyone = [w for rig in rigs for w in rig.workers]
     for batch in range(0, len(everyone), 50):  # a fleet's rigs come up over a few seconds
         await asyncio.gather(*(w.register() for w in everyone[batch : batch + 50]))
-    task_s = tuple(float(x) for x in args.task_s.split(","))
+    lo, hi = (float(x) for x in args.task_s.split(","))
     for w in everyone:
-        jobs.append(asyncio.create_task(w.run(stop, task_s, args.load_s)))
+        jobs.append(asyncio.create_task(w.run(stop, (lo, hi), args.load_s)))
         jobs.append(asyncio.create_task(w.heartbeats(stop)))
-    jobs += [asyncio.create_task(dashboard(brain.url, ADMIN, v, stats, stop)) for v in VIEWS]
+    jobs += [asyncio.create_task(dashboard(Upstream(urls, n), ADMIN, v, stats, stop))
+             for n, v in enumerate(VIEWS)]  # fmt: skip
     jobs.append(asyncio.create_task(loop_lag(stats, stop)))
     await asyncio.sleep(args.warmup_s)
 
-    root = brain.root
-    db_path = root / "state" / "brain.db"
-    before = (time.monotonic(), cpu_seconds(brain.pid), time.process_time(),
-              db_bytes(db_path), log_bytes(root), runqueue_seconds(brain.pid))  # fmt: skip
-    phases_before, window_start = scrape(brain.url), time.time()
+    meter, roots = Meter(fl), [b.root for b in fl.brains]
+    before = meter.sample(roots)
+    phases_before, window_start = [scrape(u) for u in urls], time.time()
     probing = threading.Event()
-    probe = threading.Thread(target=fsync_probe, args=(db_path.parent, stats, probing))
+    probe = threading.Thread(target=fsync_probe, args=(fl.state, stats, probing))
     probe.start()
     stats.recording = True
-    await asyncio.sleep(args.step_s)
+    if kill_at is None:
+        await asyncio.sleep(args.step_s)
+    else:
+        await asyncio.sleep(kill_at)
+        meter.brains()  # the killed brain's last counters
+        fl.kill(0)
+        await asyncio.sleep(args.step_s - kill_at)
     stats.recording = False
     probing.set()
     probe.join()
-    after = (time.monotonic(), cpu_seconds(brain.pid), time.process_time(),
-             db_bytes(db_path), log_bytes(root), runqueue_seconds(brain.pid))  # fmt: skip
-    phases_after, window_end = scrape(brain.url), time.time()
-    load = os.getloadavg()[0]
-    rss = rss_mb(brain.pid)
+    after = meter.sample(roots)
+    phases_after = [None if n in fl.killed else scrape(u) for n, u in enumerate(urls)]
+    window_end, load = time.time(), os.getloadavg()[0]
+    rss = sum(rss_mb(b.pid) for b in fl.alive())
+    feeding.set()
+    audit, drain_s = None, 0.0
+    if kill_at is not None:  # run until every submitted task is done, then count
+        began = time.monotonic()
+        while fl.unfinished() and time.monotonic() - began < DRAIN_S:
+            await asyncio.sleep(1.0)
+        drain_s = time.monotonic() - began
+        audit = fl.audit()
+        audit["completed_twice_workers"] = sum(len(d) > 1 for d in stats.done.values())
     stop.set()
     await asyncio.wait(jobs, timeout=40)
     for rig in rigs:
         await rig.close()
-    wall = after[0] - before[0]
+    wall = after["t"] - before["t"]
     per_hour = 3600 / wall
-    brain_cpu = (after[1] - before[1]) / wall
+    each = [(a[0] - b[0]) / wall for a, b in zip(after["brains"], before["brains"], strict=True)]
+    waited = sum(a[1] - b[1] for a, b in zip(after["brains"], before["brains"], strict=True))
+    brain_cpu = sum(each)
     return {
         "workers": workers, "rigs": len(rigs), "seconds": round(wall, 1),
+        "store": fl.store, "brains": len(fl.brains),
+        "killed_at_s": kill_at, "failovers": stats.failovers,
         "exchange": summary(stats.latency["exchange"]),
         "heartbeat": summary(stats.latency["heartbeat"]),
         "renew": summary(stats.latency["renew"]),
@@ -268,52 +349,115 @@ async def drive(brain: Brain, workers: int, args: argparse.Namespace) -> dict:
         "empty_claims": stats.empty_claims, "renew_races": stats.renew_races,
         "retries": stats.retries,
         "brain_cores": round(brain_cpu, 3),
+        "per_brain_cores": [round(c, 3) for c in each],
+        "postgres_cores": round((after["server"] - before["server"]) / wall, 3),
         "brain_cpu_ms_per_task": round(1000 * brain_cpu * wall / max(1, stats.completed), 2),
-        "generator_cores": round((after[2] - before[2]) / wall, 3),
+        "generator_cores": round((after["gen"] - before["gen"]) / wall, 3),
         "generator_lag": summary(stats.latency["generator lag"]),
-        "brain_waited_for_cpu": round((after[5] - before[5]) / wall, 3),
+        "brain_waited_for_cpu": round(waited / wall, 3),
         "host_load": round(load, 2),
         "fsync": summary(stats.latency["fsync"]),
         "fsync_max_ms": round(max(stats.latency["fsync"], default=0), 1),
         "rss_mb": round(rss, 1),
-        "db_mb_per_h": round((after[3] - before[3]) * per_hour / 2**20, 1),
-        "logs_mb_per_h": round((after[4] - before[4]) * per_hour / 2**20, 1),
+        "db_mb_per_h": round((after["db"] - before["db"]) * per_hour / 2**20, 1),
+        "logs_mb_per_h": round((after["logs"] - before["logs"]) * per_hour / 2**20, 1),
         "errors": len(stats.errors), "first_errors": stats.errors[:5],
         "phases": breakdown(phases_before, phases_after),
-        "slow": slow_requests(root / "brain.log", window_start, window_end),
+        "slow": slow_requests([r / "brain.log" for r in roots], window_start, window_end),
+        "audit": audit, "drain_s": round(drain_s, 1),
     }  # fmt: skip
 
 
-def measure(workers: int, args: argparse.Namespace) -> dict:
-    with tempfile.TemporaryDirectory(prefix="airig-fleet-", dir=args.state_dir) as tmp:
-        brain = Brain(Path(tmp), {"BRAIN_SLOW_REQUEST_MS": str(SLOW_MS)}, code=args.code)
-        try:
-            brain.start()
-            row = asyncio.run(drive(brain, workers, args))
-        finally:
-            brain.stop()
-    print(f"  {workers} workers: {json.dumps(row)}", file=sys.stderr, flush=True)
+def measure(workers: int, args: argparse.Namespace, store: str | None = None,
+            brains: int | None = None, kill_at: float | None = None) -> dict:  # fmt: skip
+    store, brains = store or args.store, brains or args.brains
+    extra = {"BRAIN_SLOW_REQUEST_MS": str(SLOW_MS)}
+    with fleet(store, brains, args.state_dir, args.code, extra) as fl:
+        row = asyncio.run(drive(fl, workers, args, kill_at))
+    print(f"  {row_label(row)}, {workers} workers: {json.dumps(row)}", file=sys.stderr, flush=True)
     return row
 
 
-def verdicts(rows: list[dict]) -> list[str]:
-    last, first = rows[-1], rows[0]
-    n = last["workers"]
+def row_label(row: dict) -> str:
+    """The run in words: "PostgreSQL, 2 brains, brain 0 killed at 20 s"."""
+    store = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[row.get("store", "sqlite")]
+    n = row.get("brains", 1)
+    text = f"{store}, {n} brain{'s' if n > 1 else ''}"
+    if row.get("killed_at_s") is not None:
+        text += f", brain 0 killed at {row['killed_at_s']:g} s"
+    return text
 
-    def check(ok: bool, text: str) -> str:
-        return f"{'PASS' if ok else 'FAIL'} {text}"
 
-    ex, hb, rn = last["exchange"]["p99_ms"], last["heartbeat"]["p99_ms"], last["renew"]["p99_ms"]
-    growth = last["brain_cpu_ms_per_task"] / first["brain_cpu_ms_per_task"]
-    errors = sum(r["errors"] for r in rows)
+def check(ok: bool, text: str) -> str:
+    return f"{'PASS' if ok else 'FAIL'} {text}"
+
+
+def p99_ok(row: dict) -> bool:
+    """The latency target of a step: exchange, heartbeat and renew p99 < 50 ms, no errors."""
+    return row["errors"] == 0 and all(
+        row[k]["p99_ms"] is not None and row[k]["p99_ms"] < TARGET_MS
+        for k in ("exchange", "heartbeat", "renew")
+    )
+
+
+def cpu_check(row: dict) -> str:
+    n, cores = row["workers"], row.get("per_brain_cores", [row["brain_cores"]])
+    if len(cores) == 1:
+        return check(cores[0] < 1, f"brain CPU {cores[0]} cores at {n} workers (target < 1 core)")
+    spelled = " + ".join(str(c) for c in cores)
+    text = (f"brains' CPU {spelled} cores at {n} workers, PostgreSQL {row['postgres_cores']} "
+            "(target < 1 core per brain)")  # fmt: skip
+    return check(max(cores) < 1, text)
+
+
+def latency_checks(row: dict) -> list[str]:
+    n, where = row["workers"], row_label(row)
     return [
-        check(ex is not None and ex < 50, f"exchange p99 {ex} ms at {n} workers (target < 50 ms)"),
-        check(hb is not None and hb < 50, f"heartbeat p99 {hb} ms at {n} workers (target < 50 ms)"),
-        check(rn is not None and rn < 50, f"renew p99 {rn} ms at {n} workers (target < 50 ms)"),
-        check(
-            last["brain_cores"] < 1,
-            f"brain CPU {last['brain_cores']} cores at {n} workers (target < 1 core)",
-        ),  # fmt: skip
+        check(row[k]["p99_ms"] is not None and row[k]["p99_ms"] < TARGET_MS,
+              f"{k} p99 {row[k]['p99_ms']} ms at {n} workers, {where} (target < 50 ms)")
+        for k in ("exchange", "heartbeat", "renew")
+    ]  # fmt: skip
+
+
+def kill_checks(row: dict) -> list[str]:
+    """A step with a brain SIGKILLed: nothing lost, nothing done twice, no client error."""
+    audit, at = row["audit"], row["killed_at_s"]
+    lost = audit["lost"]
+    twice = max(audit["completed_twice_events"], audit["completed_twice_workers"])
+    return [
+        check(row["errors"] == 0, f"{row['errors']} client errors at {row['workers']} workers "
+              f"with brain 0 SIGKILLed {at:g} s into the step ({row['failovers']} clients moved "
+              "to the next brain; target 0)"),
+        check(lost == 0, f"{lost} tasks lost of {audit['submitted']} submitted after the run "
+              f"drained ({row['drain_s']} s; not SUCCEEDED: {audit['lost_by_state'] or 'none'}; "
+              "target 0)"),
+        check(twice == 0, f"{twice} tasks completed twice (task_completed events: "
+              f"{audit['completed_twice_events']}, workers' accepted leases: "
+              f"{audit['completed_twice_workers']}; {audit['retried_tasks']} tasks ran a second "
+              "attempt; target 0)"),
+    ]  # fmt: skip
+
+
+def largest_fleet(rows: list[dict]) -> str:
+    """The largest step meeting the latency target (a measurement, not a verdict)."""
+    steps = sorted(rows, key=lambda r: r["workers"])
+    where = row_label(steps[-1])
+    tried = ", ".join(f"{r['workers']} ({r['exchange']['p99_ms']} ms)" for r in steps)
+    good = [r["workers"] for r in steps if p99_ok(r)]
+    best = f"{max(good)} workers" if good else "none of the steps"
+    return (f"largest fleet {where} serve with exchange, heartbeat and renew p99 < 50 ms and no "
+            f"errors: {best} (steps, exchange p99: {tried})")  # fmt: skip
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    plain = [r for r in rows if r.get("killed_at_s") is None]
+    last, first = plain[-1], plain[0]
+    n = last["workers"]
+    growth = last["brain_cpu_ms_per_task"] / first["brain_cpu_ms_per_task"]
+    errors = sum(r["errors"] for r in plain)
+    out = [
+        *latency_checks(last),
+        cpu_check(last),
         check(errors == 0, f"{errors} errors over all steps (target 0)"),
         check(
             growth <= 1.25,
@@ -322,14 +466,19 @@ def verdicts(rows: list[dict]) -> list[str]:
             "linear in workers)",
         ),  # fmt: skip
     ]
+    for row in rows:
+        if row.get("killed_at_s") is not None:
+            out += kill_checks(row)
+    return out
 
 
 def markdown(rows: list[dict]) -> str:
+    pg = any(r.get("store") == "postgres" for r in rows)
     lines = [
         "| workers | rigs | exchange p50 / p99 ms | heartbeat p50 / p99 ms | tasks/s "
         "| brain cores | CPU ms/task | load generator cores | brain RSS MB | DB MB/h "
-        "| logs MB/h | errors |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| logs MB/h | errors |{' PostgreSQL cores |' if pg else ''}",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if pg else ""),
     ]
     for r in rows:
         ex, hb = r["exchange"], r["heartbeat"]
@@ -338,6 +487,7 @@ def markdown(rows: list[dict]) -> str:
             f"| {hb['p50_ms']} / {hb['p99_ms']} | {r['tasks_per_s']} | {r['brain_cores']} "
             f"| {r['brain_cpu_ms_per_task']} | {r['generator_cores']} | {r['rss_mb']} "
             f"| {r['db_mb_per_h']} | {r['logs_mb_per_h']} | {r['errors']} |"
+            + (f" {r.get('postgres_cores')} |" if pg else "")
         )
     return "\n".join(lines)
 
@@ -378,20 +528,26 @@ def notes(rows: list[dict], args: argparse.Namespace) -> list[str]:
         f"load generator share this host's {cores} cores",
     ]
     for r in rows:
+        who = f"{r['workers']} workers"
+        if r.get("store", "sqlite") != "sqlite" or r.get("brains", 1) > 1:
+            who = f"{row_label(r)}, {who}"
+            out.append(f"{who}: brains' cores {r['per_brain_cores']}, PostgreSQL's server "
+                       f"{r['postgres_cores']} cores, clients moved to the next brain after a "
+                       f"connection error {r['failovers']}")  # fmt: skip
         polls = ", ".join(f"`{k[5:]}` {v['p50_ms']} / {v['p99_ms']}" for k, v in r["polls"].items())
-        out.append(f"{r['workers']} workers: renew p50/p99 {r['renew']['p50_ms']} / "
+        out.append(f"{who}: renew p50/p99 {r['renew']['p50_ms']} / "
                    f"{r['renew']['p99_ms']} ms; dashboard polls p50/p99 ms: {polls}; "
                    f"empty claims {r['empty_claims']}, model loads {r['loads']}, renewals that "
                    f"crossed their completion {r['renew_races']}, requests retried after a "
                    f"transport error {r['retries']}")  # fmt: skip
-        out.append(f"{r['workers']} workers: host load average {r['host_load']} (cores: "
+        out.append(f"{who}: host load average {r['host_load']} (cores: "
                    f"{cores}), brain threads waited {r['brain_waited_for_cpu']} s per s for a "
                    f"CPU; generator's event loop late by p50/p99 {r['generator_lag']['p50_ms']}"
                    f" / {r['generator_lag']['p99_ms']} ms; one fsync on the store's disk "
                    f"p50/p99/max {r['fsync']['p50_ms']} / {r['fsync']['p99_ms']} / "
                    f"{r['fsync_max_ms']} ms")  # fmt: skip
         if r["first_errors"]:
-            out.append(f"{r['workers']} workers, first errors: {r['first_errors']}")
+            out.append(f"{who}, first errors: {r['first_errors']}")
     return out
 
 
@@ -433,9 +589,97 @@ def tail(args: argparse.Namespace, workers: int) -> int:
     return 0 if all(verdicts_ok) else 1
 
 
+def compare_row(r: dict) -> str:
+    audit = r.get("audit") or {}
+    lost = audit.get("lost", "")
+    twice = (max(audit["completed_twice_events"], audit["completed_twice_workers"])
+             if audit else "")  # fmt: skip
+    ok = p99_ok(r) and max(r["per_brain_cores"]) < 1 and lost in ("", 0) and twice in ("", 0)
+    return (f"| {row_label(r)} | {r['workers']} | {r['exchange']['p50_ms']} / "
+            f"**{r['exchange']['p99_ms']}** | {r['heartbeat']['p99_ms']} | {r['renew']['p99_ms']} "
+            f"| {r['tasks_per_s']} | {' + '.join(str(c) for c in r['per_brain_cores'])} "
+            f"| {r['postgres_cores']} | {r['fsync']['p99_ms']} | {r['errors']} | {lost} "
+            f"| {twice} | {'PASS' if ok else 'FAIL'} |")  # fmt: skip
+
+
+def compare(args: argparse.Namespace, sizes: list[int]) -> tuple[str, list[str], list[dict]]:
+    """Issue 38's protocol, in one sitting so the host's load is alike: at the largest
+    step SQLite with one brain, PostgreSQL with one, PostgreSQL with ``--brains`` (2 unless
+    more), that again with brain 0 SIGKILLed (``--kill-brain-at``), then the other steps
+    with ``--brains``: the largest fleet they serve under the target."""
+    top, many = max(sizes), max(2, args.brains)
+    runs = [("sqlite", 1, None, top), ("postgres", 1, None, top), ("postgres", many, None, top)]
+    if args.kill_brain_at is not None:
+        runs.append(("postgres", many, args.kill_brain_at, top))
+    runs += [("postgres", many, None, n) for n in sorted(set(sizes)) if n != top]
+    rows = [measure(n, args, store, brains, kill) for store, brains, kill, n in runs]
+    head = ("| run | workers | exchange p50 / p99 ms | heartbeat p99 ms | renew p99 ms | tasks/s "
+            "| brain cores | PostgreSQL cores | one fsync p99 ms | errors | lost | done twice "
+            "| target |")  # fmt: skip
+    table = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    table += [compare_row(r) for r in rows[: 3 + (args.kill_brain_at is not None)]]
+    sweep = sorted((r for r in rows if r["brains"] == many and r["killed_at_s"] is None),
+                   key=lambda r: r["workers"])  # fmt: skip
+    main_row = rows[2]
+    checks = [*latency_checks(main_row), cpu_check(main_row),
+              check(main_row["errors"] == 0, f"{main_row['errors']} errors at {top} workers, "
+                    f"{row_label(main_row)} (target 0)")]  # fmt: skip
+    for row in rows:
+        if row.get("killed_at_s") is not None:
+            checks += kill_checks(row)
+    checks.append(largest_fleet(sweep))
+    text = "\n\n".join([
+        "\n".join(table),
+        f"{row_label(main_row)}, every step:\n\n{markdown(sweep)}",
+        f"{row_label(main_row)}, {top} workers:\n\n{phase_table(main_row)}",
+        f"{row_label(rows[0])}, {top} workers:\n\n{phase_table(rows[0])}",
+    ])  # fmt: skip
+    return text, checks, rows
+
+
+def refusal(args: argparse.Namespace, sizes: list[int]) -> str | None:
+    """What is wrong with these arguments, in one line; None when they can run."""
+    if any(n < 1 or math.ceil(n / GPUS_PER_RIG) > MAX_RIGS for n in sizes):
+        return f"--workers: 1 to {GPUS_PER_RIG * MAX_RIGS} each ({MAX_RIGS} rigs of 5 GPUs)"
+    if args.brains < 1:
+        return "--brains: 1 or more"
+    if args.brains > 1 and args.store != "postgres" and not args.compare:
+        return ("--brains above 1 needs --store postgres: brains share a PostgreSQL store, "
+                "a SQLite file has one brain")  # fmt: skip
+    if args.kill_brain_at is not None:
+        if not args.compare and (args.store != "postgres" or args.brains < 2):
+            return ("--kill-brain-at needs --store postgres and --brains 2 or more: the "
+                    "fleet must have another brain to move to")  # fmt: skip
+        if not 0 <= args.kill_brain_at < args.step_s:
+            return f"--kill-brain-at: 0 to below --step-s ({args.step_s:g} s)"
+    if args.tail and (args.compare or args.store != "sqlite"):
+        return "--tail measures the SQLite brain; leave out --store, --brains and --compare"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="10,50,100,500")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the brain's store: its SQLite file, or a throwaway durable "
+                        "PostgreSQL cluster in the state folder")  # fmt: skip
+    parser.add_argument(
+        "--brains",
+        type=int,
+        default=1,
+        help="brain processes on the one store (above 1: postgres only)",
+    )
+    parser.add_argument(
+        "--kill-brain-at",
+        type=float,
+        metavar="S",
+        help="SIGKILL brain 0 S seconds into each step, then drain and count "
+        "tasks lost and completed twice (postgres, --brains 2 or more)",
+    )
+    parser.add_argument("--compare", action="store_true",
+                        help="the largest step on SQLite/1 brain, PostgreSQL/1, PostgreSQL/"
+                        "--brains (2 unless more), with --kill-brain-at once more with a kill, "
+                        "then every other step on PostgreSQL/--brains")  # fmt: skip
     parser.add_argument("--step-s", type=float, default=90.0)
     parser.add_argument("--warmup-s", type=float, default=25.0)
     parser.add_argument("--task-s", default="2,10", help="LLM task length range, seconds")
@@ -463,26 +707,38 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.workers, args.step_s, args.warmup_s = "10,50", 20.0, 15.0
-    sizes = [int(n) for n in args.workers.split(",")]
-    if any(n < 1 or math.ceil(n / GPUS_PER_RIG) > 100 for n in sizes):
-        parser.error("--workers: 1 to 500 each (at most 100 rigs of 5 GPUs)")
+    try:
+        sizes = [int(n) for n in args.workers.split(",")]
+    except ValueError:
+        parser.error(f"--workers: a comma-separated list of numbers, not {args.workers!r}")
+    wrong = refusal(args, sizes)
+    if wrong:
+        parser.error(wrong)
     if args.tail:
         return tail(args, max(sizes))
-    rows = [measure(n, args) for n in sizes]
-    checks = verdicts(rows)
-    extra = notes(rows, args)
-    anatomy = phase_table(rows[-1])
-    print(markdown(rows))
-    print(anatomy)
-    print("\n".join(checks + extra))
+    if args.compare:
+        text, checks, rows = compare(args, sizes)
+        extra = notes(rows, args)
+    else:
+        rows = [measure(n, args) for n in sizes]
+        checks = verdicts(rows)
+        if len(rows) > 1:
+            checks.append(largest_fleet([r for r in rows if r.get("killed_at_s") is None]))
+        extra = notes(rows, args)
+        text = "\n\n".join([markdown(rows), phase_table(rows[-1])])
+    bullets = [f"- {c}" for c in checks + extra]
+    print(text)
+    print("\n".join(bullets))
     if args.readme:
-        bullets = [f"- {c}" for c in checks + extra]
-        write_section(args.readme, "\n".join([markdown(rows), "", anatomy, "", *bullets]))
+        # the SQLite sweep keeps its section; runs on PostgreSQL have their own beside it
+        plain = args.store == "sqlite" and args.brains == 1 and not args.compare
+        write_section(args.readme, "\n".join([text, "", *bullets]),
+                      name=NAME if plain else f"{NAME}-postgres")  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"rows": rows, "verdicts": checks, "notes": extra},
                                         indent=1))  # fmt: skip
-    return 0 if all(c.startswith("PASS") for c in checks) else 1
+    return 0 if all(c.startswith("PASS") for c in checks if c[:4] in ("PASS", "FAIL")) else 1
 
 
 def write_section(readme: Path, text: str, name: str = NAME) -> None:

@@ -9,6 +9,11 @@ A heartbeat loop at the interval the brain gives renews the running lease
 (``/v1/tasks/{id}/heartbeat``) and sends GPU telemetry (``/v1/workers/heartbeat``), as
 ``heartbeat.py`` does. Each rig registers its workers with its own join token and shares
 one ``httpx.AsyncClient`` (keep-alive) between them.
+
+With several brains (``fleet.py --brains N``) each client has an ``Upstream``: worker i
+talks to brain i % N and, on a connection error, to the next one from then on. That
+client-side round robin stands in for the load balancer a fleet would put in front of
+its brains; any brain answers any request, so nothing else changes.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ class Stats:
     loads: int = 0
     retries: int = 0  # requests sent again after a transport error (as link.py does)
     renew_races: int = 0  # renewals answered 409 because the task had just finished
+    failovers: int = 0  # clients that moved to the next brain after a connection error
+    # task id -> the (attempt, lease) of each completion the brain accepted: two different
+    # ones is a task completed twice (a replayed report of the same lease is one)
+    done: dict[int, set[tuple[int, str]]] = field(default_factory=lambda: defaultdict(set))
 
     def time(self, kind: str, seconds: float) -> None:
         if self.recording:
@@ -59,6 +68,33 @@ class Stats:
             self.errors.append(text)
 
 
+class Upstream:
+    """The brain one client talks to: its own first, the next on a connection error."""
+
+    def __init__(self, urls: list[str], first: int = 0) -> None:
+        self.urls, self.index = urls, first % len(urls)
+
+    @property
+    def url(self) -> str:
+        return self.urls[self.index]
+
+    def failover(self, stats: Stats) -> None:
+        if len(self.urls) > 1:
+            self.index = (self.index + 1) % len(self.urls)
+            stats.failovers += 1
+
+    async def send(self, stats: Stats, client: httpx.AsyncClient, method: str, path: str,
+                   **kwargs: object) -> httpx.Response:  # fmt: skip
+        """One request; after a transport error, once more on the next brain (the
+        worker's link retries once too, link.py). The second failure is raised."""
+        try:
+            return await client.request(method, f"{self.url}{path}", **kwargs)  # type: ignore[arg-type]
+        except httpx.TransportError:
+            stats.retries += stats.recording
+            self.failover(stats)
+            return await client.request(method, f"{self.url}{path}", **kwargs)  # type: ignore[arg-type]
+
+
 def task_duration(task: dict, rng: random.Random, lo: float, hi: float) -> float:
     """A GPU task's run time: an LLM call lo..hi s, an embedding batch a third of that."""
     scale = 1.0 if task["type"] == "llm" else 1 / 3
@@ -66,8 +102,8 @@ def task_duration(task: dict, rng: random.Random, lo: float, hi: float) -> float
 
 
 class Worker:
-    def __init__(self, rig: Rig, gpu: int) -> None:
-        self.rig, self.gpu = rig, gpu
+    def __init__(self, rig: Rig, gpu: int, upstream: Upstream) -> None:
+        self.rig, self.gpu, self.upstream = rig, gpu, upstream
         self.name = f"{rig.name}-gpu{gpu}"
         self.token = ""
         self.interval_s = 10.0
@@ -101,8 +137,8 @@ class Worker:
     async def register(self) -> None:
         body = {"name": self.name, "host": self.rig.name, "classes": ["llm", "script", "resource"],
                 "gpu_index": self.gpu, **self.telemetry()}  # fmt: skip
-        answer = await self.rig.client.post(
-            "/v1/workers/register", json=body,
+        answer = await self.upstream.send(
+            self.rig.stats, self.rig.client, "POST", "/v1/workers/register", json=body,
             headers={"Authorization": f"Bearer {self.rig.join_token}"},
         )  # fmt: skip
         answer.raise_for_status()
@@ -114,17 +150,8 @@ class Worker:
         stats = self.rig.stats
         start = time.perf_counter()
         try:
-            answer = await self.rig.client.post(path, json=body, headers=self.headers,
-                                                timeout=timeout)  # fmt: skip
-        except httpx.TransportError:
-            # The worker's link retries transport failures (link.py); so does this, once.
-            stats.retries += stats.recording
-            try:
-                answer = await self.rig.client.post(path, json=body, headers=self.headers,
-                                                    timeout=timeout)  # fmt: skip
-            except httpx.HTTPError as exc:
-                stats.error(f"{kind}: {type(exc).__name__} {exc}")
-                return None
+            answer = await self.upstream.send(stats, self.rig.client, "POST", path, json=body,
+                                              headers=self.headers, timeout=timeout)  # fmt: skip
         except httpx.HTTPError as exc:
             stats.error(f"{kind}: {type(exc).__name__} {exc}")
             return None
@@ -133,6 +160,10 @@ class Worker:
             stats.error(f"{kind}: HTTP {answer.status_code} {answer.text[:200]}")
             return None
         data = answer.json()
+        for result in data.get("results", []) if kind == "exchange" else []:
+            if result["status"] == 200 and result["action"] == "complete":
+                sent = next(r for r in body["reports"] if r["task_id"] == result["task_id"])
+                stats.done[result["task_id"]].add((sent["attempt"], sent["lease_id"]))
         if kind != "exchange" or data["assignments"] or not body.get("claim"):
             stats.time(kind, elapsed)
         return data
@@ -146,14 +177,8 @@ class Worker:
         path = f"/v1/tasks/{task['task_id']}/heartbeat"
         start = time.perf_counter()
         try:
-            answer = await self.rig.client.post(path, json=lease, headers=self.headers)
-        except httpx.TransportError:
-            stats.retries += stats.recording  # retried once, as link.py retries
-            try:
-                answer = await self.rig.client.post(path, json=lease, headers=self.headers)
-            except httpx.HTTPError as exc:
-                stats.error(f"renew: {type(exc).__name__} {exc}")
-                return
+            answer = await self.upstream.send(stats, self.rig.client, "POST", path, json=lease,
+                                              headers=self.headers)  # fmt: skip
         except httpx.HTTPError as exc:
             stats.error(f"renew: {type(exc).__name__} {exc}")
             return
@@ -224,7 +249,8 @@ class Worker:
 
 
 class Rig:
-    def __init__(self, url: str, name: str, join_token: str, gpus: int, stats: Stats) -> None:
+    def __init__(self, urls: list[str], name: str, join_token: str, gpus: int, stats: Stats,
+                 first: int = 0) -> None:  # fmt: skip
         self.name, self.join_token, self.stats = name, join_token, stats
         # One connection per worker loop and per heartbeat loop, kept alive between calls.
         # Idle connections are dropped before uvicorn's 5 s keep-alive closes them: a request
@@ -232,22 +258,24 @@ class Rig:
         # the brain's.
         limits = httpx.Limits(max_connections=2 * gpus + 2, max_keepalive_connections=2 * gpus,
                               keepalive_expiry=4.0)  # fmt: skip
-        self.client = httpx.AsyncClient(base_url=url, limits=limits, timeout=30.0)
-        self.workers = [Worker(self, gpu) for gpu in range(gpus)]
+        self.client = httpx.AsyncClient(limits=limits, timeout=30.0)
+        # worker i of the fleet (first + gpu) starts on brain i % N
+        self.workers = [Worker(self, gpu, Upstream(urls, first + gpu)) for gpu in range(gpus)]
 
     async def close(self) -> None:
         await self.client.aclose()
 
 
-async def dashboard(url: str, admin: str, view: str, stats: Stats, stop: asyncio.Event) -> None:
+async def dashboard(upstream: Upstream, admin: str, view: str, stats: Stats,
+                    stop: asyncio.Event) -> None:  # fmt: skip
     """One open page: the worker list and its view's route, then 2 s after it finished."""
     headers = {"Authorization": f"Bearer {admin}", "Accept": "application/json"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60.0) as client:
+    async with httpx.AsyncClient(headers=headers, timeout=60.0) as client:
         while not stop.is_set():
             for path in ("/v1/workers", VIEWS[view]):
                 start = time.perf_counter()
                 try:
-                    answer = await client.get(path)
+                    answer = await upstream.send(stats, client, "GET", path)
                 except httpx.HTTPError as exc:
                     stats.error(f"dashboard {path}: {type(exc).__name__}")
                     continue
@@ -274,17 +302,25 @@ def plan_body(n: int, seq: int, rng: random.Random) -> dict:
     return {"name": f"fleet-{seq}", "tasks": tasks}
 
 
-async def feeder(url: str, admin: str, workers: int, stats: Stats, stop: asyncio.Event,
-                 submitted: list[int]) -> None:  # fmt: skip
-    """Keeps at least three tasks per worker queued: the claims never find the queue empty."""
+async def feeder(upstream: Upstream, admin: str, workers: int, stats: Stats,
+                 stop: asyncio.Event, submitted: list[int]) -> None:  # fmt: skip
+    """Keeps at least three tasks per worker queued: the claims never find the queue empty.
+    A submit cut off by a brain's death is not sent again (it may have been stored: the
+    audit counts the store's tasks, not these)."""
     rng = random.Random(7)
     headers = {"Authorization": f"Bearer {admin}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60.0) as client:
+    async with httpx.AsyncClient(headers=headers, timeout=60.0) as client:
         while not stop.is_set():
             while submitted[0] - stats.completed_total < 3 * workers:
                 size = min(500, max(50, workers))
                 start = time.perf_counter()
-                answer = await client.post("/v1/plans", json=plan_body(size, submitted[1], rng))
+                body = plan_body(size, submitted[1], rng)
+                try:
+                    answer = await client.post(f"{upstream.url}/v1/plans", json=body)
+                except httpx.TransportError as exc:
+                    upstream.failover(stats)
+                    stats.error(f"submit: {type(exc).__name__} {exc}")
+                    break
                 stats.time("submit", time.perf_counter() - start)
                 if answer.status_code != 201:
                     stats.error(f"submit: HTTP {answer.status_code} {answer.text[:200]}")

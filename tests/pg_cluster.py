@@ -74,7 +74,9 @@ class Cluster:
         return f"postgresql+psycopg://{USER}:{password}@/{database}?host={self.folder}&port={PORT}"
 
     @classmethod
-    def start(cls, bin_dir: Path, folder: Path) -> Cluster:
+    def start(cls, bin_dir: Path, folder: Path, durable: bool = False) -> Cluster:
+        """``durable``: the server flushes its WAL at each commit as a real deployment does
+        (the benchmarks); the tests' default trades that away for speed."""
         began = time.monotonic()
         cluster = cls(bin_dir, folder)
         owner = _as_owner()
@@ -93,11 +95,12 @@ class Cluster:
             check=True, capture_output=True, timeout=120, cwd=folder, **owner,  # type: ignore[call-overload]
         )  # fmt: skip
         pwfile.unlink()
+        fast = [] if durable else ["-c", "fsync=off", "-c", "full_page_writes=off",
+                                   "-c", "synchronous_commit=off"]  # fmt: skip
         with cluster.log.open("wb") as log:
             cluster.process = subprocess.Popen(  # type: ignore[call-overload]
                 [str(bin_dir / "postgres"), "-D", str(cluster.data), "-k", str(folder),
-                 "-p", str(PORT), "-c", "listen_addresses=", "-c", "fsync=off",
-                 "-c", "full_page_writes=off", "-c", "synchronous_commit=off",
+                 "-p", str(PORT), "-c", "listen_addresses=", *fast,
                  "-c", "max_connections=300"],
                 stdout=log, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True, **owner,
             )  # fmt: skip
