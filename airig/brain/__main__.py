@@ -46,11 +46,12 @@ def snapshot(settings: BrainSettings, dest: str) -> int:
     """``--snapshot PATH``: a consistent copy of the live store (store/backups.py), run by
     `backup` in the brain's container while the brain serves; prints what it holds. A
     failure (no store at BRAIN_DB, a full or read-only destination) is one plain line on
-    stderr naming the store or the destination: `backup` quotes the last line it reads."""
+    stderr naming the store or the destination: `backup` quotes the last line it reads. A
+    store on PostgreSQL is refused the same way: its backup is pg_dump's."""
     from airig.brain.store.backups import take_snapshot
 
     try:
-        summary = take_snapshot(settings.db_path, Path(dest))
+        summary = take_snapshot(settings.db_path, Path(dest), settings.database_url)
     except AirigError as exc:
         print(f"{exc.message}; {exc.hint}" if exc.hint else exc.message, file=sys.stderr)
         return 1

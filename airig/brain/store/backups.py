@@ -24,11 +24,12 @@ def record(
     conn: sqlite3.Connection, created_at: float, archive: str, size: int, sha256: str,
     models: bool,
 ) -> int:  # fmt: skip
-    cursor = conn.execute(
-        "INSERT INTO backups (created_at, archive, bytes, sha256, models) VALUES (?,?,?,?,?)",
+    row = conn.execute(
+        """INSERT INTO backups (created_at, archive, bytes, sha256, models) VALUES (?,?,?,?,?)
+           RETURNING id""",  # PostgreSQL has no lastrowid
         (created_at, archive, size, sha256, int(models)),
-    )
-    return int(cursor.lastrowid or 0)
+    ).fetchone()
+    return int(row[0])
 
 
 def newest(conn: sqlite3.Connection, limit: int = 1) -> list[sqlite3.Row]:
@@ -47,7 +48,7 @@ SNAPSHOT_TABLES = ("plans", "tasks", "tokens", "workers")
 SIDE_FILES = ("", "-journal", "-wal", "-shm")
 
 
-def take_snapshot(db_path: Path, dest: Path) -> dict[str, Any]:
+def take_snapshot(db_path: Path, dest: Path, database_url: str = "") -> dict[str, Any]:
     """A consistent copy of the live store at ``dest`` through SQLite's online backup API:
     one read transaction in WAL mode, so it waits for no writer and holds none up. A file
     copy of a live database can catch a half-written page or miss the WAL; this cannot.
@@ -57,7 +58,17 @@ def take_snapshot(db_path: Path, dest: Path) -> dict[str, Any]:
     empty store and snapshot that. The copy is written to a ``.part`` file beside ``dest``
     (``O_EXCL|O_NOFOLLOW``, mode 600) and renamed over it only once whole and checked, so
     a full or read-only destination leaves no empty or half file, and ``dest`` keeps what
-    it held. Every failure is one AirigError naming the store or the destination."""
+    it held. Every failure is one AirigError naming the store or the destination.
+
+    A store on PostgreSQL (``database_url``) has no file to copy and is refused before
+    anything is opened: its backup is ``pg_dump``'s, which `backup` takes instead."""
+    if database_url:
+        raise ConfigError(
+            "the brain's store is on PostgreSQL (BRAIN_DATABASE_URL): --snapshot copies only "
+            "a SQLite store, and backups of a PostgreSQL store are pg_dump's",
+            "run `backup` on the host (it takes pg_dump -Fc in the postgres container); "
+            "nothing was written",
+        )
     source = _open_store(db_path)
     try:
         return _write_copy(source, dest)

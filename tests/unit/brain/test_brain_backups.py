@@ -20,7 +20,9 @@ RECORD = {"archive": "airig-backup-20261125T080000Z.tar.gz", "bytes": 1234,
 
 
 def test_a_snapshot_of_the_live_store_holds_every_committed_row(tmp_path):
-    brain = h.make_brain(tmp_path)
+    # SQLite's store whatever AIRIG_TEST_STORE says: the snapshot is SQLite's backup API (on
+    # PostgreSQL it is refused: test_brain_snapshot.py; the backup is pg_dump's)
+    brain = h.make_brain(tmp_path, BRAIN_DATABASE_URL="")
     plan_id = h.submit(brain, [h.noop("a"), h.noop("b", ["a"])])
     with brain.db.tx() as conn:  # a writer holds the store meanwhile: the snapshot waits not
         conn.execute("UPDATE tasks SET priority = 7 WHERE plan_id = ?", (plan_id,))

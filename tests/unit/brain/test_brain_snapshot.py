@@ -27,8 +27,10 @@ SKIP = "a tmpfs mount needs root (CAP_SYS_ADMIN)"
 
 
 def store(tmp_path: Path, filler_bytes: int = 0) -> Path:
-    """A brain's store with one plan (and ``filler_bytes`` more in a table of its own)."""
-    brain = h.make_brain(tmp_path)
+    """A brain's store with one plan (and ``filler_bytes`` more in a table of its own).
+    SQLite's, whatever AIRIG_TEST_STORE says: --snapshot copies the SQLite file by SQLite's
+    backup API; on PostgreSQL it refuses (test_a_store_on_postgresql_is_refused...)."""
+    brain = h.make_brain(tmp_path, BRAIN_DATABASE_URL="")
     h.submit(brain, [h.noop("a")])
     if filler_bytes:
         with sqlite3.connect(brain.settings.db_path) as conn:
@@ -38,11 +40,11 @@ def store(tmp_path: Path, filler_bytes: int = 0) -> Path:
     return brain.settings.db_path
 
 
-def snapshot_cli(db: Path, dest: Path) -> subprocess.CompletedProcess[str]:
+def snapshot_cli(db: Path, dest: Path, **more: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAIN_", "AIRIG_"))}
     env.update({"BRAIN_DB": str(db), "BRAIN_RESULTS_DIR": str(db.parent / "results"),
                 "BRAIN_ADMIN_TOKEN": "admin-secret-token",
-                "WORKER_BOOTSTRAP_TOKEN": "bootstrap-secret-token"})  # fmt: skip
+                "WORKER_BOOTSTRAP_TOKEN": "bootstrap-secret-token", **more})  # fmt: skip
     return subprocess.run(
         [sys.executable, "-m", "airig.brain", "--snapshot", str(dest)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
@@ -204,3 +206,33 @@ def test_a_brain_db_that_is_a_folder_is_one_line(tmp_path: Path) -> None:
     db = tmp_path / "brain.db"
     db.mkdir()
     one_line(snapshot_cli(db, tmp_path / "snap.db"), f"BRAIN_DB {db} is not a file")
+
+
+# ------------------------------------------------------------------ a store on PostgreSQL
+# No server is needed: the refusal comes before anything is opened.
+PG_URL = "postgresql://brain:s3cret-pw@127.0.0.1:1/airig"
+
+
+def test_a_store_on_postgresql_is_refused_in_one_line_naming_pg_dump(tmp_path: Path) -> None:
+    """BRAIN_DATABASE_URL set: the SQLite file at BRAIN_DB (here a real one, left from before
+    the move) is not the store, and copying it would be a backup of stale data."""
+    db = store(tmp_path)
+    before = db.read_bytes()
+    out = tmp_path / "out"
+    out.mkdir()
+    dest = out / "snap.db"
+    dest.write_bytes(b"an earlier, whole snapshot")
+    line = one_line(snapshot_cli(db, dest, BRAIN_DATABASE_URL=PG_URL), "PostgreSQL", "pg_dump")
+    assert "s3cret-pw" not in line  # the URL's password is never printed
+    assert sorted(os.listdir(out)) == ["snap.db"]
+    assert dest.read_bytes() == b"an earlier, whole snapshot"
+    assert db.read_bytes() == before
+
+
+def test_take_snapshot_on_postgresql_opens_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "state" / "brain.db"  # no file at all: still the PostgreSQL refusal
+    with pytest.raises(AirigError) as caught:
+        backups.take_snapshot(missing, tmp_path / "snap.db", database_url=PG_URL)
+    assert "pg_dump" in caught.value.message and "\n" not in caught.value.message
+    assert "nothing was written" in (caught.value.hint or "")
+    assert os.listdir(tmp_path) == []
