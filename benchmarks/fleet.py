@@ -426,8 +426,8 @@ def kill_checks(row: dict) -> list[str]:
     twice = max(audit["completed_twice_events"], audit["completed_twice_workers"])
     return [
         check(row["errors"] == 0, f"{row['errors']} client errors at {row['workers']} workers "
-              f"with brain 0 SIGKILLed {at:g} s into the step ({row['failovers']} clients moved "
-              "to the next brain; target 0)"),
+              f"with brain 0 SIGKILLed {at:g} s into the step ({row['failovers']} moves of a "
+              "client to the next brain; target 0)"),
         check(lost == 0, f"{lost} tasks lost of {audit['submitted']} submitted after the run "
               f"drained ({row['drain_s']} s; not SUCCEEDED: {audit['lost_by_state'] or 'none'}; "
               "target 0)"),
@@ -532,8 +532,8 @@ def notes(rows: list[dict], args: argparse.Namespace) -> list[str]:
         if r.get("store", "sqlite") != "sqlite" or r.get("brains", 1) > 1:
             who = f"{row_label(r)}, {who}"
             out.append(f"{who}: brains' cores {r['per_brain_cores']}, PostgreSQL's server "
-                       f"{r['postgres_cores']} cores, clients moved to the next brain after a "
-                       f"connection error {r['failovers']}")  # fmt: skip
+                       f"{r['postgres_cores']} cores, moves of a client to the next brain after a "
+                       f"transport error {r['failovers']}")  # fmt: skip
         polls = ", ".join(f"`{k[5:]}` {v['p50_ms']} / {v['p99_ms']}" for k, v in r["polls"].items())
         out.append(f"{who}: renew p50/p99 {r['renew']['p50_ms']} / "
                    f"{r['renew']['p99_ms']} ms; dashboard polls p50/p99 ms: {polls}; "

@@ -54,7 +54,7 @@ class Stats:
     loads: int = 0
     retries: int = 0  # requests sent again after a transport error (as link.py does)
     renew_races: int = 0  # renewals answered 409 because the task had just finished
-    failovers: int = 0  # clients that moved to the next brain after a connection error
+    failovers: int = 0  # moves of a client to the next brain after a transport error
     # task id -> the (attempt, lease) of each completion the brain accepted: two different
     # ones is a task completed twice (a replayed report of the same lease is one)
     done: dict[int, set[tuple[int, str]]] = field(default_factory=lambda: defaultdict(set))
