@@ -4,7 +4,6 @@ claim (issue 9, items 6 to 9). Each must now be one clear refusal, or render bou
 from __future__ import annotations
 
 import json
-import sqlite3
 import textwrap
 import tracemalloc
 
@@ -20,6 +19,7 @@ from airig.brain.plans.load import load_plan
 from airig.brain.plans.parse import PlanSyntaxError, parse_plan
 from airig.brain.plans.validate import MAX_REPORTED_ERRORS, Limits, PlanInvalid
 from airig.brain.store import results
+from airig.brain.store.engines import open_store
 from airig.common.protocol import PlanErrorBody
 from airig.common.protocol import TaskState as S
 
@@ -328,5 +328,9 @@ def test_hostile_plans_are_a_422_and_store_nothing(tmp_path, body, content_type)
         answer = client.post("/v1/plans", headers=headers, content=body)
     assert answer.status_code == 422, answer.text
     PlanErrorBody.model_validate(answer.json())
-    with sqlite3.connect(settings.db_path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == 0
+    store = open_store(settings.db_path, settings.database_url)  # the engine the brain used
+    try:
+        with store.read() as conn:
+            assert conn.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == 0
+    finally:
+        store.close()

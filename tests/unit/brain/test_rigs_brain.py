@@ -149,7 +149,7 @@ def test_a_live_workers_name_stays_its_own_across_rigs(client):
 
 def silence(client, name: str) -> None:
     """As if the worker crashed a lease ago: its last heartbeat is long past."""
-    with sqlite3.connect(client.app.state.settings.db_path) as conn:
+    with client.app.state.brain.db.tx() as conn:  # the running brain's store, either engine
         conn.execute("UPDATE workers SET last_heartbeat = 1.0 WHERE id = ?", (name,))
 
 
