@@ -159,7 +159,7 @@ import brain_helpers as h
 import pytest
 from airig.brain.store import events
 
-brain = h.make_brain(__import__("pathlib").Path({tmp!r}))
+brain = h.make_brain(__import__("pathlib").Path({tmp!r}), BRAIN_DATABASE_URL={url!r})
 h.submit(brain, [h.noop("a")])
 real = events._append_at
 def die(path, text, offset):
@@ -177,7 +177,10 @@ def test_a_brain_killed_between_commit_and_file_write_catches_up_on_restart(tmp_
     from pathlib import Path
 
     tests = str(Path(__file__).resolve().parents[1])
-    code = KILLED.format(tests=tests, tmp=str(tmp_path))
+    # the parent's store, given whole: the child has tests/unit only (no pg_stores), and
+    # AIRIG_TEST_STORE=postgresql gives this folder its database here ("" = the file)
+    url = h.make_settings(tmp_path).database_url
+    code = KILLED.format(tests=tests, tmp=str(tmp_path), url=url)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
     assert done.returncode == -9, done.stderr.decode()[-2000:]
     again = h.make_brain(tmp_path)
