@@ -416,6 +416,9 @@ def _mount_subcommands() -> None:
     from airig.launcher.cli.update import register as register_update
 
     register_update(app)  # update [SERVICE] [--check]
+    from airig.launcher.cli.store import register as register_store
+
+    register_store(app, _settings, _ensure_env)  # migrate-store: SQLite → PostgreSQL
 
 
 _mount_subcommands()
