@@ -30,7 +30,9 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings],
         (AIRIG_BRAIN_STORE=postgres), before a brain starts on it; then run up."""
         from airig.launcher.lifecycle.store_move import move_store
 
-        ensure_env(repo_root())  # POSTGRES_PASSWORD generated, as `up` would
+        root = repo_root()
+        if (root / ".env").is_file():  # no .env: the knob is sqlite, refused; none made
+            ensure_env(root)  # POSTGRES_PASSWORD generated, as `up` would
         move_store(settings_of(), Docker(), _say, yes=yes)
 
 

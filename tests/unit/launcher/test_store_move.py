@@ -107,6 +107,7 @@ class Compose:
 
     def up(self, **options: Any) -> None:
         self.engine.calls.append(("compose-up", self.stack.name, options))
+        self.engine.profiles = self.stack.profiles
 
 
 class Engine:
@@ -285,6 +286,7 @@ def test_postgres_then_its_health_then_one_copy_with_the_state_read_only(kit):
     assert "down" not in kinds  # the brain was not running: nothing stopped
     up = next(c for c in engine.calls if c[0] == "compose-up")
     assert up[1] == "01-infra" and up[2]["services"] == ["postgres"] and up[2]["detach"]
+    assert "postgres" in engine.profiles  # the service's profile is on
     volume = f"{settings.project_prefix}-brain-state"
     state = {volume: {"bind": "/state", "mode": "ro"}}
     look = next(c for c in engine.calls if c[0] == "look")
@@ -384,6 +386,21 @@ def test_a_target_that_holds_rows_says_how_to_go_on(kit):
     assert "`python start_services.py down`" in error.hint and "keep it" in error.hint
 
 
+def test_ctrl_c_during_the_copy_removes_its_container(kit):
+    engine = Engine()
+
+    def interrupted() -> Any:
+        yield b"copying events: 9000000 rows\n"
+        raise KeyboardInterrupt
+
+    engine.copy_out = interrupted()  # type: ignore[assignment]
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        move_store(settings_of(kit), engine, said.append)
+    assert ("remove", "copy", True) in engine.calls
+    assert said[-1] == "copying events: 9000000 rows"
+
+
 def test_an_engine_that_refuses_the_copy_container_is_one_line(kit):
     engine = Engine()
 
@@ -419,6 +436,14 @@ def test_the_command_refuses_the_sqlite_knob_in_one_line(launcher_kit, monkeypat
     code, _out, err = run_cli(monkeypatch, capsys, None, "migrate-store")
     one_error(code, err, "AIRIG_BRAIN_STORE is sqlite")
     assert engine.calls == []
+
+
+def test_the_command_without_env_refuses_and_makes_none(launcher_kit, monkeypatch, capsys):
+    engine = Engine()
+    monkeypatch.setattr("airig.launcher.cli.store.Docker", lambda: engine)
+    code, _out, err = run_cli(monkeypatch, capsys, None, "migrate-store", "--yes")
+    one_error(code, err, "AIRIG_BRAIN_STORE is sqlite")
+    assert not (launcher_kit / ".env").exists() and engine.calls == []
 
 
 def test_the_command_runs_the_move_and_prints_its_lines(launcher_kit, monkeypatch, capsys):
