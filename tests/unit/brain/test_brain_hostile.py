@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
 
 import brain_helpers as h
@@ -18,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from airig.brain.api.app import create_app, served
 from airig.brain.api.fastpath import ExchangeFastPath
+from airig.brain.store import engines
 from airig.common.protocol import ErrorBody, PlanErrorBody
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
@@ -48,8 +48,12 @@ def submit(client, tasks):
 
 
 def count_rows(settings, table):
-    with sqlite3.connect(settings.db_path) as conn:
-        return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    db = engines.open_store(settings.db_path, settings.database_url)  # as the brain opens it
+    try:
+        with db.read() as conn:
+            return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    finally:
+        db.close()
 
 
 # ------------------------------------------------------------------ 1. path traversal
