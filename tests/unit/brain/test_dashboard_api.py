@@ -207,33 +207,43 @@ def test_without_a_plan_only_the_newest_window_is_searched(client, two_plans, mo
     assert len(events(client, plan=first, type="task_submitted")["events"]) == 2
 
 
-@pytest.mark.parametrize("plan", [None, "plan-1"])
-def test_event_queries_use_an_index(client, plan):
-    sql, params = event_search.events_query(
-        500_000, plan, "task_submitted", "a", "w1", after_id=0, limit=50
-    )
-    with brain_of(client).db.read() as conn:
-        steps = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
-    assert all(step.startswith("SEARCH") for step in steps), steps
+class TestOnSQLitesPlanner:
+    """SQLite's store whatever AIRIG_TEST_STORE says: these read SQLite's planner (EXPLAIN
+    QUERY PLAN) for the statements tuned for it. ``client`` here overrides the module's."""
 
+    @pytest.fixture
+    def client(self, tmp_path):
+        with _client(tmp_path, BRAIN_MODELS_URL="http://127.0.0.1:9/models",
+                     BRAIN_DATABASE_URL="") as client:  # fmt: skip
+            yield client
 
-def test_every_poll_of_counts_reads_an_index_only(client, two_plans):
-    """The queue view and the plans list run on every dashboard poll: with 100k tasks a
-    scan of the task rows cost hundreds of ms (benchmarks/dashboard.py)."""
-    from airig.brain.api.routes.plans import plan_view
-    from airig.brain.store import plans as plan_store
+    @pytest.mark.parametrize("plan", [None, "plan-1"])
+    def test_event_queries_use_an_index(self, client, plan):
+        sql, params = event_search.events_query(
+            500_000, plan, "task_submitted", "a", "w1", after_id=0, limit=50
+        )
+        with brain_of(client).db.read() as conn:
+            steps = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        assert all(step.startswith("SEARCH") for step in steps), steps
 
-    plan = two_plans[0]
-    with brain_of(client).db.read() as conn:
-        queue = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {task_queue.LIVE_GROUPS}")]
-        counts = [
-            row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {plan_store.STATE_COUNTS}", (plan,))
-        ]
-        row = conn.execute("SELECT * FROM plans WHERE id = ?", (plan,)).fetchone()
-        view = plan_view(conn, row, with_tasks=False)
-    assert all("COVERING INDEX" in step for step in queue), queue
-    assert all("COVERING INDEX" in step for step in counts), counts
-    assert view["task_total"] == sum(view["counts"].values()) > 0
+    def test_every_poll_of_counts_reads_an_index_only(self, client, two_plans):
+        """The queue view and the plans list run on every dashboard poll: with 100k tasks a
+        scan of the task rows cost hundreds of ms (benchmarks/dashboard.py)."""
+        from airig.brain.api.routes.plans import plan_view
+        from airig.brain.store import plans as plan_store
+
+        plan = two_plans[0]
+        with brain_of(client).db.read() as conn:
+            queue = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {task_queue.LIVE_GROUPS}")]
+            counts = [
+                row[3]
+                for row in conn.execute(f"EXPLAIN QUERY PLAN {plan_store.STATE_COUNTS}", (plan,))
+            ]
+            row = conn.execute("SELECT * FROM plans WHERE id = ?", (plan,)).fetchone()
+            view = plan_view(conn, row, with_tasks=False)
+        assert all("COVERING INDEX" in step for step in queue), queue
+        assert all("COVERING INDEX" in step for step in counts), counts
+        assert view["task_total"] == sum(view["counts"].values()) > 0
 
 
 # ------------------------------------------------------------------ models
