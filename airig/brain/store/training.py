@@ -352,12 +352,20 @@ def task_rows(
 ) -> dict[tuple[str, str], sqlite3.Row]:
     """The rows of these (plan, key) pairs, one query (the (plan_id, key) unique index);
     the columns the export reads, not the outputs."""
-    if not keys:
+    # A name no task can have (a NUL, a lone surrogate: a log line's JSON may escape
+    # either) is not asked for: it has no row, and PostgreSQL's jsonb refuses the whole
+    # parameter for it
+    held = sorted(pair for pair in keys if all(_storable(name) for name in pair))
+    if not held:
         return {}
     rows = conn.execute(
-        _TASK_ROWS_PG if dialect.is_pg(conn) else _TASK_ROWS, (json.dumps(sorted(keys)),)
+        _TASK_ROWS_PG if dialect.is_pg(conn) else _TASK_ROWS, (json.dumps(held),)
     ).fetchall()
     return {(row["plan_id"], row["key"]): row for row in rows}
+
+
+def _storable(name: str) -> bool:
+    return "\x00" not in name and _encodable(name)
 
 
 def _chat(

@@ -360,3 +360,19 @@ def test_an_untrusted_rig_s_answer_and_what_read_it_are_left_out_as_the_run_mark
         page = client.get("/v1/training/samples", headers=ADMIN).json()
     assert [s["task"] for s in page["samples"]] == ["own"]
     assert page["excluded"] == {"untrusted_rig": 1, "untrusted_input": 1}
+
+
+@pytest.mark.parametrize(
+    ("field", "name"),
+    [("plan", "p\\u0000"), ("task_id", "a\\u0000"), ("plan", "\\ud800"), ("task_id", "\\udfff")],
+)
+def test_a_task_name_no_store_holds_is_a_task_gone_never_an_error(brain, field, name):
+    """An escaped NUL or a lone surrogate is valid JSON, so the line parses; no task has
+    such a name, and PostgreSQL's jsonb refuses both in a parameter: the sample counts as
+    task_gone on either engine and the lines beside it still export."""
+    plan = plan_of(brain, keys=("a", "b"))
+    hostile = json.dumps(sample(plan, "a")).replace(f'"{sample(plan, "a")[field]}"', f'"{name}"')
+    write_log(brain, sample(plan, "b"), hostile.encode() + b"\n", sample(plan, "a"))
+    got = export(brain)
+    assert [s["task"] for s in got.samples] == ["b", "a"]
+    assert dict(got.excluded) == {"task_gone": 1}
