@@ -24,7 +24,7 @@ from airig.brain.ops.notify import Notifier, parse_urls
 from airig.brain.scheduling import reaper
 from airig.brain.scheduling.placement import Placement
 from airig.brain.settings import BrainSettings
-from airig.brain.store import retention
+from airig.brain.store import dialect, retention
 from airig.brain.store.engines import open_store
 from airig.brain.store.events import EventLog, Outbox
 from airig.brain.store.groupcommit import GroupCommit, after_commit, close_failed
@@ -42,7 +42,11 @@ class Brain:
         settings.results_dir.mkdir(parents=True, exist_ok=True)
         self.db = open_store(settings.db_path, settings.database_url)
         # Whether the store can be written (a full or read-only disk), from its writes.
-        self.store_health = StoreHealth(settings.db_path.parent)
+        # On PostgreSQL the server's URL (masked): its disk is not the brain's to read.
+        server = str(getattr(self.db, "where", ""))
+        self.store_health = StoreHealth(
+            server if dialect.is_pg(self.db) else settings.db_path.parent
+        )
         self._recording = threading.Lock()  # one writer of ended outages' alerts at a time
         self._group = GroupCommit(self.db, self._committed)
         self.events = EventLog(

@@ -220,7 +220,11 @@ def _as_sqlite(exc: psycopg.Error) -> sqlite3.Error:
         )
     else:
         kind = sqlite3.DatabaseError
-    return kind(f"PostgreSQL: {words}")
+    converted = kind(f"PostgreSQL: {words}")
+    # the server's SQLSTATE, as sqlite3 keeps sqlite_errorcode: unwritable.py tells a full
+    # disk (53100) or a server refusing writes (25006) from any other failure by it
+    converted.sqlstate = exc.sqlstate  # type: ignore[attr-defined]
+    return converted
 
 
 class PgCursor:

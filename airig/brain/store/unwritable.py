@@ -13,6 +13,12 @@ lives here while it holds, since the alerts table is in the store that cannot be
 written; it is recorded there once the store can be (``ops/alerts.py``). Meanwhile no
 heartbeat or lease renewal can be saved, so liveness is not judged: a worker whose
 heartbeat failed to save is not down.
+
+On PostgreSQL the server says it by SQLSTATE (``pg.py`` keeps it on the error): 53100
+disk_full is a full store, 25006 read_only_sql_transaction a server that refuses writes (a
+standby, ``default_transaction_read_only``). The store is then no volume of the brain's:
+``where`` is the server's URL (password masked), whose free space the brain cannot read,
+so a full store counts as writable again at its next commit.
 """
 
 from __future__ import annotations
@@ -37,10 +43,14 @@ RETRY_AFTER_S = 30  # how long a client waits before it sends the write again
 # outage that ended at each such commit would fire its alert again at the next failure.
 RECOVERED_FREE_BYTES = 4 * 1024 * 1024
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+PG_DISK_FULL, PG_READ_ONLY = "53100", "25006"  # PostgreSQL's SQLSTATEs
 
 
-def free_bytes(where: Path) -> int | None:
-    """Bytes an unprivileged writer may still use on ``where``'s volume; None unknown."""
+def free_bytes(where: Path | str) -> int | None:
+    """Bytes an unprivileged writer may still use on ``where``'s volume; None unknown (a
+    PostgreSQL server's URL: not a volume of ours)."""
+    if not isinstance(where, Path):
+        return None
     try:
         found = os.statvfs(where)
     except OSError:
@@ -48,7 +58,9 @@ def free_bytes(where: Path) -> int | None:
     return found.f_bavail * found.f_frsize
 
 
-def _read_only_volume(where: Path) -> bool:
+def _read_only_volume(where: Path | str) -> bool:
+    if not isinstance(where, Path):
+        return False
     try:
         return bool(os.statvfs(where).f_flag & os.ST_RDONLY)
     except OSError:
@@ -71,7 +83,7 @@ def size_text(n: int | None) -> str:
 class StoreUnwritable(Exception):
     """A write the store could not take; nothing of it was stored."""
 
-    def __init__(self, kind: str, where: Path, free: int | None) -> None:
+    def __init__(self, kind: str, where: Path | str, free: int | None) -> None:
         self.kind, self.where, self.free = kind, where, free
         self.status = STATUS[kind]
         self.retry_after_s = RETRY_AFTER_S
@@ -91,7 +103,17 @@ class StoreUnwritable(Exception):
     @property
     def detail(self) -> str:
         """The refusal's one line: what holds, that nothing was stored, the fix."""
-        if self.kind == FULL:
+        if isinstance(self.where, str):  # a PostgreSQL server's: its disk, its settings
+            fix = (
+                "free space on the database server's disk (the postgres service's volume: "
+                "`docker system df` shows what Docker holds there; `plans --prune` once a "
+                "little room is back) or give it a larger one"
+                if self.kind == FULL
+                else "make the PostgreSQL server accept writes again (a standby refuses them "
+                "until promoted; default_transaction_read_only off; a volume it lost "
+                "remounted read-write)"
+            ) + "; the brain resumes by itself, then send this again"
+        elif self.kind == FULL:
             fix = (
                 "free space on that disk (`docker system df` shows what Docker holds there; "
                 "`plans --prune` once a little room is back) or give it a larger one; the "
@@ -118,10 +140,11 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return found
 
 
-def kind_of(exc: BaseException, where: Path, sqlite_readonly: bool = True) -> str | None:
+def kind_of(exc: BaseException, where: Path | str, sqlite_readonly: bool = True) -> str | None:
     """FULL, READ_ONLY or None (another failure). ``sqlite_readonly=False``: a plain
     SQLITE_READONLY counts only when the volume says read-only too (a read connection
-    refuses writes with it by design: a bug, not a read-only disk)."""
+    refuses writes with it by design: a bug, not a read-only disk); so does PostgreSQL's
+    read_only_sql_transaction, a read connection's refusal too."""
     for error in _chain(exc):
         if isinstance(error, StoreUnwritable):
             return error.kind
@@ -131,6 +154,11 @@ def kind_of(exc: BaseException, where: Path, sqlite_readonly: bool = True) -> st
             if error.errno == errno.EROFS:
                 return READ_ONLY
             continue
+        state = getattr(error, "sqlstate", None)  # PostgreSQL's (pg.py)
+        if state == PG_DISK_FULL:
+            return FULL
+        if state == PG_READ_ONLY and sqlite_readonly:
+            return READ_ONLY
         name = getattr(error, "sqlite_errorname", "") or ""
         if name == "SQLITE_FULL":
             return FULL
@@ -162,8 +190,10 @@ class Episode:
 class StoreHealth:
     """Whether the store can be written, from what its writes met (thread-safe)."""
 
-    def __init__(self, where: Path, clock: Callable[[], float] = time.time) -> None:
-        self.where = where  # the database's folder: the volume the store lives on
+    def __init__(self, where: Path | str, clock: Callable[[], float] = time.time) -> None:
+        # the database's folder (the volume the store lives on), or a PostgreSQL server's
+        # URL (masked): a str, no volume of ours
+        self.where = where
         self.clock = clock
         self._lock = threading.Lock()
         self._episode: Episode | None = None

@@ -5,7 +5,10 @@ heartbeats could not be saved, and recovery by itself.
 
 The store is made full and read-only at its write connection, with SQLite's own errors:
 ``max_page_count`` (SQLITE_FULL, the transaction rolled back by SQLite as on a full disk)
-and ``query_only`` (SQLITE_READONLY). A real filesystem that fills up:
+and ``query_only`` (SQLITE_READONLY). On PostgreSQL (``AIRIG_TEST_STORE=postgresql``, and
+the ``pg_url`` tests below always) with the server's: a statement trigger on every table
+raising disk_full (53100), and ``default_transaction_read_only`` on the write connection
+(25006, as a standby answers). A real filesystem that fills up:
 tests/integration/test_brain_store_full.py."""
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from fastapi import HTTPException
 from fastapi.testclient import TestClient
 
 from airig.brain.api.app import create_app
-from airig.brain.store import unwritable
+from airig.brain.store import dialect, unwritable
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
@@ -30,28 +33,55 @@ SMALL = {"name": "s", "tasks": [{"id": "a", "type": "noop"}]}
 UNLIMITED = 1073741823
 
 
+PG_FULL = """CREATE OR REPLACE FUNCTION airig_test_full() RETURNS trigger AS $$
+BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'
+      USING ERRCODE = 'disk_full'; END $$ LANGUAGE plpgsql"""
+
+
 class Store:
     """Makes the brain's store full, read-only, or writable again, at its connection."""
 
     def __init__(self, brain) -> None:
         self.brain, self.monkeypatch = brain, pytest.MonkeyPatch()
+        self.pg = dialect.is_pg(brain.db)
 
     def full(self) -> None:
         with self.brain.db.writer() as conn:
-            pages = conn.execute("PRAGMA page_count").fetchone()[0]
-            conn.execute(f"PRAGMA max_page_count = {pages}")
+            if self.pg:  # every write the server is asked for fails as on a full disk
+                conn.execute(PG_FULL)
+                for table in self._pg_tables(conn):
+                    conn.execute(
+                        f"CREATE OR REPLACE TRIGGER airig_test_full BEFORE INSERT OR UPDATE"
+                        f" OR DELETE ON {table} EXECUTE FUNCTION airig_test_full()"
+                    )
+            else:
+                pages = conn.execute("PRAGMA page_count").fetchone()[0]
+                conn.execute(f"PRAGMA max_page_count = {pages}")
         # The disk is full too: a commit that fits the pages it has is no recovery.
         self.monkeypatch.setattr(unwritable, "free_bytes", lambda where: 0)
 
     def read_only(self) -> None:
         with self.brain.db.writer() as conn:
-            conn.execute("PRAGMA query_only = 1")
+            if self.pg:
+                conn.execute("SET default_transaction_read_only = on")
+            else:
+                conn.execute("PRAGMA query_only = 1")
 
     def writable(self) -> None:
         with self.brain.db.writer() as conn:
-            conn.execute(f"PRAGMA max_page_count = {UNLIMITED}")
-            conn.execute("PRAGMA query_only = 0")
+            if self.pg:
+                conn.execute("SET default_transaction_read_only = off")
+                for table in self._pg_tables(conn):
+                    conn.execute(f"DROP TRIGGER IF EXISTS airig_test_full ON {table}")
+            else:
+                conn.execute(f"PRAGMA max_page_count = {UNLIMITED}")
+                conn.execute("PRAGMA query_only = 0")
         self.monkeypatch.undo()
+
+    @staticmethod
+    def _pg_tables(conn) -> list[str]:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        return [row[0] for row in rows]
 
 
 @pytest.fixture
@@ -77,7 +107,8 @@ def store_alert_events(brain) -> list[str]:
     with brain.db.read() as conn:
         rows = conn.execute(
             "SELECT event_type FROM events WHERE event_type LIKE 'alert_%'"
-            " AND json_extract(body_json, '$.alert') = 'store_unwritable' ORDER BY id"
+            f" AND {dialect.json_text(conn, 'body_json', 'alert')} = 'store_unwritable'"
+            " ORDER BY id"
         )
         return [row[0] for row in rows]
 
@@ -122,7 +153,10 @@ def test_a_read_only_store_answers_503_with_the_fix(rig):
     assert refused.status_code == 503, refused.text
     assert refused.json()["retryable"] is True
     assert "store is read-only" in refused.json()["detail"]
-    assert "remount it read-write" in refused.json()["detail"]
+    if store.pg:  # the server refuses: its fix, not a volume of the brain's
+        assert "make the PostgreSQL server accept writes again" in refused.json()["detail"]
+    else:
+        assert "remount it read-write" in refused.json()["detail"]
     assert client.get("/health").json()["store"] == "read_only"
 
 
@@ -330,3 +364,77 @@ def test_a_commit_that_squeezes_onto_a_full_disk_does_not_end_the_outage(tmp_pat
     ended = health.wrote()
     assert ended is not None and (ended.since, ended.ended) == (10.0, 30.0)
     assert health.wrote() is None and health.unrecorded() == [ended]
+
+
+# ---- PostgreSQL: the server's SQLSTATE, the server's URL --------------------------------
+def _pg_error(sqlstate: str) -> sqlite3.OperationalError:
+    error = sqlite3.OperationalError(f"PostgreSQL: {sqlstate}")
+    error.sqlstate = sqlstate  # as pg.py keeps it
+    return error
+
+
+def test_postgresqls_disk_full_and_read_only_transaction_are_the_store_and_nothing_else():
+    server = "postgresql://brain:***@postgres/airig"
+    kind = unwritable.kind_of
+    assert kind(_pg_error("53100"), server) == "full"
+    assert kind(_pg_error("25006"), server) == "read_only"
+    # a read connection refuses writes with 25006 too: a bug, not the store
+    assert kind(_pg_error("25006"), server, sqlite_readonly=False) is None
+    for other in ("23505", "53200", "53300", "08006", "40001", "", "5310"):
+        assert kind(_pg_error(other), server) is None, other
+    complaint = _pg_error("25P02")  # "current transaction is aborted", raised while handling
+    complaint.__context__ = _pg_error("53100")
+    assert kind(complaint, server) == "full"
+
+
+def test_a_full_postgresql_store_names_the_server_and_ends_at_its_next_commit():
+    """The server's free space is not the brain's to read: unknown, never the local disk's;
+    a commit after the outage ends it (no local volume says otherwise)."""
+    server = "postgresql://brain:***@postgres/airig"
+    health = unwritable.StoreHealth(server, clock=iter([10.0, 20.0]).__next__)
+    refusal = health.failed(_pg_error("53100"))
+    assert refusal is not None and refusal.status == 507 and refusal.free is None
+    assert f"store is full: unknown space free on {server}" in refusal.detail
+    assert "database server's disk" in refusal.detail and "\n" not in refusal.detail
+    ended = health.wrote()
+    assert ended is not None and (ended.since, ended.ended) == (10.0, 20.0)
+    read_only = unwritable.StoreHealth(server).failed(_pg_error("25006"))
+    assert read_only is not None and read_only.status == 503
+    assert "make the PostgreSQL server accept writes again" in read_only.detail
+
+
+def test_a_postgresql_store_full_then_read_only_then_recovered(pg_url, tmp_path, monkeypatch):
+    """On a real server whatever AIRIG_TEST_STORE says: psycopg's errors reach the brain's
+    edge as 507 / 503 with the server named, one alert, recovery by itself."""
+    settings = h.make_settings(tmp_path, BRAIN_DATABASE_URL=pg_url, BRAIN_CLAIM_WAIT_S=0,
+                               BRAIN_REAPER_INTERVAL_S=3600)  # fmt: skip
+    app = create_app(settings)
+    brain = app.state.brain
+    store = Store(brain)
+    assert store.pg and isinstance(brain.store_health.where, str)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        monkeypatch.setattr(brain.notifier, "send", lambda notices: None)
+        try:
+            store.full()
+            refused = client.post("/v1/plans", headers=ADMIN, json=SMALL)
+            assert refused.status_code == 507, refused.text
+            assert f"free on {brain.store_health.where}" in refused.json()["detail"]
+            store.writable()
+            store.read_only()
+            refused = client.post("/v1/plans", headers=ADMIN, json=SMALL)
+            assert refused.status_code == 503, refused.text
+            assert client.get("/health").json()["store"] == "read_only"
+        finally:
+            store.writable()
+        answer = client.post("/v1/plans", headers=ADMIN, json=SMALL)
+        assert answer.status_code == 201, answer.text
+        assert client.get("/health").json()["status"] == "ok"
+        assert store_alert_events(brain) == ["alert_fired", "alert_cleared"]
+
+        def bug() -> None:
+            with brain.db.read() as conn:
+                conn.execute("DELETE FROM plans")  # a read connection: the server refuses
+
+        client.app.router.add_api_route("/v1/test-bug", bug)
+        assert client.get("/v1/test-bug").status_code == 500
+        assert brain.store_health.episode is None
