@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from airig.brain.store import dialect
 from airig.brain.store.groupcommit import GroupCommit, Pending
 from airig.brain.store.unwritable import StoreUnwritable
 from tests.unit.brain_helpers import make_brain
@@ -96,18 +97,42 @@ def test_a_write_inside_a_write_is_refused_not_a_deadlock(tmp_path):
 def test_a_non_durable_write_commits_and_leaves_the_store_durable(tmp_path):
     brain = make_brain(tmp_path)
     _kv(brain)
+    pg = dialect.is_pg(brain.db)
+    if pg:  # the test cluster runs with it off (tests/pg_cluster.py): a server's default
+        with brain.db.writer() as conn:
+            conn.execute("SET synchronous_commit = on")
     brain.write(lambda conn, o, t: conn.execute("INSERT INTO kv VALUES ('beat', 1)"), False)
     assert _rows(brain) == {"beat": 1}
+    if pg:  # SET LOCAL synchronous_commit = off ended with its commit
+        with brain.db.writer() as conn:
+            assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        return
     with brain.db.read() as conn:
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
 
 
-def _fill(brain) -> None:
+def _fill(brain, over: int = 0) -> None:
     """SQLITE_FULL for any write that needs a new page, as on a full disk: SQLite rolls
-    the whole transaction back itself."""
+    the whole transaction back itself. On PostgreSQL the server's disk_full (53100) for
+    every row of kv whose v is over ``over``: the statement fails, not the transaction."""
     with brain.db.writer() as conn:
+        if dialect.is_pg(conn):
+            conn.execute(f"""CREATE FUNCTION kv_full() RETURNS trigger AS $$
+                BEGIN IF NEW.v > {int(over)} THEN RAISE EXCEPTION 'No space left on device'
+                USING ERRCODE = 'disk_full'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql""")
+            conn.execute("CREATE TRIGGER kv_full BEFORE INSERT ON kv FOR EACH ROW"
+                         " EXECUTE FUNCTION kv_full()")  # fmt: skip
+            return
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def _room(brain) -> None:
+    with brain.db.writer() as conn:
+        if dialect.is_pg(conn):
+            conn.execute("DROP TRIGGER kv_full ON kv")
+        else:
+            conn.execute("PRAGMA max_page_count = 1073741823")
 
 
 def test_a_write_that_committed_is_answered_even_if_publishing_it_fails(tmp_path):
@@ -131,7 +156,9 @@ def test_a_write_that_committed_is_answered_even_if_publishing_it_fails(tmp_path
 
 
 def test_a_full_store_fails_the_whole_batch_with_sqlite_full_and_recovers(tmp_path):
-    brain = make_brain(tmp_path)
+    # SQLite's store whatever AIRIG_TEST_STORE says: SQLite rolls the whole transaction
+    # back on SQLITE_FULL; PostgreSQL fails the statement (the next test)
+    brain = make_brain(tmp_path, BRAIN_DATABASE_URL="")
     _kv(brain)
     _fill(brain)
     group = GroupCommit(brain.db, lambda outbox: None)
@@ -155,17 +182,47 @@ def test_a_full_store_fails_the_whole_batch_with_sqlite_full_and_recovers(tmp_pa
     assert _rows(brain) == {"z": 1}
 
 
+def test_a_full_postgresql_store_fails_only_the_write_that_met_it(tmp_path, pg_url):
+    """On a real server whatever AIRIG_TEST_STORE says: disk_full fails one statement, and
+    the write's savepoint takes it back alone; the batch's others commit."""
+    brain = make_brain(tmp_path, BRAIN_DATABASE_URL=pg_url)
+    _kv(brain)
+    _fill(brain, over=1000)
+    group = GroupCommit(brain.db, lambda outbox: None)
+
+    def put(key: str, value: int):
+        return Pending(lambda conn, outbox, now: conn.execute(
+            "INSERT INTO kv VALUES (?, ?)", (key, value)).rowcount)  # fmt: skip
+
+    batch = [put("small", 1), put("big", 50_000), put("after", 2)]
+    group._commit(batch)
+    assert [getattr(p.error, "sqlstate", p.error) for p in batch] == [None, "53100", None]
+    assert all(p.done for p in batch)
+    assert _rows(brain) == {"small": 1, "after": 2}
+    with brain.db.writer() as conn:
+        assert not conn.in_transaction
+    with pytest.raises(StoreUnwritable) as failed:  # 507 through the brain's write
+        brain.write(lambda conn, o, t: conn.execute("INSERT INTO kv VALUES ('z', 5000)"))
+    assert failed.value.kind == "full" and failed.value.status == 507
+    _room(brain)
+    assert brain.write(
+        lambda conn, o, t: conn.execute("INSERT INTO kv VALUES ('z', 5000)").rowcount
+    )
+    assert _rows(brain) == {"small": 1, "after": 2, "z": 5000}
+    brain.db.close()
+
+
 def test_a_non_durable_write_on_a_full_store_leaves_no_transaction_open(tmp_path):
     brain = make_brain(tmp_path)
     _kv(brain)
     _fill(brain)
+    # an integer on PostgreSQL, whose kv.v takes no text; the page-filling text on SQLite
+    value = 50_000 if dialect.is_pg(brain.db) else "x" * 50_000
     with pytest.raises(StoreUnwritable) as failed:  # 507, with the fix (store/unwritable.py)
-        brain.write(
-            lambda c, o, t: c.execute("INSERT INTO kv VALUES ('x', ?)", ("x" * 50_000,)), False
-        )
+        brain.write(lambda c, o, t: c.execute("INSERT INTO kv VALUES ('x', ?)", (value,)), False)
     assert failed.value.kind == "full" and failed.value.status == 507
     with brain.db.writer() as conn:
         assert not conn.in_transaction
-        conn.execute("PRAGMA max_page_count = 1073741823")
+    _room(brain)
     brain.write(lambda conn, o, t: conn.execute("INSERT INTO kv VALUES ('beat', 1)"), False)
     assert _rows(brain) == {"beat": 1}
