@@ -63,7 +63,9 @@ def load(sql_file: Path, into: Path) -> None:
 
 
 def test_a_new_store_is_the_store_the_code_before_made(tmp_path):
-    brain = h.make_brain(tmp_path)
+    # SQLite's store whatever AIRIG_TEST_STORE says: the statements in sqlite_master are
+    # compared (test_store_migrations_pg.py checks PostgreSQL's against metadata)
+    brain = h.make_brain(tmp_path, BRAIN_DATABASE_URL="")
     try:
         with brain.db.read() as conn:
             made = shape(conn)
@@ -78,7 +80,9 @@ def test_a_new_store_is_the_store_the_code_before_made(tmp_path):
 
 
 def test_an_early_brains_store_opens_and_migrates_to_the_schema_of_today(tmp_path):
-    fresh = h.make_brain(tmp_path / "fresh")
+    # SQLite's stores whatever AIRIG_TEST_STORE says: an early brain's file, compared by
+    # sqlite_master and PRAGMAs (test_store_migrations_pg.py: PostgreSQL's upgrades)
+    fresh = h.make_brain(tmp_path / "fresh", BRAIN_DATABASE_URL="")
     try:
         with fresh.db.read() as conn:
             want = shape(conn)
@@ -90,7 +94,7 @@ def test_an_early_brains_store_opens_and_migrates_to_the_schema_of_today(tmp_pat
         assert "tasks_state" in shape(conn)  # what migrate drops
         assert "escalate" not in str(shape(conn)["tasks"])  # what it adds
     for _ in range(2):  # and a second opening finds nothing left to do
-        brain = h.make_brain(tmp_path / "old")
+        brain = h.make_brain(tmp_path / "old", BRAIN_DATABASE_URL="")
         try:
             with brain.db.read() as conn:
                 assert shape(conn) == want
@@ -108,7 +112,7 @@ def test_an_early_brains_store_opens_and_migrates_to_the_schema_of_today(tmp_pat
         assert tuple(task) == ("SUCCEEDED", "never", 0)
         assert tuple(goal) == ("a goal", None)
     ids = tokens  # the ids given on the first opening are kept on the second
-    brain = h.make_brain(tmp_path / "old")
+    brain = h.make_brain(tmp_path / "old", BRAIN_DATABASE_URL="")
     try:
         with brain.db.read() as conn:
             again = {row["name"]: row["id"] for row in conn.execute("SELECT * FROM tokens")}
