@@ -61,7 +61,9 @@ def create(
         "id": DRAFT_KEY, "type": "plan", "task_class": "llm", "payload": payload,
         "retry_count": DRAFT_RETRIES, "name": "draft a plan for the goal",
     }  # fmt: skip
-    plan, tainted = validate_plan({"name": f"goal: {goal[:60]}", "tasks": [task]}, Limits())
+    # the plan's name quotes the goal, a NUL escaped: a name holds none (plans/validate.py)
+    name = f"goal: {goal[:60]}".replace("\x00", "\\x00")
+    plan, tainted = validate_plan({"name": name, "tasks": [task]}, Limits())
     goal_id = uuid.uuid4().hex[:12]
     drafting = submit.insert_plan(
         conn, outbox, plan, tainted, now, submitted_by=submitted_by,

@@ -41,7 +41,11 @@ def _shown(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _summary(errors: list[dict[str, Any]]) -> str:
     parts = [f"{e.get('task') or 'plan'}.{e.get('field')}: {e.get('message')}" for e in errors]
     more = f" (and {len(parts) - 5} more)" if len(parts) > 5 else ""
-    return "the model's plan was refused: " + "; ".join(parts[:5]) + more
+    text = "the model's plan was refused: " + "; ".join(parts[:5]) + more
+    # The errors quote the model's answer (an id it proposed, as it spelled it): a control
+    # character there is written escaped, so the task's error is one readable line and a
+    # NUL, which PostgreSQL's text refuses, never fails the completion that stores it.
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def accept(

@@ -171,7 +171,17 @@ def _check_task(
     if (spec.task_class == "resource") != (spec.type == "resource"):
         errors.append(_error(spec.id, "task_class", "class 'resource' goes with type 'resource'"))
     _check_payload(spec, errors)
+    for column in ("name", "model"):  # the payload's model included: it becomes the task's
+        _check_no_nul(spec.id, column, getattr(spec, column), errors)
     return spec, False
+
+
+def _check_no_nul(task: str | None, field: str, value: Any, errors: list[dict[str, Any]]) -> None:
+    """A name stored as a column of its own holds no NUL: PostgreSQL's text refuses one
+    (a 500 for the whole plan), SQLite's reads would cut the name there. Payload values
+    may: the payload is stored as JSON text, where a NUL is written escaped."""
+    if isinstance(value, str) and "\x00" in value:
+        errors.append(_error(task, field, "holds a NUL character (\\u0000); remove it"))
 
 
 def _names(kind: str, names: list[str]) -> str:
@@ -347,6 +357,7 @@ def validate_plan(
     name = data.get("name") or "plan"
     if not isinstance(name, str | int | float) or isinstance(name, bool):
         errors.append(_error(None, "name", f"the plan name must be text, got {name!r:.60}"))
+    _check_no_nul(None, "name", name, errors)
     if errors:
         raise PlanInvalid(bounded(errors, max_errors), too_large=too_large, fixes=fixes)
     plan = PlanSpec(name=str(name)[:200], tasks=specs, fixes=fixes, rerun=rerun is True)

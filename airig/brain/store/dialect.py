@@ -11,13 +11,16 @@ connection the statement runs on (``of``): ``sqlite3.Connection`` is SQLite's,
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import json
+import re
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 _savepoints = itertools.count()
+_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str, only a lone one is ever seen
 
 
 def of(conn: Any) -> str:
@@ -60,6 +63,20 @@ def json_values(conn: Any, param: str = "?", cast: str = "") -> str:
         value = f"value::{cast}" if cast else "value"
         return f"SELECT {value} FROM jsonb_array_elements_text(({param})::jsonb) AS j(value)"
     return f"SELECT value FROM json_each({param})"
+
+
+def text_holdable(value: str) -> bool:
+    """Whether PostgreSQL's text can hold ``value``: no NUL, no lone surrogate (not UTF-8).
+    A name from input (a model's answer, a log line: JSON may escape either) with one
+    names no row of the store, whose keys and ids never hold them."""
+    return "\x00" not in value and not _SURROGATE.search(value)
+
+
+def json_list(values: Iterable[Any]) -> str:
+    """The JSON array parameter of ``json_values``: the values less the strings no row can
+    equal (``text_holdable``), for which PostgreSQL's jsonb would refuse the whole
+    statement where SQLite finds nothing."""
+    return json.dumps([v for v in values if not isinstance(v, str) or text_holdable(v)])
 
 
 @contextmanager

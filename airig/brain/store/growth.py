@@ -38,7 +38,7 @@ def tasks_named(conn: sqlite3.Connection, plan_id: str, keys: list[str]) -> list
     """The plan's tasks of these keys, whole rows."""
     return conn.execute(
         f"SELECT * FROM tasks WHERE plan_id = ? AND key IN ({dialect.json_values(conn)})",
-        (plan_id, json.dumps(keys)),
+        (plan_id, dialect.json_list(keys)),
     ).fetchall()
 
 
@@ -46,7 +46,7 @@ def keys_taken(conn: sqlite3.Connection, plan_id: str, keys: list[str]) -> list[
     """Which of these keys the plan already has (rows of ``key``)."""
     return conn.execute(
         f"SELECT key FROM tasks WHERE plan_id = ? AND key IN ({dialect.json_values(conn)})",
-        (plan_id, json.dumps(keys)),
+        (plan_id, dialect.json_list(keys)),
     ).fetchall()
 
 

@@ -355,17 +355,13 @@ def task_rows(
     # A name no task can have (a NUL, a lone surrogate: a log line's JSON may escape
     # either) is not asked for: it has no row, and PostgreSQL's jsonb refuses the whole
     # parameter for it
-    held = sorted(pair for pair in keys if all(_storable(name) for name in pair))
+    held = sorted(pair for pair in keys if all(dialect.text_holdable(name) for name in pair))
     if not held:
         return {}
     rows = conn.execute(
         _TASK_ROWS_PG if dialect.is_pg(conn) else _TASK_ROWS, (json.dumps(held),)
     ).fetchall()
     return {(row["plan_id"], row["key"]): row for row in rows}
-
-
-def _storable(name: str) -> bool:
-    return "\x00" not in name and _encodable(name)
 
 
 def _chat(

@@ -50,7 +50,7 @@ def tainted_sources(conn: sqlite3.Connection, task: sqlite3.Row) -> list[str]:
     rows = conn.execute(
         f"""SELECT key FROM tasks WHERE plan_id = ? AND tainted_output = 1
            AND key IN ({dialect.json_values(conn)}) ORDER BY key""",
-        (task["plan_id"], json.dumps(keys)),
+        (task["plan_id"], dialect.json_list(keys)),
     ).fetchall()
     return [row["key"] for row in rows]
 

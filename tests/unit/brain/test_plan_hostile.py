@@ -318,8 +318,17 @@ def test_small_templates_still_render():
         (b'{"name": "\xff", "tasks": []}', "application/json"),
         (b'{"name": "p", "tasks": [{"id": "a", "type": "noop"},'
          b' {"id": "b", "type": "noop", "depends_on": ["a", "a"]}]}', "application/json"),
+        # a NUL in a name stored as a column (PostgreSQL's text refuses it: was a 500)
+        (json_plan("{}", name='"p\\u0000"'), "application/json"),
+        (b'{"name": "p", "tasks": [{"id": "a", "type": "noop", "name": "n\\u0000"}]}',
+         "application/json"),
+        (b'{"name": "p", "tasks": [{"id": "a", "type": "llm",'
+         b' "payload": {"model": "m\\u0000", "prompt": "x"}}]}', "application/json"),
+        (b'name: "p"\ntasks:\n- id: a\n  type: llm\n  model: "m\\0"\n'
+         b'  payload: {prompt: x}\n', "application/yaml"),
     ],
-    ids=["alias-bomb", "deep", "binary", "markdown-payload", "2**64", "not-utf8", "dup-dep"],
+    ids=["alias-bomb", "deep", "binary", "markdown-payload", "2**64", "not-utf8", "dup-dep",
+         "nul-plan-name", "nul-task-name", "nul-payload-model", "nul-yaml-model"],
 )  # fmt: skip
 def test_hostile_plans_are_a_422_and_store_nothing(tmp_path, body, content_type):
     settings = h.make_settings(tmp_path)
@@ -334,3 +343,28 @@ def test_hostile_plans_are_a_422_and_store_nothing(tmp_path, body, content_type)
             assert conn.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == 0
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "where"),
+    [
+        (json_plan("{}", name='"p\\u0000"'), "application/json", (None, "name")),
+        (b'{"name": "p", "tasks": [{"id": "a", "type": "noop", "name": "\\u0000"}]}',
+         "application/json", ("a", "name")),
+        (b'{"name": "p", "tasks": [{"id": "a", "type": "llm",'
+         b' "payload": {"model": "m\\u0000", "prompt": "x"}}]}', "application/json",
+         ("a", "model")),
+        (b'name: "p"\ntasks:\n- id: a\n  type: llm\n  model: "m\\0"\n  payload: {prompt: x}\n',
+         "application/yaml", ("a", "model")),
+    ],
+)  # fmt: skip
+def test_a_nul_in_a_name_stored_as_a_column_is_refused_where_it_is(body, content_type, where):
+    """Names and models are columns of their own: PostgreSQL's text refuses a NUL (the
+    submit was a 500, retryable) and SQLite's reads cut the name there. A payload value
+    may hold one: the payload is JSON text, where it is written escaped."""
+    with pytest.raises(PlanInvalid) as refused:
+        load(body, content_type)
+    assert [(e["task"], e["field"]) for e in refused.value.errors] == [where]
+    assert "NUL" in refused.value.errors[0]["message"]
+    plan, _, _ = load(json_plan('{"echo": "a\\u0000b"}'), "application/json")
+    assert plan.tasks[0].payload["echo"] == "a\x00b"

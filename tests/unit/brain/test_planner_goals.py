@@ -227,3 +227,16 @@ def test_the_goal_routes(tmp_path):
         assert rejected.json()["state"] == "rejected"
         assert client.get("/v1/goals/nope", headers=admin).status_code == 404
         assert client.get("/v1/goals", headers={"Authorization": "Bearer x"}).status_code == 401
+
+
+def test_an_answer_quoting_a_nul_fails_the_attempt_with_the_nul_written_escaped(brain):
+    """The errors quote the answer's ids as the model spelled them: a NUL there is written
+    escaped into the task's error (PostgreSQL's text refuses a NUL: the completion failed)."""
+    plan_id = submit(brain, [plan_task()])
+    run_plan_task(brain, plan_id, "p", {"tasks": [noop("a\x00b")]}, NOW)
+    failed = row(brain, plan_id, "p")
+    assert failed["state"] == "RETRY_WAIT" and failed["error_type"] == "invalid_plan"
+    assert "\x00" not in failed["error"] and "a\\x00b.id: " in failed["error"]
+    retry = run_plan_task(brain, plan_id, "p", {"tasks": [noop("x")]}, NOW + 100)
+    assert retry["previous_errors"][0]["task"] == "a\x00b"  # the model sees its own answer
+    assert state_of(brain, plan_id) == {"p": "SUCCEEDED", "p__x": "READY"}

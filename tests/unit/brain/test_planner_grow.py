@@ -153,3 +153,21 @@ def test_sensitive_parent_makes_sensitive_subtasks_and_empty_adds_nothing(tmp_pa
     assert grow(brain, plan_id, "p", [])[0] == []
     grow(brain, plan_id, "p", [noop("a")])
     assert row(brain, plan_id, "p__a")["sensitive"] == 1
+
+
+@pytest.mark.parametrize("name", ["a\x00", "\ud800", "x\udfff"])
+def test_a_proposed_name_no_task_can_have_is_refused_not_a_store_error(tmp_path, name):
+    """A model's answer may escape a NUL or a lone surrogate in JSON: as an id or as a
+    dependency it names no task, and is refused as one, on either engine (PostgreSQL's
+    jsonb refused the whole lookup for it, failing the completion)."""
+    brain = make_brain(tmp_path)
+    plan_id = submit(brain, [noop("p"), noop("q")])
+    with pytest.raises(GrowthRefused) as as_dep:
+        grow(brain, plan_id, "p", [noop("y", [name, "q"])])
+    assert errors_of(as_dep) == [("y", "depends_on", f"unknown task {name!r}")]
+    with pytest.raises(GrowthRefused) as as_id:
+        grow(brain, plan_id, "p", [noop(name)])
+    assert [(task, field) for task, field, _ in errors_of(as_id)] == [(name, "id")]
+    assert set(state_of(brain, plan_id)) == {"p", "q"}
+    uids, _ = grow(brain, plan_id, "p", [noop("y", ["q"])])  # the store still takes a good one
+    assert len(uids) == 1
