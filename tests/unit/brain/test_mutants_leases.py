@@ -114,6 +114,33 @@ def test_a_replayed_final_failure_is_answered_again_and_recorded_once(brain):
     assert h.state_of(brain, plan) == {"a": "FAILED", "b": "UPSTREAM_FAILED"}
 
 
+def test_a_failure_whose_words_hold_a_nul_is_stored_escaped_and_replays_as_itself(brain):
+    """A worker's error is stored as text, where PostgreSQL refuses a NUL: the report (and
+    each retry of it) failed whole, the task stuck in its lease. Escaped, it is recorded
+    on either engine, and the same report again is still its replay."""
+    plan = h.submit(brain, [h.noop("a", retry_count=5), h.noop("b", ["a"])])
+    h.claim(brain, T0)
+    words = {"error_type": "bad\x00input", "message": "no\x00pe\n", "retryable": False}
+    failed = fail(brain, plan, "a", T0, **words)
+    again = fail(brain, plan, "a", T0 + 5, **words)
+    assert (again["state"], again["error"], again["error_type"]) == (
+        "FAILED", "no\\x00pe\n", "bad\\x00input",
+    )  # fmt: skip
+    assert again["task_errors"] == failed["task_errors"] == 1
+    assert h.events(brain, plan).count("task_failed") == 1
+
+
+def test_a_release_reason_holding_a_nul_is_stored_escaped(brain):
+    plan = h.submit(brain, [h.noop("a")])
+    h.claim(brain, T0)
+    task = h.row(brain, plan, "a")
+    released = brain.write(lambda conn, outbox, _: leases.release(
+        conn, outbox, states.get_task(conn, task["id"]), "w1", h.ref(task), "stop\x00now",
+        T0 + 1,
+    ))  # fmt: skip
+    assert (released["state"], released["reason"]) == ("READY", "stop\\x00now")
+
+
 @pytest.mark.parametrize(
     "different",
     [
