@@ -198,10 +198,6 @@ def fail(
     report: FailRequest, now: float, policy: RetryPolicy, settings: BrainSettings,
     placement: Placement | None = None,
 ) -> sqlite3.Row:  # fmt: skip
-    if "\x00" in report.error_type or "\x00" in report.message:
-        report = report.model_copy(update={
-            "error_type": _no_nul(report.error_type), "message": _no_nul(report.message),
-        })  # fmt: skip
     digest = results.failure_hash(report.error_type, report.message)
     if is_replay(task, worker_id, report, digest):
         return task
@@ -235,14 +231,8 @@ def release(
 ) -> sqlite3.Row:  # fmt: skip
     check_fence(task, worker_id, ref)
     return states.transition(
-        conn, outbox, task, S.READY, now, "task_released", ready_at=now, reason=_no_nul(reason)
+        conn, outbox, task, S.READY, now, "task_released", ready_at=now, reason=reason
     )
-
-
-def _no_nul(text: str) -> str:
-    """A worker's words as the task's error or reason: a NUL written escaped. PostgreSQL's
-    text refuses a NUL, so the report (and every retry of it) would fail whole."""
-    return text.replace("\x00", "\\x00")
 
 
 def drop_leases(

@@ -44,9 +44,10 @@ def enqueue(
 
 def update(conn: sqlite3.Connection, request_id: str, **columns: Any) -> None:
     assignments = ", ".join(f"{name} = ?" for name in columns)
-    conn.execute(
-        f"UPDATE escalations SET {assignments} WHERE id = ?", (*columns.values(), request_id)
-    )
+    # an error may quote the provider's or the model's words: a NUL written escaped, as
+    # PostgreSQL's text refuses one (request_json is JSON, where json.dumps escapes it)
+    values = [v.replace("\x00", "\\x00") if isinstance(v, str) else v for v in columns.values()]
+    conn.execute(f"UPDATE escalations SET {assignments} WHERE id = ?", (*values, request_id))
 
 
 def get(conn: sqlite3.Connection, request_id: str) -> sqlite3.Row | None:

@@ -76,6 +76,7 @@ def transition(
     columns["state"] = to
     if to in S.TERMINAL:
         columns.setdefault("finished_at", now)
+    _escape_nul(columns)
     assignments = ", ".join(f"{name} = ?" for name in columns)
     # RETURNING gives the new row without a second query (SQLite >= 3.35).
     updated = conn.execute(
@@ -90,6 +91,18 @@ def transition(
     if to in S.TERMINAL and updated["fanout_group"] is not None:
         _item_ended(conn, outbox, updated, now)
     return updated
+
+
+# Columns that quote words from outside the brain (a worker's error, a model's answer, the
+# external tier's failure): PostgreSQL's text refuses a NUL, and the whole write with it.
+_QUOTING = ("error", "error_type", "reason")
+
+
+def _escape_nul(columns: dict[str, Any]) -> None:
+    for name in _QUOTING:
+        value = columns.get(name)
+        if isinstance(value, str) and "\x00" in value:
+            columns[name] = value.replace("\x00", "\\x00")
 
 
 def _item_ended(conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row, now: float) -> None:
@@ -229,6 +242,7 @@ def retry_or_fail(
 
 
 def _set(conn: sqlite3.Connection, task_id: int, **columns: Any) -> None:
+    _escape_nul(columns)
     assignments = ", ".join(f"{name} = ?" for name in columns)
     conn.execute(f"UPDATE tasks SET {assignments} WHERE id = ?", (*columns.values(), task_id))
 

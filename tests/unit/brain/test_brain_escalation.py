@@ -366,6 +366,19 @@ def test_a_refused_call_fails_the_task(tmp_path):
     assert calls(brain)[0]["state"] == "failed"
 
 
+def test_a_refusal_quoting_a_nul_fails_the_task_with_the_nul_escaped(tmp_path):
+    """The gateway's error quotes the provider's words; PostgreSQL's text refuses a NUL,
+    which failed the sender's whole write (the call stayed due, sent again each tick)."""
+    brain = h.make_brain(tmp_path, **ON)
+    plan = h.submit(brain, [h.noop("a", escalate="always"), h.noop("b", ["a"])])
+    refused = CallResult(ok=False, error="gateway HTTP 400: bad \x00 byte")
+    sender(brain, Recorder(refused)).tick()
+    assert h.state_of(brain, plan) == {"a": "FAILED", "b": "UPSTREAM_FAILED"}
+    (call,) = calls(brain)
+    assert (call["state"], call["error"]) == ("failed", "gateway HTTP 400: bad \\x00 byte")
+    assert "\\x00" in h.row(brain, plan, "a")["error"]
+
+
 def test_retries_stop_after_max_attempts(tmp_path):
     brain = h.make_brain(tmp_path, **ON)
     plan = h.submit(brain, [h.noop("a", escalate="always")])
