@@ -79,6 +79,7 @@ LANES = {
 # a developer waits for").
 MODULE_LANE = {
     "test_kit_blast_radius.py": "b",
+    "test_kit_postgres.py": "b",
     "test_kit_pull.py": "b",
     "test_kit_up_down.py": "b",
     "test_kit_workloads.py": "b",

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every image the e2e tests use, each cached by its own script: the Debian base and the
 # Vulkan image (debootstrap, side by side: both wait on the network), the wheelhouse, the
-# stand-ins and the kit's own image (side by side: both wait on the base and the
-# wheelhouse), then the stand-ins pushed to the test registry.
+# stand-ins with the real PostgreSQL server after them (build-postgres.sh) and the kit's
+# own image (side by side: both wait on the base and the wheelhouse), then the stand-ins
+# and PostgreSQL pushed to the test registry.
 # One run at a time on a machine: it holds ${TMPDIR:-/tmp}/airig-test-images.lock, the lock
 # the e2e fixture `test_images` takes (tests/e2e/conftest.py), so .ci/run can build in the
 # background while the unit tests run and the e2e kits wait for it.
@@ -40,5 +41,6 @@ both() {  # run two commands side by side; fail when either fails, with its outp
 both "bash '$here/build-base.sh'" "bash '$here/build-vulkan.sh'"
 [ "$only" = 0 ] || exit 0
 bash "$here/wheelhouse.sh"
-both "bash '$here/../standins/build.sh' ${force[*]:-}" "python3 '$here/build_kit.py'"
+both "bash '$here/../standins/build.sh' ${force[*]:-} && bash '$here/build-postgres.sh' ${force[*]:-}" \
+  "python3 '$here/build_kit.py'"
 bash "$here/registry.sh" push

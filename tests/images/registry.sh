@@ -6,7 +6,8 @@
 # every address, with htpasswd auth (/etc/docker/registry/config.yml).
 # Usage: tests/images/registry.sh [start|push|address|stop]
 #   start    run it if it is not running (idempotent); prints its address 127.0.0.1:PORT
-#   push     start, then push every image of images.yaml as its stand-in, and untag the
+#   push     start, then push every image of images.yaml as its stand-in, and the real
+#            PostgreSQL test image as library/postgres:15-debian (below), and untag the
 #            pushed names locally so a test's pull really reaches the registry (once per
 #            stand-in build: a second push of the same images does nothing)
 #   address  print the running registry's address; exit 1 when none answers
@@ -69,6 +70,12 @@ EOF
   exit 1
 }
 
+# The postgres service's test image (tests/images/build-postgres.sh): Debian's PostgreSQL
+# 15, so not under upstream's `postgres:17` tag the kit names by default but under a tag
+# that says what it is; the e2e kit sets POSTGRES_IMAGE to it (test_kit_postgres.py).
+POSTGRES_LOCAL=airig-test/postgres:15-debian
+POSTGRES_PATH=library/postgres:15-debian
+
 standin_of() {  # the stand-in that plays an upstream repository
   case "$1" in
     ollama/ollama:*) echo airig-test/ollama:test ;;
@@ -95,7 +102,7 @@ push() {
   # untags what it pushed, and a second push while a kit's `up` is between its pull and its
   # create would take the image from under it (e2e lanes run kits side by side).
   ids="$(docker image inspect -f '{{.Id}}' airig-test/ollama:test airig-test/comfyui:test \
-    airig-test/whisper:test; sha256sum "$root/02-compute/images.yaml")"  # and the names
+    airig-test/whisper:test "$POSTGRES_LOCAL"; sha256sum "$root/02-compute/images.yaml")"  # and the names
   if [ -f "$dir/pushed" ] && [ "$(cat "$dir/pushed")" = "$ids" ]; then
     echo "stand-ins already pushed to $addr"; return
   fi
@@ -109,6 +116,11 @@ push() {
     docker rmi "$target" >/dev/null  # an untag: the stand-in's own tag keeps the image
     echo "pushed $target"
   done
+  target="$addr/$POSTGRES_PATH"
+  docker tag "$POSTGRES_LOCAL" "$target"
+  docker push -q "$target" >/dev/null
+  docker rmi "$target" >/dev/null
+  echo "pushed $target"
   echo "$ids" >"$dir/pushed"
 }
 
