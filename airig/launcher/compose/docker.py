@@ -85,10 +85,14 @@ def engine_errors(action: str, hint: str = ENGINE_HINT) -> Iterator[None]:
 
 
 @contextmanager
-def one_off(client: Any, image: str, prefix: str, label: str, **options: Any) -> Iterator[Any]:
+def one_off(
+    client: Any, image: str, prefix: str, label: str, network: str = "", **options: Any
+) -> Iterator[Any]:
     """A container the launcher starts outside Compose (the GPU probe, the Vulkan probe, a
-    GPU proof), from ``client`` (a docker SDK client with the long timeout a GPU start
-    needs, ``Docker.probe_sdk``): an image already present (never pulled), no network,
+    GPU proof, the store's move), from ``client`` (a docker SDK client with the long
+    timeout a GPU start needs, ``Docker.probe_sdk``): an image already present (never
+    pulled), no network (or ``network``, for the one that must reach a service: the SDK
+    refuses both),
     labelled ``PROBE_LABEL`` = ``label``, named ``prefix`` + a random suffix, and removed
     however its run ends (a start the engine refused leaves a "Created" container behind).
     Yields what ``containers.run`` returns (a container when ``detach``); the SDK's errors
@@ -101,8 +105,9 @@ def one_off(client: Any, image: str, prefix: str, label: str, **options: Any) ->
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     started = None
     try:
+        where = {"network": network} if network else {"network_mode": "none"}
         started = client.containers.run(
-            image, name=name, labels={PROBE_LABEL: label}, network_mode="none", **options
+            image, name=name, labels={PROBE_LABEL: label}, **where, **options
         )
         yield started
     finally:

@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -40,7 +38,6 @@ from airig.common.errors import AirigError
 from airig.launcher.compose import postgres
 from airig.launcher.compose.container import HEALTHY, SERVICE_LABEL, wait_healthy
 from airig.launcher.compose.docker import (
-    PROBE_LABEL,
     PROJECT_LABEL,
     Docker,
     docker_errors,
@@ -244,10 +241,10 @@ def copy(settings: Settings, docker: Docker, volume: str, url: str, say: Say) ->
     """The brain's migrate-store in a one-off container; its lines relayed, scrubbed."""
     scrub = scrubber(settings.postgres_password, url)
     client = docker.probe_sdk(COPY_TIMEOUT_S)
-    with networked_one_off(
-        client, settings.image, f"{settings.project_prefix}-store-move", settings.network,
-        command=["python", "-c", COPY_SCRIPT], volumes=_state_mount(volume),
-        environment={"BRAIN_DATABASE_URL": url}, **_hardened(),
+    with engine_errors("starting the store's copy"), one_off(
+        client, settings.image, f"{settings.project_prefix}-store-move", LABEL,
+        network=settings.network, detach=True, command=["python", "-c", COPY_SCRIPT],
+        volumes=_state_mount(volume), environment={"BRAIN_DATABASE_URL": url}, **_hardened(),
     ) as container, engine_errors("following the store's copy"):  # fmt: skip
         for line in _lines(container.logs(stream=True, follow=True, stderr=False)):
             say(scrub(line))
@@ -271,31 +268,6 @@ def copy(settings: Settings, docker: Docker, volume: str, url: str, say: Say) ->
         "PostgreSQL holds none of its rows and the SQLite store is as it was; the postgres "
         "service is left running; fix the cause and run migrate-store again",
     )
-
-
-@contextmanager
-def networked_one_off(
-    client: Any, image: str, prefix: str, network: str, **options: Any
-) -> Iterator[Any]:
-    """As ``docker.one_off`` (labelled ``PROBE_LABEL``, named ``prefix`` + a random suffix,
-    removed however its run ends), but detached and on ``network``: the copy reaches the
-    postgres service by its name there. ``one_off`` pins ``network_mode="none"``, which
-    the SDK refuses beside ``network``."""
-    import docker.errors
-    from requests.exceptions import RequestException
-
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    started = None
-    try:
-        with engine_errors(f"starting the container {name}"):
-            started = client.containers.run(
-                image, name=name, labels={PROBE_LABEL: LABEL}, network=network, detach=True,
-                **options,
-            )  # fmt: skip
-        yield started
-    finally:
-        with suppress(docker.errors.DockerException, RequestException):
-            (started or client.containers.get(name)).remove(force=True)
 
 
 def scrubber(password: str, url: str) -> Callable[[str], str]:
