@@ -112,8 +112,11 @@ def test_ci_fails_when_a_background_job_fails(tree, main_rc, images_rc, lint_rc,
     assert done.returncode == expected, done.stdout + done.stderr
     ran = calls(tree)
     assert ran[0] == "python3 -m pytest -p no:cacheprovider"  # the newest releases first
-    # the lower bounds' tests (a stand-in that fails) run once their venv was made
-    assert ran[1:] == ([] if lower_rc else ["lower-bounds --test"])
+    # the lower bounds' tests (a stand-in that fails) run once their venv was made, then
+    # the brain's tests on PostgreSQL (the python3 stand-in: main_rc again)
+    on_pg = "python3 -m pytest -p no:cacheprovider -q tests/unit/brain"
+    assert ran[1:] == ([] if lower_rc else ["lower-bounds --test"]) + [on_pg]
+    assert ("error: the brain's tests on PostgreSQL failed" in done.stdout) == bool(main_rc)
     for name in ("debootstrap", "images", "lint", "lower"):
         assert f"{name} log" in done.stdout  # what each background job printed is shown
     assert ("error: python -m pytest failed" in done.stdout) == bool(main_rc)
