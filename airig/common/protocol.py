@@ -334,12 +334,17 @@ class ExchangeResponse(Wire):
     assignments: list[Assignment]
 
 
+# A token's name is a label a person reads in `token list`: no control character (a NUL
+# is refused by PostgreSQL's text and cut by SQLite's; the others garble the listing).
+TOKEN_NAME_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+
+
 class JoinTokenRequest(Inbound):
     """A join token: registers workers of another rig (what the bootstrap token does),
     nothing else."""
 
     scope: Literal["join"]
-    name: str = Field(default="", max_length=128)
+    name: str = Field(default="", max_length=128, pattern=TOKEN_NAME_PATTERN)
     # The rig's trust: untrusted (the default: no sensitive task, its output tainted) or
     # full (as this machine's own workers).
     trust: Literal["untrusted", "full"] | None = None
@@ -355,7 +360,7 @@ class ScopedTokenRequest(Inbound):
     """An admin, submit or metrics token: no trust level (that is a rig's)."""
 
     scope: Literal["admin", "submit", "metrics"]
-    name: str = Field(default="", max_length=128)
+    name: str = Field(default="", max_length=128, pattern=TOKEN_NAME_PATTERN)
     trust: Annotated[None, BeforeValidator(_no_trust)] = Field(
         None, description="only a join token has one: leave it out (or null)"
     )

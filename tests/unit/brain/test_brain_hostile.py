@@ -397,3 +397,21 @@ def test_a_worker_name_outside_the_one_pattern_is_refused(client, name):
     assert answer.status_code == 422, answer.text
     for good in ("cpu-1", "rig2-gpu0", "3f2a9c1b0d4e", "rig.local-cpu_2"):
         register(client, good)
+
+
+@pytest.mark.parametrize("scope", ["join", "submit", "admin", "metrics"])
+@pytest.mark.parametrize("name", ["rig\x00b", "line\nbreak", "bell\x07", "del\x7f"])
+def test_a_token_name_with_a_control_character_is_a_422_and_nothing_stored(client, scope, name):
+    """A NUL was a retryable 500 on PostgreSQL (its text refuses it) and cut on SQLite."""
+    answer = client.post("/v1/tokens", json={"scope": scope, "name": name}, headers=ADMIN)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["retryable"] is False
+    listed = client.get("/v1/tokens", headers=ADMIN).json()
+    assert all("\x00" not in t["name"] for t in listed["tokens"]), listed
+
+
+def test_a_token_name_of_printable_words_is_taken(client):
+    answer = client.post(
+        "/v1/tokens", json={"scope": "join", "name": "rig b — attic é"}, headers=ADMIN
+    )
+    assert answer.status_code == 201, answer.text
