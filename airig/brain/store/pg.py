@@ -318,6 +318,21 @@ class PgConnection:
         return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
 
+def _conninfo(parsed: Any) -> str:
+    """libpq's connection string from the URL's parts, each quoted by psycopg: a URL
+    re-rendered as text holds a decoded password bare (a space, which libpq refuses, then
+    quoting the password in its refusal)."""
+    from psycopg.conninfo import make_conninfo
+
+    parts: dict[str, Any] = {
+        "host": parsed.host, "port": parsed.port, "user": parsed.username,
+        "password": parsed.password, "dbname": parsed.database,
+    }  # fmt: skip
+    for key, value in parsed.query.items():  # ?host=/socket/folder, sslmode=...
+        parts[key] = value[-1] if isinstance(value, tuple) else value
+    return make_conninfo(**{k: v for k, v in parts.items() if v is not None})
+
+
 class PgDatabase(Database):
     """``db.Database`` on PostgreSQL (the module's docstring says how writes stay serial):
     every method of it, none of its SQLite connections."""
@@ -332,7 +347,7 @@ class PgDatabase(Database):
 
         parsed = pg_schema.parse(url)
         self.where = pg_schema.masked(parsed)
-        self._pginfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._pginfo = _conninfo(parsed)
         self._lock = threading.RLock()
         self._local = threading.local()
         self._pg = PgConnection(self._pginfo)

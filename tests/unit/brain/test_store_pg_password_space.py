@@ -1,9 +1,9 @@
 """A PostgreSQL password with a space (found by tests/e2e/test_kit_postgres.py, issue 38):
 the kit's launcher percent-encodes it in BRAIN_DATABASE_URL (%20), SQLAlchemy's parse
-decodes it, and pg.py's connection string, re-rendered with ``render_as_string``, holds a
-bare space that libpq refuses ("unexpected spaces found in …"); the refusal quotes that
-spelling of the password, which the brain's scrubbing does not know. Strict xfails: they
-pass, and so fail the run, once pg.py builds its connection from the parsed parts.
+decodes it, and pg.py's connection string, re-rendered with ``render_as_string``, held a
+bare space that libpq refused ("unexpected spaces found in …"), quoting that spelling of
+the password, which the brain's scrubbing did not know. pg.py now builds the connection
+from the parsed parts, each quoted.
 """
 
 from __future__ import annotations
@@ -43,19 +43,16 @@ def _opened(url: str, tmp_path: Path) -> None:
     open_store(tmp_path / "unused.db", url).close()
 
 
-@pytest.mark.xfail(strict=True, reason="pg.py renders the URL with a bare space (H9 report)")
 def test_a_password_with_spaces_opens_the_store(spaced_url, tmp_path):
     _opened(spaced_url, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="the refusal quotes the password (H9 report)")
-def test_a_refused_connection_never_names_the_password(spaced_url, tmp_path):
-    try:
-        _opened(spaced_url, tmp_path)
-    except Exception as exc:  # noqa: BLE001 - whatever it raises, its words are checked
-        said = str(exc)
-    else:
-        said = ""
-    for spelling in ("two words", quote("two words"), "two%20words"):
+def test_a_refused_password_with_spaces_is_never_named(spaced_url, tmp_path):
+    wrong = "not the two words"
+    url = spaced_url.replace(quote(PASSWORD, safe=""), quote(wrong, safe=""))
+    with pytest.raises(Exception) as refused:  # noqa: PT011 - its words are what is checked
+        _opened(url, tmp_path)
+    said = str(refused.value)
+    assert "password authentication failed" in said or "authentication" in said, said
+    for spelling in (wrong, quote(wrong), quote(wrong, safe=""), PASSWORD, "two words"):
         assert spelling not in said, said
-    assert said == ""  # and it opened
