@@ -34,12 +34,10 @@ IMAGE = "airig-test/postgres:15-debian"
 # A password the user chose, with every character that ends a URL's user part early or
 # means something to a shell, Compose's interpolation or a .env file: the brain's URL must
 # carry it percent-encoded (airig/launcher/compose/postgres.py) and the server must have
-# been initialised with it. Not in it: a single quote (write_test_env quotes with it) and
-# a space, which the brain cannot carry yet: pg.py re-renders the URL with SQLAlchemy's
-# render_as_string, which decodes %20 to a bare space that libpq refuses ("unexpected
-# spaces found in ..."), and that error line shows the encoded password (issue 38's H9
-# report).
-HOSTILE_PASSWORD = 'p@ss:w/rd%2F#?$HOME"x&y;\\z'
+# been initialised with it. A space too: pg.py once re-rendered the URL with its password
+# decoded bare, which libpq refused, quoting it. Not in it: a single quote
+# (write_test_env quotes with it).
+HOSTILE_PASSWORD = 'p@ss w:rd/%2F#?$HOME"x&y;\\z'
 # masked as the brain prints every URL (airig/brain/store/migrations/postgres.py `masked`)
 MASKED_URL = "postgresql+psycopg://airig:***@postgres:5432/brain"
 
