@@ -149,12 +149,29 @@ PHASES = ("before", "store_wait", "statements", "commit", "between", "after")
 SLOW_MS = 40.0  # the brain logs each request over this with its phases: the tail's anatomy
 
 
+async def scrape_all(urls: list[str | None]) -> list[dict | None]:
+    """Every brain's histograms, off the event loop (the clients keep running); a brain
+    that does not answer in time (or None: killed) gives None and is left out."""
+
+    async def one(url: str | None) -> dict | None:
+        if url is None:
+            return None
+        try:
+            return await asyncio.to_thread(scrape, url)
+        except httpx.HTTPError as exc:
+            print(f"  /metrics of {url}: {type(exc).__name__}", file=sys.stderr, flush=True)
+            return None
+
+    return list(await asyncio.gather(*(one(url) for url in urls)))
+
+
 def scrape(url: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
     """The brain's per-route, per-phase histograms: {(route, phase): [(le, count)]}; the
     whole request is phase "total"."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"},
+                     timeout=60).text  # fmt: skip
     found: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for family in text_string_to_metric_families(text):
         if family.name not in ("airig_brain_request_phase_seconds", "airig_brain_request_seconds"):
@@ -184,12 +201,14 @@ def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
     return None
 
 
-def breakdown(before: list[dict], after: list[dict | None]) -> dict:
+def breakdown(before: list[dict | None], after: list[dict | None]) -> dict:
     """Per route of ROUTES: p50 / p99 ms of each phase and of the whole, over the window,
     the brains' histograms added up (a brain killed in the window has no "after": left out)."""
     windows: dict[tuple[str, str], dict[float, float]] = {}
     for earlier_all, later in zip(before, after, strict=True):
-        for (route, phase), buckets in (later or {}).items():
+        if earlier_all is None or later is None:
+            continue
+        for (route, phase), buckets in later.items():
             if route not in ROUTES:
                 continue
             earlier = dict(earlier_all.get((route, phase), []))
@@ -299,7 +318,7 @@ async def drive(fl: Fleet, workers: int, args: argparse.Namespace,
 
     meter, roots = Meter(fl), [b.root for b in fl.brains]
     before = meter.sample(roots)
-    phases_before, window_start = [scrape(u) for u in urls], time.time()
+    phases_before, window_start = await scrape_all(list(urls)), time.time()
     probing = threading.Event()
     probe = threading.Thread(target=fsync_probe, args=(fl.state, stats, probing))
     probe.start()
@@ -315,7 +334,7 @@ async def drive(fl: Fleet, workers: int, args: argparse.Namespace,
     probing.set()
     probe.join()
     after = meter.sample(roots)
-    phases_after = [None if n in fl.killed else scrape(u) for n, u in enumerate(urls)]
+    phases_after = await scrape_all([None if n in fl.killed else u for n, u in enumerate(urls)])
     window_end, load = time.time(), os.getloadavg()[0]
     rss = sum(rss_mb(b.pid) for b in fl.alive())
     feeding.set()
@@ -603,21 +622,22 @@ def compare_row(r: dict) -> str:
 
 
 def compare(args: argparse.Namespace, sizes: list[int]) -> tuple[str, list[str], list[dict]]:
-    """Issue 38's protocol, in one sitting so the host's load is alike: at the largest
-    step SQLite with one brain, PostgreSQL with one, PostgreSQL with ``--brains`` (2 unless
-    more), that again with brain 0 SIGKILLed (``--kill-brain-at``), then the other steps
+    """Issue 38's protocol, in one sitting so the host's load is alike: at ``--compare-at``
+    workers SQLite with one brain, PostgreSQL with one, PostgreSQL with ``--brains`` (2
+    unless more), that again with brain 0 SIGKILLed (``--kill-brain-at``), then the other steps
     with ``--brains``: the largest fleet they serve under the target."""
-    top, many = max(sizes), max(2, args.brains)
+    top, many = args.compare_at, max(2, args.brains)
     runs = [("sqlite", 1, None, top), ("postgres", 1, None, top), ("postgres", many, None, top)]
     if args.kill_brain_at is not None:
         runs.append(("postgres", many, args.kill_brain_at, top))
     runs += [("postgres", many, None, n) for n in sorted(set(sizes)) if n != top]
+    heads = 3 + (args.kill_brain_at is not None)
     rows = [measure(n, args, store, brains, kill) for store, brains, kill, n in runs]
     head = ("| run | workers | exchange p50 / p99 ms | heartbeat p99 ms | renew p99 ms | tasks/s "
             "| brain cores | PostgreSQL cores | one fsync p99 ms | errors | lost | done twice "
             "| target |")  # fmt: skip
     table = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    table += [compare_row(r) for r in rows[: 3 + (args.kill_brain_at is not None)]]
+    table += [compare_row(r) for r in rows[:heads]]
     sweep = sorted((r for r in rows if r["brains"] == many and r["killed_at_s"] is None),
                    key=lambda r: r["workers"])  # fmt: skip
     main_row = rows[2]
@@ -639,7 +659,7 @@ def compare(args: argparse.Namespace, sizes: list[int]) -> tuple[str, list[str],
 
 def refusal(args: argparse.Namespace, sizes: list[int]) -> str | None:
     """What is wrong with these arguments, in one line; None when they can run."""
-    if any(n < 1 or math.ceil(n / GPUS_PER_RIG) > MAX_RIGS for n in sizes):
+    if any(n < 1 or math.ceil(n / GPUS_PER_RIG) > MAX_RIGS for n in [*sizes, args.compare_at]):
         return f"--workers: 1 to {GPUS_PER_RIG * MAX_RIGS} each ({MAX_RIGS} rigs of 5 GPUs)"
     if args.brains < 1:
         return "--brains: 1 or more"
@@ -676,8 +696,15 @@ def main(argv: list[str] | None = None) -> int:
         help="SIGKILL brain 0 S seconds into each step, then drain and count "
         "tasks lost and completed twice (postgres, --brains 2 or more)",
     )
+    parser.add_argument(
+        "--compare-at",
+        type=int,
+        default=500,
+        metavar="N",
+        help="with --compare: the step the stores are compared at",
+    )
     parser.add_argument("--compare", action="store_true",
-                        help="the largest step on SQLite/1 brain, PostgreSQL/1, PostgreSQL/"
+                        help="--compare-at workers on SQLite/1 brain, PostgreSQL/1, PostgreSQL/"
                         "--brains (2 unless more), with --kill-brain-at once more with a kill, "
                         "then every other step on PostgreSQL/--brains")  # fmt: skip
     parser.add_argument("--step-s", type=float, default=90.0)

@@ -78,8 +78,10 @@ class Upstream:
     def url(self) -> str:
         return self.urls[self.index]
 
-    def failover(self, stats: Stats) -> None:
-        if len(self.urls) > 1:
+    def failover(self, stats: Stats, failed: str) -> None:
+        """Away from ``failed``: once. A worker's run and heartbeat loops share this, and
+        both may fail on the same dead brain; the second must not move back to it."""
+        if len(self.urls) > 1 and self.url == failed:
             self.index = (self.index + 1) % len(self.urls)
             stats.failovers += 1
 
@@ -87,11 +89,12 @@ class Upstream:
                    **kwargs: object) -> httpx.Response:  # fmt: skip
         """One request; after a transport error, once more on the next brain (the
         worker's link retries once too, link.py). The second failure is raised."""
+        url = self.url
         try:
-            return await client.request(method, f"{self.url}{path}", **kwargs)  # type: ignore[arg-type]
+            return await client.request(method, f"{url}{path}", **kwargs)  # type: ignore[arg-type]
         except httpx.TransportError:
             stats.retries += stats.recording
-            self.failover(stats)
+            self.failover(stats, url)
             return await client.request(method, f"{self.url}{path}", **kwargs)  # type: ignore[arg-type]
 
 
@@ -209,6 +212,9 @@ class Worker:
                                      {"reports": reports, "claim": claim},
                                      timeout=self.wait_s + 30)  # fmt: skip
             if answer is None:
+                # sent again with the next claim, as the worker does (pipeline.py): a report
+                # the brain already stored is answered as a replay
+                self.pending[:0] = reports
                 await asyncio.sleep(1.0)
                 continue
             for result in answer["results"]:
@@ -318,7 +324,7 @@ async def feeder(upstream: Upstream, admin: str, workers: int, stats: Stats,
                 try:
                     answer = await client.post(f"{upstream.url}/v1/plans", json=body)
                 except httpx.TransportError as exc:
-                    upstream.failover(stats)
+                    upstream.failover(stats, upstream.url)
                     stats.error(f"submit: {type(exc).__name__} {exc}")
                     break
                 stats.time("submit", time.perf_counter() - start)

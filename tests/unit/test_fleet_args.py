@@ -77,7 +77,7 @@ def test_what_can_run_is_not_refused(fleet):
     def args(*argv: str):
         parsed = fleet.argparse.Namespace(
             store="sqlite", brains=1, kill_brain_at=None, compare=False, tail=False,
-            step_s=40.0,
+            step_s=40.0, compare_at=500,
         )  # fmt: skip
         for key, value in zip(argv[::2], argv[1::2], strict=True):
             setattr(parsed, key, value)
