@@ -41,6 +41,21 @@ def _models(conn: sqlite3.Connection, task_class: str) -> Iterator[str | None]:
         yield last
 
 
+def _pg_form(query: str, model: str | None) -> str:
+    """The statement as PostgreSQL's planner serves it from ``tasks_ready_heads``: "model
+    IS NULL" or "model = $2" (never IS NOT DISTINCT FROM, which it only filters with), and
+    the index's whole order (IS NULL is no equality to its planner, which otherwise sorts
+    every READY row of the class: 2 ms at 5,000, against 0.07)."""
+    query = query.replace(
+        "model IS NOT DISTINCT FROM ?",
+        "model IS NULL AND (?)::text IS NULL" if model is None else "model = ?",
+    )
+    return query.replace(
+        "ORDER BY priority, ready_at, id",
+        "ORDER BY state, task_class, model, priority, ready_at, id",
+    )
+
+
 def group_heads(
     conn: sqlite3.Connection, classes: Iterable[str], sensitive: bool, held: Collection[str],
     cap: int,
@@ -55,13 +70,17 @@ def group_heads(
         condition, extra = not_needing(sorted(held), dialect.of(conn))
         next_head = next_head.replace("ORDER BY", f"AND {condition} ORDER BY")
         group_size = group_size.replace(" LIMIT ?", f" AND {condition} LIMIT ?")
+    pg = dialect.is_pg(conn)
     for task_class in sorted(classes):
         for model in _models(conn, task_class):
+            head, size_of = next_head, group_size
+            if pg:
+                head, size_of = (_pg_form(q, model) for q in (next_head, group_size))
             priority = 0
-            while row := conn.execute(next_head, (task_class, model, priority, *extra)).fetchone():
+            while row := conn.execute(head, (task_class, model, priority, *extra)).fetchone():
                 task_id, priority, ready_at = row
-                size = conn.execute(
-                    group_size, (task_class, model, priority, *extra, cap)
-                ).fetchone()[0]
+                size = conn.execute(size_of, (task_class, model, priority, *extra, cap)).fetchone()[
+                    0
+                ]
                 heads.append((task_id, task_class, priority, ready_at, model, size))
     return heads

@@ -293,7 +293,7 @@ class PgConnection:
         text, style = translate(sql)
         cursor = self._conn.cursor()
         try:
-            cursor.execute(cast(Any, text), _params(style, params), prepare=False)
+            cursor.execute(cast(Any, text), _params(style, params))
         except psycopg.Error as exc:
             raise _as_sqlite(exc) from exc
         return PgCursor(cursor)
