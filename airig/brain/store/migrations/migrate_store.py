@@ -281,10 +281,20 @@ def _row_hash(values: Sequence[Any]) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
+def _serial_key(table: sa.Table) -> sa.Column[Any] | None:
+    """The table's one integer primary key, the column PostgreSQL gave a sequence
+    (``Table.autoincrement_column`` says the same, but only from a later SQLAlchemy 2.0
+    release than the floor pyproject.toml allows)."""
+    keys = list(table.primary_key.columns)
+    if len(keys) == 1 and isinstance(keys[0].type, sa.Integer) and keys[0].autoincrement:
+        return keys[0]
+    return None
+
+
 def _reset_sequence(src: sqlite3.Connection, pg: sa.Connection, table: sa.Table) -> int | None:
     """Set the serial sequence of an autoincrement key past every id SQLite gave: the
     copied rows carry their ids, which the sequence never handed out."""
-    column = table.autoincrement_column
+    column = _serial_key(table)
     if column is None:
         return None
     sequence = pg.execute(
