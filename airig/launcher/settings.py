@@ -282,6 +282,14 @@ class Settings(BaseSettings):
         secret=True,  # an index URL may carry a token, in its user part or its path
     )  # fmt: skip
     brain_port: int = knob(8080, "BRAIN_PORT", "03-agents", "Host port of the brain's API.", **PORT)
+    # More than one brain process (compose's `brains` profile: brain-2 beside brain, behind
+    # the same name on ai-network): a brain killed mid-plan costs the fleet nothing. Two
+    # processes can share one store only on a server: PostgreSQL's row and advisory locks.
+    brains: int = knob(
+        1, "AIRIG_BRAINS", "03-agents",
+        "Brain processes serving the fleet: 1, or 2 (needs AIRIG_BRAIN_STORE=postgres).",
+        ge=1, le=2, empty_is_default=True, problem="is not 1 or 2", fix="set {key} to 1 or 2",
+    )  # fmt: skip
     cpu_workers: int = knob(
         2, "AIRIG_CPU_WORKERS", "03-agents", "Number of CPU-only workers.",
         ge=0, problem="is negative", fix="set it to 0 or more in .env",
@@ -419,6 +427,18 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(item.strip() for item in value.split(",") if item.strip())
         return value
+
+    @model_validator(mode="after")
+    def _brains_share_a_server(self) -> Settings:
+        # Two brains on one SQLite file would each believe it is the store's one writer.
+        if self.brains > 1 and self.brain_store != "postgres" and not self.joined:
+            raise ConfigError(
+                f"AIRIG_BRAINS={self.brains} needs the store on a server, but "
+                f"AIRIG_BRAIN_STORE is {self.brain_store}",
+                "set AIRIG_BRAIN_STORE=postgres in .env (then `python start_services.py "
+                "migrate-store` if this kit ran on SQLite), or AIRIG_BRAINS=1",
+            )
+        return self
 
     @model_validator(mode="after")
     def _join_pair(self) -> Settings:

@@ -20,6 +20,7 @@ KEPT_CAPABILITIES = {
 # Limits a user sets in .env (the rest are fixed: small helpers).
 LIMIT_KNOBS = {
     "brain": ("AIRIG_BRAIN_MEM_LIMIT", "AIRIG_BRAIN_PIDS_LIMIT"),
+    "brain-2": ("AIRIG_BRAIN_MEM_LIMIT", "AIRIG_BRAIN_PIDS_LIMIT"),  # brain's, merged
     "worker-cpu": ("AIRIG_WORKER_MEM_LIMIT", "AIRIG_WORKER_PIDS_LIMIT"),
 }
 
@@ -76,9 +77,12 @@ def test_kit_services_are_hardened(stack, name, svc):
     assert str(svc["pids_limit"]).startswith("${" + pids) == bool(pids), svc["pids_limit"]
 
 
+KIT_SERVICES = {"files", "models-ready", "brain", "brain-2", "worker-cpu", "gateway"}
+
+
 def test_every_kit_service_is_checked():
     names = {name for _, name, _ in kit_services()}
-    assert names == ONE_SHOT | {"files", "models-ready", "brain", "worker-cpu", "gateway"}
+    assert names == ONE_SHOT | KIT_SERVICES
 
 
 def test_every_init_container_has_a_consumer():

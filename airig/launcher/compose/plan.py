@@ -62,6 +62,7 @@ UP_PROFILE = "AIRIG_UP_PROFILE"
 GPU_WORKER_CLASSES = "llm,script,resource"
 # 03-agents' gateway to the external tier (AIRIG_ESCALATION=on)
 ESCALATION_PROFILE = "escalation"
+BRAINS_PROFILE = "brains"  # 03-agents/compose.yaml's brain-2 (AIRIG_BRAINS=2)
 ALL_CLASSES = "cpu,script,llm,resource"
 
 
@@ -270,11 +271,17 @@ def stack_extra_profiles(settings: Settings, stack: str) -> tuple[str, ...]:
     """Profiles besides the hardware one: `escalation` starts 03-agents' gateway, only
     when .env opts in (AIRIG_ESCALATION=on; a joined rig runs no brain to serve);
     `postgres` starts 01-infra's database with AIRIG_BRAIN_STORE=postgres, so `compose up
-    --wait` of 01-infra waits for its health before 03-agents' brain starts."""
+    --wait` of 01-infra waits for its health before 03-agents' brain starts; `brains`
+    starts 03-agents' brain-2 with AIRIG_BRAINS=2 (settings refuse it on SQLite)."""
     if stack == postgres.INFRA_STACK:
         return (postgres.PROFILE,) if postgres.enabled(settings) else ()
-    wanted = stack == "03-agents" and settings.escalation == "on" and not settings.joined
-    return (ESCALATION_PROFILE,) if wanted else ()
+    if stack != "03-agents" or settings.joined:
+        return ()
+    profiles: tuple[str, ...] = (ESCALATION_PROFILE,) if settings.escalation == "on" else ()
+    # getattr: a settings stand-in that predates the knob runs one brain, as its .env would
+    if getattr(settings, "brains", 1) > 1:
+        profiles += (BRAINS_PROFILE,)
+    return profiles
 
 
 def gateway_key_path(settings: Settings) -> Path:
