@@ -389,13 +389,19 @@ class PagesPayload(Payload):
 LanguageCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_+]{1,64}$")]
 
 
+# What the onnx OCR engine's model (PP-OCRv4, executors/ocr_onnx.py) reads.
+ONNX_OCR_LANGUAGES = ("eng", "chi_sim")
+
+
 class OcrPayload(Payload):
-    """Text out of images: a vision model, or tesseract. ``auto`` uses the model when one is
-    given and Ollama has it with the vision capability, else tesseract."""
+    """Text out of images: a vision model, the onnx engine (PP-OCRv4 on onnxruntime,
+    CUDA on an NVIDIA worker) or tesseract. ``auto`` uses the model when one is given and
+    Ollama has it with the vision capability on a GPU worker, else the onnx engine where
+    the worker has it and it reads the language, else tesseract."""
 
     image: DataPath | None = None
     images: ImageList | None = None
-    engine: Literal["auto", "vision", "tesseract"] = "auto"
+    engine: Literal["auto", "vision", "onnx", "tesseract"] = "auto"
     model: ModelName | None = None
     language: LanguageCode = "eng"
     options: Options | None = None
@@ -413,6 +419,12 @@ class OcrPayload(Payload):
             raise ValueError("give exactly one of 'image' or 'images'")
         if self.engine == "vision" and not self.model:
             raise ValueError("engine 'vision' needs 'model' (a vision model, e.g. qwen2.5vl:7b)")
+        unread = [p for p in self.language.split("+") if p not in ONNX_OCR_LANGUAGES]
+        if self.engine == "onnx" and unread:
+            raise ValueError(
+                f"engine 'onnx' (PP-OCRv4) reads {' and '.join(ONNX_OCR_LANGUAGES)}, not "
+                f"{'+'.join(unread)}; use engine 'tesseract' (or 'auto') for that language"
+            )
         return self
 
 

@@ -1,10 +1,13 @@
-"""The ocr executor: the text in images, read by a vision model or by tesseract.
+"""The ocr executor: the text in images, read by a vision model, the onnx engine or
+tesseract.
 
-``engine: auto`` chooses by what the rig has: on a GPU worker, the vision model when the
-payload names one and Ollama has it with the "vision" capability (the seed's path); on a
-CPU worker, or without such a model (none named, a text-only one, Ollama unreachable),
-tesseract, and ``engine_reason`` in the output says why. A 7B vision model on a CPU takes
-minutes a page where tesseract takes seconds, and reads print no better.
+``engine: auto`` chooses by what the worker has: on a GPU worker, the vision model when the
+payload names one and Ollama has it with the "vision" capability (the seed's path); else
+the onnx engine (PaddleOCR's PP-OCRv4 models on onnxruntime, ``ocr_onnx.py``: CUDA on an
+NVIDIA worker, the CPU elsewhere) when the worker has it and it reads the language; else
+tesseract. ``engine`` in the output says which ran, ``engine_reason`` why auto chose it,
+``providers`` which onnxruntime providers the onnx engine ran on. A 7B vision model on a
+CPU takes minutes a page where the onnx engine and tesseract take seconds.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 from typing import Any
 
 from airig.common.task_schemas import LlmPayload, OcrPayload
+from airig.executors import ocr_onnx
 from airig.executors.context import (
     ExecContext,
     ExecResult,
@@ -46,6 +50,13 @@ def execute_ocr(payload: OcrPayload, ctx: ExecContext) -> ExecResult:
         result = execute_llm(llm, ctx)
         pages = result.output["images"]
         metrics = dict(result.metrics)
+    elif engine == "onnx":
+        onnx = ocr_onnx.engine_for(ctx)
+        pages = []
+        for image in images:
+            ctx.check()
+            pages.append({"path": image.path, "text": ocr_onnx.read_text(ctx, onnx, image)})
+        metrics = {}
     else:
         pages = []
         for image in images:
@@ -59,6 +70,14 @@ def execute_ocr(payload: OcrPayload, ctx: ExecContext) -> ExecResult:
     }
     if engine == "vision":
         output["model"] = payload.model
+    if engine == "onnx":
+        output.update(onnx.describe())
+        if onnx.dropped:
+            output["engine_warning"] = (
+                f"asked onnxruntime for {', '.join(onnx.requested)} but it runs on "
+                f"{', '.join(onnx.used)} only: {', '.join(onnx.dropped)} did not start "
+                "(CUDA or cuDNN libraries missing, or no card in the container?)"
+            )
     if reason:
         output["engine_reason"] = reason
     metrics.update({"wall_ms": elapsed_ms(start), "images": len(images)})
@@ -77,6 +96,15 @@ def may_use_model(payload: OcrPayload, gpu_index: int | None) -> bool:
 def _choose(payload: OcrPayload, ctx: ExecContext) -> tuple[str, str]:
     if payload.engine == "tesseract":
         return "tesseract", ""
+    if payload.engine == "onnx":
+        why = ocr_onnx.missing()
+        if why:
+            raise bad_input(
+                f"engine 'onnx': {why}",
+                hint="use engine 'auto' or 'tesseract', or install the kit's server extra "
+                "(rapidocr-onnxruntime) and Debian's libgl1",
+            )
+        return "onnx", ""
     if payload.engine == "vision":
         assert payload.model is not None  # the schema requires it
         capabilities = model_capabilities(ctx, payload.model)
@@ -84,17 +112,27 @@ def _choose(payload: OcrPayload, ctx: ExecContext) -> tuple[str, str]:
             raise not_vision_error(payload.model, capabilities)
         return "vision", ""
     if not payload.model:
-        return "tesseract", "no model given"
+        return _without_model(payload, "no model given")
     if ctx.gpu_index is None:
-        return "tesseract", "a CPU worker: tesseract is faster there than a vision model"
+        return _without_model(payload, "a CPU worker: a vision model is slow there")
     try:
         capabilities = model_capabilities(ctx, payload.model)
     except TaskError as exc:
         ctx.check()
-        return "tesseract", f"{payload.model}: {exc.message}"
+        return _without_model(payload, f"{payload.model}: {exc.message}")
     if capabilities is not None and "vision" not in capabilities:
-        return "tesseract", f"{payload.model} has no vision capability"
+        return _without_model(payload, f"{payload.model} has no vision capability")
     return "vision", ""
+
+
+def _without_model(payload: OcrPayload, why: str) -> tuple[str, str]:
+    """auto's choice when the vision model is out: the onnx engine, else tesseract."""
+    if not ocr_onnx.reads(payload.language):
+        return "tesseract", f"{why}; the onnx engine does not read {payload.language!r}"
+    missing = ocr_onnx.missing()
+    if missing:
+        return "tesseract", f"{why}; {missing}"
+    return "onnx", why
 
 
 def _tesseract(ctx: ExecContext, relative: str, payload: OcrPayload) -> str:

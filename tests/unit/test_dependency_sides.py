@@ -45,6 +45,7 @@ DISTRIBUTION = {
     "pynvml": "nvidia-ml-py",
     "pytest": "pytest",
     "python_on_whales": "python-on-whales",
+    "rapidocr_onnxruntime": "rapidocr-onnxruntime",
     "requests": "requests",
     "rich": "rich",
     "schemathesis": "schemathesis",
@@ -60,6 +61,9 @@ DISTRIBUTION = {
 COMES_WITH = {
     "anyio": "fastapi",  # starlette's and httpx's
     "hypothesis": "schemathesis",
+    # rapidocr-onnxruntime's (an NVIDIA image's onnxruntime-gpu gives the same module)
+    "onnxruntime": "rapidocr-onnxruntime",
+    "PIL": "rapidocr-onnxruntime",
     "packaging": "pytest",
     "pydantic_core": "pydantic",
     "starlette": "fastapi",

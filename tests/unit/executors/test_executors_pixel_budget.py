@@ -17,7 +17,7 @@ import pytest
 from support_media import make_image, make_pdf, make_text_png, need
 
 from airig.common.protocol import Assignment
-from airig.executors import media, ocr, ollama_common, pages
+from airig.executors import media, ocr, ocr_onnx, ollama_common, pages
 from airig.executors.base import run_task
 from airig.executors.context import DEFAULT_MAX_IMAGE_PIXELS, TaskError
 from airig.executors.media import read_image, sniff_image
@@ -72,6 +72,11 @@ def tools(monkeypatch) -> list[list[str]]:
 
     for module in (media, ocr, pages):
         monkeypatch.setattr(module, "run_tool", record)
+
+    def decode(ctx, image):
+        raise AssertionError(f"the onnx engine decoded {image.path}, over the pixel budget")
+
+    monkeypatch.setattr(ocr_onnx, "_decode", decode)
     return ran
 
 
@@ -206,6 +211,7 @@ CONSUMERS = {
     "ocr-tesseract": lambda name: ("ocr", {"image": name, "engine": "tesseract"}),
     "ocr-vision": lambda name: ("ocr", {"images": [name], "engine": "vision", "model": "v"}),
     "ocr-auto": lambda name: ("ocr", {"image": name, "model": "v"}),
+    "ocr-onnx": lambda name: ("ocr", {"image": name, "engine": "onnx"}),
 }
 
 
