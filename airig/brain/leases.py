@@ -212,6 +212,8 @@ def fail(
             conn, outbox, task, now, policy, INFRA, report.error_type, report.message,
             report.retryable, result_hash=digest,
         )  # fmt: skip
+    if placement is not None:  # the task's own failure: its key's learned failure rate
+        placement.observe_failure(conn, task, worker_id, now)
     # escalate: on_failure hands the task to the external tier instead of retrying it.
     after = criteria.on_failure(
         conn, outbox, task, now, policy, settings, report.error_type, report.message,

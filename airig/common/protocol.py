@@ -258,16 +258,35 @@ class LeaseStatus(Wire):
     state: str
 
 
+# The most tokens per second a completion may report: far past any model on any card.
+MAX_TOKENS_PER_S = 1_000_000.0
+
+
 class CompleteRequest(LeaseRef):
     output: dict[str, Any] = Field(default_factory=dict)
     files: list[str] = Field(default_factory=list)
     metrics: dict[str, Any] = Field(default_factory=dict)
+    # What the brain learns per (task type, model, GPU) (issue 40), measured by the worker
+    # during the attempt; optional, so an older worker's report stays valid. Out of range
+    # is a 422, as a heartbeat's GPU figures are.
+    peak_vram_mb: WholeNumber | None = Field(default=None, ge=0, le=MAX_VRAM_MB)
+    tokens_per_s: float | None = Field(default=None, ge=0, le=MAX_TOKENS_PER_S)
 
     @field_validator("output", "metrics")
     @classmethod
     def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
         # Stored, templated into payloads and summed into learned costs: 64-bit ints only.
         return check_json_value(value)
+
+    @model_validator(mode="after")
+    def _measured_in_metrics(self) -> CompleteRequest:
+        # The brain stores and learns from ``metrics``: the checked figures go there too,
+        # in place of whatever an older worker's free-form metrics said under those names.
+        for name in ("peak_vram_mb", "tokens_per_s"):
+            value = getattr(self, name)
+            if value is not None:
+                self.metrics[name] = value
+        return self
 
 
 class FailRequest(LeaseRef):

@@ -20,6 +20,7 @@ from airig.brain.api.routes import alerts as routes_alerts
 from airig.brain.api.routes import backups as routes_backups
 from airig.brain.api.routes import dashboard as routes_dashboard
 from airig.brain.api.routes import escalations as routes_escalations
+from airig.brain.api.routes import estimates as routes_estimates
 from airig.brain.api.routes import goals as routes_goals
 from airig.brain.api.routes import plans as routes_plans
 from airig.brain.api.routes import search as routes_search
@@ -120,6 +121,7 @@ def create_app(settings: BrainSettings) -> FastAPI:
     app.include_router(routes_search.router, responses=COMMON_RESPONSES)  # what embed indexed
     app.include_router(routes_backups.router, responses=COMMON_RESPONSES)  # `backup`'s archives
     app.include_router(routes_training.router, responses=COMMON_RESPONSES)  # training export
+    app.include_router(routes_estimates.router, responses=COMMON_RESPONSES)  # learned costs
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.get("/health", tags=["ops"])

@@ -1,10 +1,12 @@
 """What a model costs to (re)load and how long its tasks run, learned from measurements.
 
-Both are exponentially weighted moving averages per model: recent loads count most (a
-model moved to a faster disk, a driver update), a single outlier cannot dominate. Until a
-model has been measured, a guess from its name stands in: the parameter count in tags
-such as ``qwen2.5:7b`` (the seed rig loaded a 7B model in 90-120 s, about 15 s per
-billion parameters), a few seconds for Whisper and embedding models.
+The brain sets each model's figures from what it learned and stored (``learn``: the
+medians of ``estimates.py``, which survive restarts); the makespan simulation feeds
+measurements one by one (``observe``: an exponentially weighted moving average, recent
+loads counting most). Until a model has been measured, a guess from its name stands in:
+the parameter count in tags such as ``qwen2.5:7b`` (the seed rig loaded a 7B model in
+90-120 s, about 15 s per billion parameters), a few seconds for Whisper and embedding
+models.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ class _Ewma:
             self._values[key] = value if old is None else old + self.alpha * (value - old)
             self._counts[key] = self._counts.get(key, 0) + 1
 
+    def set(self, key: str, value: float) -> None:
+        with self._lock:
+            self._values[key] = value
+            self._counts[key] = self._counts.get(key, 0) + 1
+
     def get(self, key: str) -> float | None:
         with self._lock:
             return self._values.get(key)
@@ -70,6 +77,11 @@ class ReloadCostModel:
     def observe(self, model: str, load_ms: float) -> None:
         if load_ms >= 0:
             self._ewma.observe(model, load_ms / 1000.0)
+
+    def learn(self, model: str, seconds: float) -> None:
+        """The load time the brain learned for ``model`` (its stored median)."""
+        if seconds >= 0:
+            self._ewma.set(model, seconds)
 
     def cost(self, model: str | None) -> float:
         """Expected seconds to load ``model`` (0 for tasks that need no model)."""
@@ -94,6 +106,11 @@ class RunTimeModel:
     def observe(self, model: str | None, run_ms: float) -> None:
         if run_ms >= 0:
             self._ewma.observe(model or "", run_ms / 1000.0)
+
+    def learn(self, model: str | None, seconds: float) -> None:
+        """The run time the brain learned for ``model``'s tasks (their stored median)."""
+        if seconds >= 0:
+            self._ewma.set(model or "", seconds)
 
     def estimate(self, model: str | None) -> float:
         learned = self._ewma.get(model or "")

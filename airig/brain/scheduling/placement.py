@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airig.brain.scheduling import candidates
+from airig.brain.scheduling.estimates import Estimates
+from airig.brain.scheduling.learned import Observation, rate, seconds
 from airig.brain.scheduling.residency import (
     Costs,
     Decision,
@@ -45,7 +47,7 @@ from airig.brain.scheduling.workers import WorkerView, eligible_classes
 from airig.brain.settings import BrainSettings
 from airig.brain.store import queue, states, workers
 from airig.brain.store.events import Outbox, record
-from airig.common.protocol import GpuInfo
+from airig.common.protocol import MAX_VRAM_MB, GpuInfo
 
 # A "load" this quick found the model resident: an event, not a reload-cost sample.
 ALREADY_LOADED_MS = 100.0
@@ -69,6 +71,7 @@ class Placement:
             min_resident_s=settings.min_resident_s,
         )
         self.costs = Costs()
+        self.estimates = Estimates(self.costs)  # learned, stored, feeding self.costs
         self.thermal = ThermalGuard(settings.thermal_limit_c, settings.thermal_hysteresis_c)
         self.alive_s = settings.lease_s
         self._loaded_at: dict[str, dict[str, float]] = {}
@@ -89,8 +92,14 @@ class Placement:
         state = self.worker_state(worker_id, view, now)
         held = self.held(worker_id, view.local, now)
         heads = candidates.group_heads(conn, eligible_classes(view.classes), view.trusted, held)
+        # The VRAM check before a load: a model whose learned peak does not fit is not
+        # placed here (its tasks say why while they wait).
+        heads = self.estimates.fitting(conn, worker_id, state, heads, now)
         holders = self.holders(conn, worker_id, now)
-        return choose_task(state, heads, now, self.policy, self.costs, holders)
+        decision = choose_task(state, heads, now, self.policy, self.costs, holders)
+        if decision is not None:
+            self.estimates.placed(conn, decision.task)
+        return decision
 
     def worker_state(self, worker_id: str, view: WorkerView, now: float) -> WorkerState:
         """The worker with its resident models; a model first seen now counts as loaded now."""
@@ -167,31 +176,59 @@ class Placement:
         self, conn: sqlite3.Connection, outbox: Outbox, task: sqlite3.Row,
         metrics: dict[str, Any], worker_id: str, now: float,
     ) -> None:  # fmt: skip
-        """Learn from a finished attempt; a model load or unload becomes an event."""
+        """Learn from a finished attempt (stored: ``estimates.py``); a model load or unload
+        becomes an event."""
+        load_s: float | None = None
         for action, model, duration_ms in model_changes(task, metrics):
             with self._lock:
                 known = self._loaded_at.setdefault(worker_id, {})
                 if action == "load":
-                    if duration_ms >= ALREADY_LOADED_MS:
-                        self.costs.reload.observe(model, duration_ms)
                     known[model] = now
                 else:
                     known.pop(model, None)
+            if action == "load" and duration_ms >= ALREADY_LOADED_MS and model == task["model"]:
+                load_s = seconds(duration_ms, 1 / 1000)
+            elif action == "load" and duration_ms >= ALREADY_LOADED_MS:  # another model's
+                seen = Observation(load_s=seconds(duration_ms, 1 / 1000))
+                self.estimates.observe(conn, "resource", model, worker_id, seen, now)
             # A load event carries the reload cost learned from it, so it can be followed.
             learned = {"reload_cost_s": round(self.costs.reload.cost(model), 3)}
             record(
                 conn, outbox, f"model.{action}", task, now, worker_id=worker_id, model=model,
                 duration_ms=round(duration_ms), **(learned if action == "load" else {}),
             )  # fmt: skip
-        run_ms = metrics.get("wall_ms")
-        if task["model"] and task["type"] != "resource" and isinstance(run_ms, int | float):
-            self.costs.runtime.observe(task["model"], run_ms)
+        self.learn(conn, task, worker_id, now, metrics, load_s)
+
+    def learn(
+        self, conn: sqlite3.Connection, task: sqlite3.Row, worker_id: str, now: float,
+        metrics: Mapping[str, Any] | None, load_s: float | None = None,
+    ) -> None:  # fmt: skip
+        """One attempt into its key's estimates: a completion's ``metrics`` (its run time,
+        peak VRAM, tokens per second), or a failure (``metrics`` None)."""
+        if metrics is None:
+            seen = Observation(failed=True)
+        else:
+            resource = task["type"] == "resource"
+            seen = Observation(
+                run_s=None if resource else seconds(metrics.get("wall_ms"), 1 / 1000),
+                load_s=load_s, vram_mb=_vram(metrics.get("peak_vram_mb")),
+                tokens_per_s=rate(metrics.get("tokens_per_s")),
+            )  # fmt: skip
+        self.estimates.observe(conn, task["type"], task["model"], worker_id, seen, now)
+
+    def observe_failure(
+        self, conn: sqlite3.Connection, task: sqlite3.Row, worker_id: str, now: float
+    ) -> None:
+        """A failed attempt (the task's own failure): the key's failure rate."""
+        self.learn(conn, task, worker_id, now, None)
 
     def observe_heartbeat(
         self, conn: sqlite3.Connection, outbox: Outbox, worker_id: str,
         gpus: Iterable[GpuInfo], now: float,
     ) -> None:  # fmt: skip
         """Feed the thermal guard; crossing the limit either way is an event."""
+        gpus = list(gpus)
+        self.estimates.heard(worker_id, gpus)
         hottest = max((g.temperature_c for g in gpus if g.temperature_c is not None), default=None)
         change = self.thermal.update(worker_id, hottest)
         if change is None:
@@ -229,6 +266,14 @@ def model_changes(task: sqlite3.Row, metrics: dict[str, Any]) -> list[tuple[str,
         if swap.get("loaded") and isinstance(swap.get("load_ms"), int | float):
             changes.append(("load", swap["loaded"], float(swap["load_ms"])))
     return changes
+
+
+def _vram(value: Any) -> float | None:
+    """A completion's peak VRAM (MiB): the protocol bounds the report's typed field; an
+    older worker's free-form figure is checked here the same way."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 < value <= MAX_VRAM_MB else None
 
 
 def _payload_model(task: sqlite3.Row) -> str | None:

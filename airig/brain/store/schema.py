@@ -307,6 +307,30 @@ alerts = Table(
 )  # fmt: skip
 
 
+# What the brain learned from finished attempts per (task type, model, GPU): the figures
+# the scheduler and GET /v1/estimates read, and the bounded window of recent observations
+# they are computed from (airig/brain/store/estimates.py).
+estimates = Table(
+    "estimates", metadata,
+    Column("task_type", Text, nullable=False),
+    Column("model", Text, nullable=False),  # '' for a task that needs none
+    Column("gpu", Text, nullable=False),  # the GPU's model name, or 'cpu'
+    _zero("samples"),
+    _zero("failures"),
+    Column("updated_at", FLOAT, nullable=False),
+    Column("run_p50_s", FLOAT),
+    Column("run_p90_s", FLOAT),
+    Column("load_p50_s", FLOAT),
+    Column("load_p90_s", FLOAT),
+    Column("vram_peak_mb", INT),
+    Column("tokens_per_s", FLOAT),
+    Column("failure_rate", FLOAT),
+    _json("window_json", "{}"),
+    PrimaryKeyConstraint("task_type", "model", "gpu"),
+    Index("estimates_updated", "updated_at"),
+)  # fmt: skip
+
+
 def new_token_id() -> str:
     """A token's public handle (listed, used to revoke it); unrelated to the token."""
     return secrets.token_hex(6)

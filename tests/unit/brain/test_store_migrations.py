@@ -134,7 +134,8 @@ def test_the_same_declaration_compiles_for_sqlite_and_postgresql():
         for name, table in schema.metadata.tables.items()
     }
     assert set(ddl) == {"plans", "tasks", "deps", "workers", "tokens", "events", "goals",
-                        "input_hashes", "backups", "escalations", "alerts"}  # fmt: skip
+                        "input_hashes", "backups", "escalations", "alerts",
+                        "estimates"}  # fmt: skip
     lite_tasks, pg_tasks = ddl["tasks"]
     assert "id INTEGER PRIMARY KEY AUTOINCREMENT" in lite_tasks
     assert "id BIGSERIAL" in pg_tasks and "PRIMARY KEY (id)" in pg_tasks
