@@ -107,16 +107,30 @@ class Row:
 
 
 def _row_factory(cursor: psycopg.Cursor[Any]) -> Any:
-    description = cursor.description or []
-    names: dict[str, int] = {}
-    for index, column in enumerate(description):
-        names.setdefault(column.name, index)  # the first of two same-named columns, as sqlite3
-        names.setdefault(column.name.lower(), index)
+    # The result's column names straight from libpq, not ``cursor.description``: that
+    # builds a Column object per column per statement (a claim reads `SELECT * FROM tasks`
+    # twice), a fifth of a claim's time in the brain on PostgreSQL.
+    result = cursor.pgresult
+    fields = result.nfields if result is not None else 0
+    names = _names(tuple(result.fname(i) or b"" for i in range(fields)) if result else ())
 
     def make(values: Sequence[Any]) -> Row:
         return Row(names, values)
 
     return make
+
+
+@functools.lru_cache(maxsize=1024)  # one entry per distinct column list the store reads
+def _names(fields: tuple[bytes, ...]) -> dict[str, int]:
+    """Column name (as written, and lower-cased) → index; the first of two same-named
+    columns, as sqlite3.Row. Shared by every row of every result with these columns:
+    nothing writes to it."""
+    names: dict[str, int] = {}
+    for index, raw in enumerate(fields):
+        name = raw.decode("utf-8", "replace")
+        names.setdefault(name, index)
+        names.setdefault(name.lower(), index)
+    return names
 
 
 class _BoolAsInt(Dumper):
