@@ -35,7 +35,7 @@ from airig.common.protocol import (
     RegisterRequest,
     ReleaseRequest,
 )
-from airig.common.task_types import names_where
+from airig.common.task_types import TASK_TYPES, names_where
 from airig.executors.base import run_task
 from airig.executors.context import ExecContext, ExecResult, TaskError
 from airig.executors.ollama_common import CLIENT_ERRORS
@@ -46,6 +46,7 @@ from airig.worker.link import BrainLink, BrainUnreachable, LeaseLost, Unregister
 from airig.worker.pipeline import Pipeline, effective_prefetch
 from airig.worker.settings import WorkerSettings
 from airig.worker.swap import Runner, Swapper, SwapReport, resident_after
+from airig.worker.vram import NoSampler, PeakSampler, nvml_used_mb, ollama_model_mb, tokens_per_s
 
 log = logging.getLogger("airig.worker")
 T = TypeVar("T")
@@ -216,6 +217,26 @@ class Worker:
                 _remove_dir(output_dir)
 
     def run_attempt(self, task: Assignment, cancel: threading.Event, output_dir: Path) -> Outcome:
+        """The attempt's steps (``attempt_steps``) with its peak VRAM sampled meanwhile, which
+        a completion reports (``vram.py``)."""
+        with self.vram_sampler(task) as vram:
+            outcome, released = self.attempt_steps(task, cancel, output_dir)
+        peak = vram.peak_mb()
+        if isinstance(outcome, ExecResult) and peak is not None:
+            outcome.metrics["peak_vram_mb"] = peak
+        return outcome, released
+
+    def vram_sampler(self, task: Assignment) -> PeakSampler:
+        """Ollama's own figure for a task of an Ollama model, else NVML's on a GPU worker."""
+        spec = TASK_TYPES.get(task.type)
+        on_ollama = spec is not None and spec.model_service == "ollama"
+        if self.ollama is not None and task.model and on_ollama:
+            return PeakSampler(ollama_model_mb(self.ollama.ps, task.model), growth=False)
+        if task.model and self.settings.gpu_index is not None:  # the brain keys by model
+            return PeakSampler(nvml_used_mb(self.settings.gpu_indexes), growth=True)
+        return NoSampler()
+
+    def attempt_steps(self, task: Assignment, cancel: threading.Event, output_dir: Path) -> Outcome:
         """The attempt's steps: its context, built once; the swap the brain asked for, if
         this worker swaps; the executor. Both steps share one stop grace. None with
         ``cancel`` set and not released: the lease was lost, report nothing."""
@@ -309,8 +330,10 @@ class Worker:
                 for name in outcome.files
             ]
             body = CompleteRequest(
-                **lease, output=outcome.output, files=stored, metrics=outcome.metrics
-            )
+                **lease, output=outcome.output, files=stored, metrics=outcome.metrics,
+                peak_vram_mb=outcome.metrics.pop("peak_vram_mb", None),
+                tokens_per_s=tokens_per_s(outcome.metrics),
+            )  # fmt: skip
         self.pipeline.report(task, body)
 
 
