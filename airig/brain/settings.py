@@ -90,6 +90,9 @@ class BrainSettings(BaseSettings):
     ollama_models: str = shared.setting(shared.OLLAMA_MODELS)
     whisper_models: str = shared.setting(shared.WHISPER_MODELS)
     data_dir: Path = Field(Path("/data"), alias="BRAIN_DATA_DIR")
+    # The workers' pixel budget, held to the images an escalated task sends as well
+    # (escalation/images.py): what the rig refuses to decode it does not send out either.
+    max_image_pixels: int = shared.setting(shared.MAX_IMAGE_PIXELS)
 
     # The external tier (airig/brain/escalation/): off by default. The brain talks only to
     # the gateway, which alone holds the provider's key. Prices per million tokens and the

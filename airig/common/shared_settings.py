@@ -213,6 +213,14 @@ LOCAL_CONTEXT_TOKENS = _shared(
     ge=256,
 )  # fmt: skip
 
+# ------------------------------------------------------------ images
+MAX_IMAGE_PIXELS = _shared(
+    "AIRIG_MAX_IMAGE_PIXELS", int, 64_000_000,
+    "Most pixels an image may declare (its header, read before anything decodes it): a "
+    "worker's llm/ocr/pages task and an image the brain sends the external tier.",
+    ge=1,
+)  # fmt: skip
+
 # key -> its declaration, every one above
 SHARED: dict[str, Shared[Any]] = {
     value.key: value for value in list(globals().values()) if isinstance(value, Shared)

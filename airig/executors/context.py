@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from airig.common.errors import AirigError
+from airig.common.shared_settings import MAX_IMAGE_PIXELS
 
 T = TypeVar("T")
 
 # The most pixels an image may declare before anything decodes it (AIRIG_MAX_IMAGE_PIXELS;
 # media.py says why 64 megapixels); a PDF page at the asked dpi is held to it too.
-DEFAULT_MAX_IMAGE_PIXELS = 64_000_000
+DEFAULT_MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS.default
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from airig.common.image_header import IMAGE_TYPES, bytes_reader, image_size
 from airig.common.task_schemas import MAX_IMAGES, DataPath
 from airig.executors.context import (
     ExecContext,
@@ -29,7 +30,6 @@ from airig.executors.context import (
     resolve_data_path,
     run_abortable,
 )
-from airig.executors.image_header import IMAGE_TYPES, bytes_reader, image_size
 
 # Which Debian package brings each tool (the hint when one is missing).
 PACKAGES = {

@@ -16,20 +16,42 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from airig.common.external_images import (
+    KIT,
+    PROVIDERS,
+    ImageRefused,
+    check_count,
+    check_encoded,
+)
 from airig.common.http_errors import error_body, error_bytes, install_error_handlers
 from airig.common.protocol import ErrorBody, ValidationErrorBody
 from airig.gateway.failures import ProviderFailure, Scrubber, classify
 from airig.gateway.idempotency import Answers, Reused
 from airig.gateway.providers import Completion, Prompt, Provider
+from airig.gateway.providers import Image as PromptImage
 from airig.gateway.providers import Message as PromptMessage
 
 log = logging.getLogger("airig.gateway")
+# What the body's model takes before the provider's own limits are checked: the largest
+# image any provider takes (OpenAI's 20 MB as base64), a few more images than the brain sends
+MAX_IMAGE_BASE64 = max(limits.max_base64_bytes for limits in PROVIDERS.values())
+MAX_IMAGES_A_MESSAGE = 100
+
+
+class ImageIn(BaseModel):
+    """One image as the brain sends it (escalation/images.py): checked against the
+    provider's limits before the provider is called (``external_images``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    media_type: Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+    data: str = Field(min_length=1, max_length=MAX_IMAGE_BASE64)
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Literal["user", "assistant"]
     content: str
+    images: list[ImageIn] = Field(default_factory=list, max_length=MAX_IMAGES_A_MESSAGE)
 
 
 class CompleteRequest(BaseModel):
@@ -125,7 +147,7 @@ def create_app(
     key_loaded: bool,
     concurrency: int = 4,
     cache_size: int = 1024,
-    max_body: int = 8 * 1024 * 1024,
+    max_body: int = 24 * 1024 * 1024,
 ) -> FastAPI:
     app = FastAPI(title="airig gateway", docs_url=None, redoc_url=None)
     install_error_handlers(app)  # the kit's one error body (airig/common/http_errors.py)
@@ -186,9 +208,18 @@ def create_app(
         },
     )
     async def complete(body: CompleteRequest) -> CompleteAnswer | JSONResponse:
+        try:
+            checked_images(body, provider.name)
+        except ImageRefused as exc:
+            return _failure(422, str(exc), False)
         prompt = Prompt(
             system=body.system,
-            messages=tuple(PromptMessage(m.role, m.content) for m in body.messages),
+            messages=tuple(
+                PromptMessage(
+                    m.role, m.content, tuple(PromptImage(i.media_type, i.data) for i in m.images)
+                )
+                for m in body.messages
+            ),
             max_tokens=body.max_tokens,
             json=body.want_json,
         )
@@ -213,6 +244,31 @@ def create_app(
         )
 
     return app
+
+
+def checked_images(body: CompleteRequest, provider: str) -> None:
+    """Every image of the request within ``provider``'s limits, its bytes what its media
+    type says (ImageRefused, one line): refused here, never billed by the provider. Only a
+    user turn may carry images (both APIs')."""
+    limits = PROVIDERS.get(provider, KIT)
+    count = sum(len(m.images) for m in body.messages)
+    if not count:
+        return
+    check_count(count, limits)
+    total, n = 0, 0
+    for index, message in enumerate(body.messages):
+        if message.images and message.role != "user":
+            raise ImageRefused(
+                f"messages[{index}] is an assistant turn: only a user turn has images"
+            )
+        for image in message.images:
+            n += 1
+            check_encoded(image.media_type, image.data, f"image {n}", limits, count)
+            total += len(image.data)
+    if total > limits.max_total_base64:
+        raise ImageRefused(
+            f"the images are {total} bytes of base64; {provider} takes {limits.max_total_base64}"
+        )
 
 
 def _failure(

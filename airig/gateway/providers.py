@@ -29,9 +29,16 @@ JSON_INSTRUCTION = "Answer with one JSON object and nothing else."
 
 
 @dataclass(frozen=True)
+class Image:
+    media_type: str  # image/png, image/jpeg, image/gif or image/webp (app.py checked it)
+    data: str  # base64
+
+
+@dataclass(frozen=True)
 class Message:
     role: Literal["user", "assistant"]
     content: str
+    images: tuple[Image, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,8 +83,8 @@ class OpenAIProvider:
 
     def request(self, prompt: Prompt) -> dict[str, Any]:
         system = prompt.system_text()
-        messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
-        messages += [{"role": m.role, "content": m.content} for m in prompt.messages]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        messages += [{"role": m.role, "content": self.content(m)} for m in prompt.messages]
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -86,6 +93,20 @@ class OpenAIProvider:
         if prompt.json:
             body["response_format"] = {"type": "json_object"}
         return body
+
+    @staticmethod
+    def content(message: Message) -> str | list[dict[str, Any]]:
+        """Text alone as a string; with images, content parts: the text, then each image
+        as a data URL (the vision guide's "Analyze images", base64-encoded images:
+        ``{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,..."}}``)."""
+        if not message.images:
+            return message.content
+        parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}]
+        parts += [
+            {"type": "image_url", "image_url": {"url": f"data:{i.media_type};base64,{i.data}"}}
+            for i in message.images
+        ]
+        return parts
 
     async def complete(self, prompt: Prompt) -> Completion:
         answer = await self.client.chat.completions.create(**self.request(prompt))
@@ -124,12 +145,26 @@ class AnthropicProvider:
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": prompt.max_tokens,
-            "messages": [{"role": m.role, "content": m.content} for m in prompt.messages],
+            "messages": [{"role": m.role, "content": self.content(m)} for m in prompt.messages],
         }
         system = prompt.system_text()
         if system:  # the API refuses an empty system text block
             body["system"] = system
         return body
+
+    @staticmethod
+    def content(message: Message) -> str | list[dict[str, Any]]:
+        """Text alone as a string; with images, content blocks: each image first (the
+        vision guide: "Claude works best when images come before text"), as a base64
+        source, then the text."""
+        if not message.images:
+            return message.content
+        blocks: list[dict[str, Any]] = [
+            {"type": "image",
+             "source": {"type": "base64", "media_type": i.media_type, "data": i.data}}
+            for i in message.images
+        ]  # fmt: skip
+        return [*blocks, {"type": "text", "text": message.content}]
 
     async def complete(self, prompt: Prompt) -> Completion:
         answer = await self.client.messages.create(**self.request(prompt))

@@ -40,8 +40,8 @@ class GatewaySettings(BaseSettings):
     timeout_s: float = Field(120.0, alias="AIRIG_GATEWAY_TIMEOUT_S", gt=0, le=3600)
     # Completed answers kept for a repeated request_id (see idempotency.py).
     cache_size: int = Field(1024, alias="AIRIG_GATEWAY_CACHE_SIZE", ge=1)
-    # A handoff carries attempts and plan context, not files: 8 MiB is generous.
-    max_body_bytes: int = Field(8 * 1024 * 1024, alias="AIRIG_GATEWAY_MAX_BODY_BYTES", gt=0)
+    # A handoff with images: up to 20 MiB of base64 (external_images.KIT) and its text.
+    max_body_bytes: int = Field(24 * 1024 * 1024, alias="AIRIG_GATEWAY_MAX_BODY_BYTES", gt=0)
 
     def require(self) -> None:
         """Refuse to serve without a model or a token: an open gateway would spend the

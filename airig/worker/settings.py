@@ -12,7 +12,6 @@ from airig.common import shared_settings as shared
 from airig.common.errors import ConfigError
 from airig.common.protocol import TASK_CLASSES, rig_name
 from airig.common.secrets import is_placeholder
-from airig.executors.context import DEFAULT_MAX_IMAGE_PIXELS
 
 
 class WorkerSettings(BaseSettings):
@@ -53,7 +52,7 @@ class WorkerSettings(BaseSettings):
     max_image_bytes: int = Field(20 * 1024 * 1024, alias="AIRIG_MAX_IMAGE_BYTES", ge=1)
     # The most pixels an image (or a PDF page at its dpi) may declare before anything
     # decodes it: a decompression bomb is refused by its header (executors/media.py).
-    max_image_pixels: int = Field(DEFAULT_MAX_IMAGE_PIXELS, alias="AIRIG_MAX_IMAGE_PIXELS", ge=1)
+    max_image_pixels: int = shared.setting(shared.MAX_IMAGE_PIXELS)
 
     @model_validator(mode="after")
     def _rig(self) -> WorkerSettings:

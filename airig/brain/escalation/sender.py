@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from airig.brain.escalation import budget, criteria, handoff, ledger, reply, review
+from airig.brain.escalation import budget, criteria, handoff, images, ledger, reply, review
 from airig.brain.escalation.client import CallResult, GatewayClient
 from airig.brain.planner.grow import GrowthRefused
 from airig.brain.settings import BrainSettings
@@ -30,6 +30,7 @@ from airig.brain.store import escalations, payloads, states
 from airig.brain.store.events import Outbox, record
 from airig.brain.store.retry import RetryPolicy
 from airig.brain.store.unwritable import StoreUnwritable
+from airig.common.external_images import ImageRefused
 from airig.common.protocol import TaskState as S
 
 log = logging.getLogger("airig.brain.escalation")
@@ -149,9 +150,25 @@ class Sender(threading.Thread):
         body = self._write(lambda c, o, now: self.prepare(c, o, now, request_id))
         if body is None:
             return 0
-        result = self.client.complete(body)
+        try:  # the images read whole, with no transaction open
+            sent = images.expand(body, self.settings.data_dir)
+        except ImageRefused as exc:
+            why = str(exc)
+            self._write(lambda c, o, now: self.refused(c, o, now, request_id, why))
+            return 0
+        result = self.client.complete(sent)
         self._write(lambda c, o, now: self.finish(c, o, now, request_id, body, result))
         return 1
+
+    def refused(
+        self, conn: sqlite3.Connection, outbox: Outbox, now: float, request_id: str, why: str
+    ) -> None:
+        """The call may not be sent after all (an image changed or went away)."""
+        ledger.update(conn, request_id, state="failed", error=why, next_try_at=None)
+        row = ledger.get(conn, request_id)
+        task = states.get_task(conn, row["task_id"]) if row is not None else None
+        if task is not None:
+            _fail(conn, outbox, task, now, "escalation_refused", why)
 
     # ------------------------------------------------------------------ step 1
     def prepare(
@@ -174,11 +191,13 @@ class Sender(threading.Thread):
             return None
         if row["request_json"] is None:
             try:
+                handoff.refuse_sensitive(conn, task)  # before an image is even looked at
+                refs = images.references(conn, task, self.settings)
                 built = handoff.build(
                     conn, task, row["why"], self.settings.results_dir,
-                    self.settings.escalation_max_tokens,
+                    self.settings.escalation_max_tokens, refs, images.from_outputs(task),
                 )  # fmt: skip
-            except handoff.HandoffRefused as exc:
+            except (handoff.HandoffRefused, ImageRefused) as exc:
                 ledger.update(conn, request_id, state="failed", error=str(exc), next_try_at=None)
                 _fail(conn, outbox, task, now, "escalation_refused", str(exc))
                 return None
@@ -201,6 +220,7 @@ class Sender(threading.Thread):
         """Budget and rate limit for a call about to be made; False when it may not go."""
         s = self.settings
         tokens_in = budget.estimate_tokens(handoff.request_text(request))
+        tokens_in += images.image_tokens(request)
         estimate = budget.cost(
             tokens_in, request["max_tokens"], s.escalation_price_in, s.escalation_price_out
         )

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from images import Refused, anthropic_check, openai_check
 from shapes import (
     OPENAI_NO_KEY,
     anthropic_error,
@@ -102,10 +103,16 @@ def default_answer(model: str, prompt: str) -> str:
 
 
 def prompt_text(system: Any, messages: list[Any]) -> str:
+    """The request's text; of content parts only the text ones (an image's base64 is no
+    words), so the answer and the token counts stay deterministic and small."""
     parts = [system if isinstance(system, str) else json.dumps(system)] if system else []
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
-        parts.append(content if isinstance(content, str) else json.dumps(content))
+        if isinstance(content, list):
+            texts = [p.get("text") for p in content if isinstance(p, dict)]
+            parts += [t for t in texts if isinstance(t, str)]
+        else:
+            parts.append(content if isinstance(content, str) else json.dumps(content))
     return "\n".join(parts)
 
 
@@ -255,6 +262,12 @@ class Handler(BaseHTTPRequestHandler):
                 openai_error(message, "invalid_request_error", "empty_array", "messages"),
                 {},
             )
+        try:  # images as upstream takes them (images.py names its sources)
+            openai_check(messages)
+        except Refused as refused:
+            error = openai_error(refused.message, "invalid_request_error", refused.code,
+                                 refused.param)  # fmt: skip
+            return 400, error, {}
         text_in = prompt_text(None, messages)
         wants_json = (body.get("response_format") or {}).get("type") == "json_object"
         if wants_json and "json" not in text_in.lower():
@@ -319,6 +332,10 @@ class Handler(BaseHTTPRequestHandler):
                 )  # fmt: skip
         if not isinstance(body["max_tokens"], int) or body["max_tokens"] < 1:
             return refuse(400, "invalid_request_error", "max_tokens: Input should be >= 1")
+        try:  # images as upstream takes them (images.py names its sources)
+            anthropic_check(messages)
+        except Refused as refused:
+            return refuse(400, "invalid_request_error", refused.message)
         model = body["model"]
         if model not in state.models:
             return refuse(404, "not_found_error", f"model: {model}")
