@@ -13,6 +13,7 @@ b. the seed's video pipeline, transcribe -> segment (LLM) -> embed, over 50 vide
    all queued at once (b) and arriving one per minute (b2);
 c. a priority mix on 2 GPUs: a steady stream of priority-7 LLM tasks, one priority-2
    Whisper task that would starve behind it, and one priority-10 embedding task.
+e. learned estimates against the guesses from the models' names (sim_learned.py).
 
 Runs in a few seconds. Exit status 1 when a target is missed.
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+import sim_learned  # noqa: E402
 from sim_bound import lower_bound  # noqa: E402
 from sim_engine import ModelSpec, SimGpu, SimTask, Simulation  # noqa: E402
 from sim_policies import OrderedClaims, ResidencyClaims  # noqa: E402
@@ -197,12 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = [row for name in SCENARIOS for row in run_scenario(name, args.seed)]
     verdicts = check_targets(rows)
-    sweep = seed_sweep(range(1, 21))
+    # (e): learned estimates against the guesses from the names (sim_learned.py)
+    rows += [row for name in sim_learned.BURSTS for row in sim_learned.rows(name, args.seed)]
+    notes = [seed_sweep(range(1, 21)), *sim_learned.sweep(range(1, 21))]
     print(markdown(rows))
-    print("\n".join([*verdicts, sweep]))
+    print("\n".join([*verdicts, *notes]))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        report = {"rows": rows, "verdicts": verdicts, "notes": [sweep]}
+        report = {"rows": rows, "verdicts": verdicts, "notes": notes}
         args.json.write_text(json.dumps(report, indent=1))
     return 0 if all(v.startswith("PASS") for v in verdicts) else 1
 
