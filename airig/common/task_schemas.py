@@ -468,3 +468,14 @@ class NotePayload(Payload):
         if missing:
             raise ValueError(f"kind {self.kind!r} needs {', '.join(repr(m) for m in missing)}")
         return self
+
+
+class HtmlPayload(Payload):
+    """An HTML page on the data volume as plain text (``path``, under outputs/) and its
+    chunks as documents for an index, each with ``source`` (executors/html.py)."""
+
+    html: DataPath
+    path: DataPath
+    title: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    source: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    chunk_chars: Annotated[int, Field(ge=200, le=8000)] = 2000

@@ -36,6 +36,7 @@ from typing import Any
 from airig.common.task_schemas import (
     EmbedPayload,
     FramesPayload,
+    HtmlPayload,
     ImagePayload,
     LlmPayload,
     NoopPayload,
@@ -124,6 +125,8 @@ _DECLARED = (
     # A vision model on Ollama (or tesseract: ``executors/ocr.py may_use_model``).
     TaskType("ocr", OcrPayload, "llm", OLLAMA, writes_files=True),
     TaskType("note", NotePayload, "cpu", None, writes_files=True, data_files="path"),
+    # An HTML page's text and its chunks for an index (the zim-articles recipe).
+    TaskType("html", HtmlPayload, "cpu", None, writes_files=True, data_files="path"),
 )  # fmt: skip
 
 TASK_TYPES: Mapping[str, TaskType] = MappingProxyType({t.name: t for t in _DECLARED})

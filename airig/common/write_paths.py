@@ -36,6 +36,7 @@ OUTPUTS = "outputs"
 # file must lie strictly inside the folder; a folder may be the plan's folder itself).
 WRITE_FIELDS: dict[str, tuple[str, bool]] = {
     "note": ("path", True),
+    "html": ("path", True),
     "frames": ("out_dir", False),
     "pages": ("out_dir", False),
 }

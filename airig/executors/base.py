@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from airig.common.task_schemas import (
     EmbedPayload,
     FramesPayload,
+    HtmlPayload,
     ImagePayload,
     LlmPayload,
     NoopPayload,
@@ -32,6 +33,7 @@ from airig.common.task_types import DEFAULT_CLASS_FOR_TYPE, PAYLOAD_SCHEMAS
 from airig.executors.context import ExecContext, ExecResult, TaskError, elapsed_ms
 from airig.executors.embed import execute_embed
 from airig.executors.frames import execute_frames
+from airig.executors.html import execute_html
 from airig.executors.image import execute_image
 from airig.executors.llm import execute_llm
 from airig.executors.noop import execute_noop
@@ -87,6 +89,7 @@ EXECUTORS: dict[str, Executor] = {
     "pages": _executor(PagesPayload, execute_pages),
     "ocr": _executor(OcrPayload, execute_ocr),
     "note": _executor(NotePayload, execute_note),
+    "html": _executor(HtmlPayload, execute_html),
 }
 
 

@@ -35,6 +35,8 @@ DISTRIBUTION = {
     "fastapi": "fastapi",
     "httpx": "httpx",
     "httpx2": "httpx2",
+    "inscriptis": "inscriptis",
+    "libzim": "libzim",
     "markdown_it": "markdown-it-py",
     "ollama": "ollama",
     "openai": "openai",

@@ -5,10 +5,12 @@ a recipe with a bad field is refused."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
+from support_zim import ARTICLES, make_zim
 
 from airig.brain.plans.fanout import glob_items
 from airig.brain.plans.load import load_plan
@@ -34,8 +36,22 @@ def _folder(tmp_path: Path, names: list[str]) -> Path:
     data = tmp_path / "data"
     (data / "inputs" / "folder").mkdir(parents=True)
     for name in names:
-        (data / "inputs" / "folder" / name).write_bytes(b"x")
+        if name.endswith(".zim"):  # the zim recipes read real archives: a few articles, a video
+            video = ("videos/talk.mp4", "A talk", "video/mp4", b"x")
+            make_zim(data / "inputs" / "folder" / name, [*ARTICLES, video])
+        else:
+            (data / "inputs" / "folder" / name).write_bytes(b"x")
     return data
+
+
+# What a recipe reads from its folder: its glob's, or its zim archives' pattern.
+READS = re.compile(r'(?:glob|zim): "\{\{ inputs_dir \}\}/([^"]+)"')
+
+
+def _pattern(recipe: str) -> str:
+    found = READS.search((RECIPES / recipe).read_text())
+    assert found, f"{recipe} reads no {{{{ inputs_dir }}}}/<pattern>"
+    return found.group(1)
 
 
 def test_photos_captions_takes_every_common_image_type_whatever_its_case(tmp_path):
@@ -74,10 +90,9 @@ def test_submit_names_the_files_no_glob_of_the_recipe_reads(tmp_path):
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in RECIPES.glob("*.yaml")))
 def test_the_launcher_and_the_brain_agree_on_what_a_recipe_reads(tmp_path, recipe):
-    names = [*PHOTOS, "talk.MP4", "scan.Pdf", "notes.txt"]
+    names = [*PHOTOS, "talk.MP4", "scan.Pdf", "notes.txt", "wiki.zim"]
     data = _folder(tmp_path, names)
-    text = (RECIPES / recipe).read_text()
-    glob = text.split('glob: "{{ inputs_dir }}/')[1].split('"')[0]
+    glob = _pattern(recipe)
     taken = {i["name"] for i in glob_items(data, f"inputs/folder/{glob}", 100)}
     left = plan_inputs.unmatched((RECIPES / recipe).read_bytes(), names)
     assert taken and set(names) - taken == set(left or [])
@@ -87,12 +102,11 @@ def test_the_launcher_and_the_brain_agree_on_what_a_recipe_reads(tmp_path, recip
 def test_dot_files_are_left_out_by_the_launcher_and_the_brain_alike(tmp_path, recipe):
     # an upload in flight is a dot file (.upload-<hex>, services/infra.py): never an item
     dots = [".a.jpg", ".IMG.jpg.part", ".upload-0123abcd", ".talk.mp4", ".scan.pdf"]
-    names = [*PHOTOS, "talk.MP4", "scan.Pdf", *dots]
+    names = [*PHOTOS, "talk.MP4", "scan.Pdf", "wiki.zim", *dots]
     data = _folder(tmp_path, names)
     (data / "inputs" / "folder" / ".hidden").mkdir()
     (data / "inputs" / "folder" / ".hidden" / "b.jpg").write_bytes(b"x")
-    text = (RECIPES / recipe).read_text()
-    glob = text.split('glob: "{{ inputs_dir }}/')[1].split('"')[0]
+    glob = _pattern(recipe)
     taken = {i["name"] for i in glob_items(data, f"inputs/folder/{glob}", 100)}
     left = plan_inputs.unmatched((RECIPES / recipe).read_bytes(), names) or []
     assert taken and not taken & set(dots)
@@ -130,7 +144,7 @@ def test_submit_prints_how_many_files_the_recipe_leaves_out(tmp_path, monkeypatc
 def test_a_recipe_declares_every_task_class_so_submit_prints_no_fix(tmp_path, recipe):
     from airig.brain.plans.validate import infer_class
 
-    data = _folder(tmp_path, ["a.jpg", "a.mp4", "a.pdf"])
+    data = _folder(tmp_path, ["a.jpg", "a.mp4", "a.pdf", "a.zim"])
     plan, _, _ = load_plan(_filled(recipe), "application/yaml", Limits(), data)
     assert plan.fixes == []
     for task in plan.tasks:
@@ -142,7 +156,7 @@ def test_a_recipe_declares_every_task_class_so_submit_prints_no_fix(tmp_path, re
 SHIPPED = sorted(p.name for p in RECIPES.glob("*.yaml"))
 # One input of each kind a recipe globs, so that every template task of a group is built
 # as an item and validated as one.
-ONE_OF_EACH = ["a.jpg", "a.mp4", "a.pdf"]
+ONE_OF_EACH = ["a.jpg", "a.mp4", "a.pdf", "a.zim"]
 
 
 def brain_limits() -> Limits:
@@ -168,7 +182,8 @@ def _as_submitted(body: bytes, recipe: str, vision: bool) -> bytes:
 
 def test_the_recipes_are_the_shipped_ones():
     # the parametrized tests below read this list: an empty folder would pass them all
-    assert {"video-notes.yaml", "pdf-text.yaml", "photos-captions.yaml"} <= set(SHIPPED)
+    assert {"video-notes.yaml", "pdf-text.yaml", "photos-captions.yaml", "zim-videos.yaml",
+            "zim-articles.yaml"} <= set(SHIPPED)  # fmt: skip
 
 
 @pytest.mark.parametrize("vision", [True, False], ids=["vision-pulled", "default-env"])
@@ -185,6 +200,11 @@ def test_every_recipe_passes_the_brains_plan_rules(tmp_path, recipe, vision):
     assert built, "no task of the recipe was built and validated"
 
 
+def _spoil_source(plan: dict, pattern: str) -> None:
+    for_each = next(t for t in plan["tasks"] if "for_each" in t)["for_each"]
+    for_each["zim" if "zim" in for_each else "glob"] = pattern
+
+
 def _first_template(plan: dict) -> dict:
     group = next(t for t in plan["tasks"] if "for_each" in t)
     return group["tasks"][0]
@@ -197,12 +217,8 @@ BAD_FIELDS = {
     "type": (lambda plan: _first_template(plan).update(type="transcript"), "type"),
     "timeout": (lambda plan: _first_template(plan).update(timeout_s="1h"), "timeout_s"),
     "plan key": (lambda plan: plan.update(inputs="~/talks"), "plan"),
-    "absolute glob": (
-        lambda plan: next(t for t in plan["tasks"] if "for_each" in t)["for_each"].update(
-            glob="/etc/*"
-        ),
-        "for_each.glob",
-    ),
+    # (a zim recipe's archives are a glob too: the same refusal, its own field)
+    "absolute glob": (lambda plan: _spoil_source(plan, "/etc/*"), "for_each.<source>"),
 }
 
 
@@ -210,6 +226,7 @@ BAD_FIELDS = {
 @pytest.mark.parametrize("recipe", SHIPPED)
 def test_a_recipe_with_a_bad_field_is_refused_naming_it(tmp_path, recipe, bad):
     spoil, field = BAD_FIELDS[bad]
+    field = field.replace("<source>", "zim" if recipe.startswith("zim-") else "glob")
     plan = yaml.safe_load((RECIPES / recipe).read_text())
     spoil(plan)
     body = _as_submitted(yaml.safe_dump(plan, allow_unicode=True).encode(), recipe, True)

@@ -56,6 +56,7 @@ SAMPLE: dict[str, dict[str, typing.Any]] = {
     "pages": {"pdf": "paper.pdf"},
     "ocr": {"image": "scan.png", "model": "qwen2.5vl:7b"},
     "note": {"path": "notes/talk.md", "kind": "video", "transcript": "words"},
+    "html": {"html": "inputs/wiki/Volcano.html", "path": "outputs/wiki/Volcano.txt"},
 }
 
 
@@ -217,7 +218,7 @@ def test_the_files_a_task_wrote_are_read_under_the_tables_key():
               "pages": [{"path": "p/1.png"}]}  # fmt: skip
     found = {name: store_reuse.written_paths(name, output) for name in TASK_TYPES}
     assert found == {
-        name: (["a.md"] if name == "note" else ["f/1.png"] if name == "frames"
+        name: (["a.md"] if name in ("note", "html") else ["f/1.png"] if name == "frames"
                else ["p/1.png"] if name == "pages" else [])
         for name in TASK_TYPES
     }  # fmt: skip

@@ -1,8 +1,9 @@
 """Fan-out: a group of tasks repeated for each item of a list (PLANS.md, "Fan-out").
 
 A plan task with ``for_each`` and ``tasks`` (instead of ``type`` and ``payload``) is a
-group. Its items (``plans/items.py``) come from a ``glob`` of files on the data volume or
-a literal ``items`` list (both expanded here, at submission), or ``from`` a list in an
+group. Its items (``plans/items.py``) come from a ``glob`` of files on the data volume, a
+ZIM archive's entries (``zim``, ``plans/zim.py``: extracted onto the volume) or a literal
+``items`` list (all expanded here, at submission), or ``from`` a list in an
 upstream task's output (expanded when that task succeeds, ``planner/fanout.py``, through
 the same functions).
 
@@ -22,7 +23,7 @@ A submitted plan with groups goes through two passes (``validate_with_fanout``):
 group is read and expanded (``expand_groups``), then the whole plan, item tasks and a
 stand-in row per group, is validated once (``validate_plan``; the stand-in reads its
 items' output tasks, so taint and sensitivity follow them to the group's readers).
-Everything here is pure but for the glob, which reads the data volume.
+Everything here is pure but for the glob and the archives, which read the data volume.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from airig.brain.plans.items import ItemError, glob_items, item_text, item_value
 from airig.brain.plans.items import read_list as read_list  # planner/fanout.py reads it here
 from airig.brain.plans.models import PlanSpec, TaskSpec
 from airig.brain.plans.validate import Limits, PlanInvalid, bounded, validate_plan
+from airig.brain.plans.zim import FILTERS as ZIM_FILTERS
+from airig.brain.plans.zim import read_source, zim_items
 from airig.brain.store import results, shell_inputs
 from airig.brain.store.fanout import GROUP_TYPE
 from airig.common import write_paths
@@ -45,7 +48,7 @@ MAX_KEY = 64
 ITEM = re.compile(r"\{\{\s*item(?:\.([A-Za-z0-9_]+))?\s*\}\}")
 ITEM_VARIABLE = "AIRIG_ITEM"
 GROUP_FIELDS = {"id", "name", "for_each", "output", "depends_on", "tasks"}
-SOURCES = ("glob", "items", "from")
+SOURCES = ("glob", "items", "from", "zim")
 # ``from: "{{ tasks.<id>.output[.<field>...] }}"``: the whole string is one template.
 FROM = re.compile(r"^\s*\{\{\s*tasks\.([A-Za-z0-9_-]+)\.output((?:\.[A-Za-z0-9_]+)*)\s*\}\}\s*$")
 
@@ -64,11 +67,12 @@ class Group:
     from_key: str | None = None
     from_path: str = ""
     items: list[dict[str, Any]] | None = None
+    filters: dict[str, Any] = field(default_factory=dict)  # a ``zim`` source's mimetype, path
 
     def definition(self) -> dict[str, Any]:
         """What the group's row stores as its payload (a ``from`` group is expanded from it,
         and gets its ``items`` then)."""
-        spec = {"for_each": {self.source: self.spec}, "output": self.output,
+        spec = {"for_each": {self.source: self.spec, **self.filters}, "output": self.output,
                 "tasks": self.template, "depends_on": self.depends_on}  # fmt: skip
         if self.items is not None:
             spec["items"] = self.items
@@ -110,10 +114,17 @@ def read_group(raw: dict[str, Any]) -> tuple[Group | None, list[dict[str, Any]]]
         )))  # fmt: skip
     for_each = raw.get("for_each")
     chosen = [s for s in SOURCES if isinstance(for_each, dict) and s in for_each]
-    if not isinstance(for_each, dict) or len(chosen) != 1 or len(for_each) != 1:
-        errors.append(_error(key, "for_each", "give exactly one of glob, items, from"))
+    if not isinstance(for_each, dict) or len(chosen) != 1:
+        errors.append(_error(key, "for_each", "give exactly one of glob, items, from, zim"))
         return None, errors
     source = chosen[0]
+    filters = {k: v for k, v in for_each.items() if k != source}
+    if filters and (source != "zim" or set(filters) - set(ZIM_FILTERS)):
+        errors.append(_error(key, "for_each", (
+            f"unknown fields {sorted(filters)} beside {source}; only zim takes filters "
+            f"({', '.join(ZIM_FILTERS)})"
+        )))  # fmt: skip
+        return None, errors
     spec = for_each[source]
     deps = raw.get("depends_on", [])
     if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
@@ -133,9 +144,14 @@ def read_group(raw: dict[str, Any]) -> tuple[Group | None, list[dict[str, Any]]]
     if output not in ids:
         errors.append(_error(key, "output", f"{output!r} is not a template task ({ids})"))
     group = Group(key, str(raw.get("name") or key)[:200], list(dict.fromkeys(deps)),
-                  template, str(output), source, spec)  # fmt: skip
-    if source == "glob" and not isinstance(spec, str):
-        errors.append(_error(key, "for_each.glob", "a glob is a text pattern"))
+                  template, str(output), source, spec, filters=filters)  # fmt: skip
+    if source in ("glob", "zim") and not isinstance(spec, str):
+        errors.append(_error(key, f"for_each.{source}", f"a {source} is a text pattern"))
+    elif source == "zim":
+        try:
+            read_source(for_each)
+        except ItemError as exc:
+            errors.append(_error(key, "for_each", str(exc)))
     elif source == "items" and not isinstance(spec, list):
         errors.append(_error(key, "for_each.items", "items is a list"))
     elif source == "from":
@@ -466,10 +482,11 @@ def _expand_group(
 def _sized(
     group: Group, items: list[dict[str, Any]], budget: int, plan_max: int
 ) -> tuple[dict[str, Any] | None, int]:
-    """A glob's or a literal list's items checked for their number: at least one, within
-    what the plan may still hold, and keys within MAX_KEY. (problem or None, budget left)"""
+    """A glob's, an archive's or a literal list's items checked for their number: at least
+    one, within what the plan may still hold, and keys within MAX_KEY. (problem or None,
+    budget left)"""
     if not items:
-        what = f"glob {group.spec!r:.120}" if group.source == "glob" else "items"
+        what = f"{group.source} {group.spec!r:.120}" if group.source != "items" else "items"
         return _error(group.key, f"for_each.{group.source}",
                       f"{what} matched nothing (0 items)"), budget  # fmt: skip
     refusal = too_many(group, len(items), budget, plan_max)
@@ -514,18 +531,23 @@ def too_many(group: Group, items: int, budget: int, plan_max: int) -> dict[str, 
     if count <= budget:
         return None
     return _error(group.key, f"for_each.{group.source}", (
-        f"{items}{'+' if group.source == 'glob' else ''} items x {len(group.template)} "
+        f"{items}{'+' if group.source in ('glob', 'zim') else ''} items x {len(group.template)} "
         f"tasks = {count} tasks; with the plan's other tasks that passes the limit of "
         f"{plan_max} (AIRIG_PLAN_MAX_TASKS)"
     ))  # fmt: skip
 
 
 def _static_items(group: Group, data_dir: Path | None, limit: int) -> list[dict[str, Any]] | None:
-    """A glob's or a literal list's items; None for a ``from`` group (known at run time)."""
+    """A glob's, an archive's or a literal list's items; None for a ``from`` group (known
+    at run time)."""
     if group.source == "glob":
         if data_dir is None:
             raise ItemError("this brain has no data volume to glob")
         return glob_items(data_dir, str(group.spec), limit)
+    if group.source == "zim":
+        if data_dir is None:
+            raise ItemError("this brain has no data volume to read archives on")
+        return zim_items(data_dir, read_source({"zim": group.spec, **group.filters}), limit)
     if group.source == "items":
         return [item_values(entry, i) for i, entry in enumerate(group.spec)]
     return None

@@ -44,19 +44,23 @@ class TaskSpec(BaseModel):
 def _exactly_one_source(schema: dict[str, Any]) -> None:
     """Publish what ``plans/fanout.py`` enforces: one source, given (never null)."""
     properties = schema.get("properties", {})
-    for name, kind in (("glob", "string"), ("from", "string")):
+    for name in ("glob", "from", "zim", "mimetype", "path"):
+        kind = "string"
         properties[name] = {**properties.get(name, {}), "type": kind}
         properties[name].pop("anyOf", None)
         properties[name].pop("default", None)
     properties["items"] = {**properties.get("items", {}), "type": "array", "minItems": 1}
     properties["items"].pop("anyOf", None)
     properties["items"].pop("default", None)
-    schema["minProperties"] = schema["maxProperties"] = 1
-    schema["oneOf"] = [{"required": [name]} for name in ("glob", "items", "from")]
+    schema["minProperties"], schema["maxProperties"] = 1, 3
+    schema["oneOf"] = [{"required": [name]} for name in ("glob", "items", "from", "zim")]
+    # the filters go with ``zim`` alone
+    schema["dependentRequired"] = {"mimetype": ["zim"], "path": ["zim"]}
 
 
 class ForEach(BaseModel):
-    """A fan-out group's items: exactly one of the three (PLANS.md, "Fan-out")."""
+    """A fan-out group's items: exactly one of the four sources, and a ``zim`` source's
+    filters beside it (PLANS.md, "Fan-out")."""
 
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, json_schema_extra=_exactly_one_source
@@ -69,6 +73,9 @@ class ForEach(BaseModel):
         alias="from",
         description='a list in an upstream output: "{{ tasks.<id>.output.<field> }}"',
     )
+    zim: str | None = Field(None, description="ZIM archives on the data volume (a glob)")
+    mimetype: str | None = Field(None, description="zim: entries of this MIME type (video/*)")
+    path: str | None = Field(None, description="zim: entries whose path matches (A/*)")
 
 
 class GroupSpec(BaseModel):

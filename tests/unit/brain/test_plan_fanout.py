@@ -470,7 +470,10 @@ def test_the_openapi_document_publishes_groups(tmp_path):
     with TestClient(create_app(settings)) as client:
         schemas = client.get("/openapi.json").json()["components"]["schemas"]
     assert {"GroupSpec", "ForEach"} <= set(schemas)
-    assert set(schemas["ForEach"]["properties"]) == {"glob", "items", "from"}
+    for_each = schemas["ForEach"]
+    assert set(for_each["properties"]) == {"glob", "items", "from", "zim", "mimetype", "path"}
+    assert for_each["oneOf"] == [{"required": [s]} for s in ("glob", "items", "from", "zim")]
+    assert for_each["dependentRequired"] == {"mimetype": ["zim"], "path": ["zim"]}
 
 
 def test_markdown_carries_a_group_in_its_bullets():
