@@ -73,7 +73,8 @@ class Estimates:
 
     def __init__(self, costs: Costs) -> None:
         self.costs = costs
-        self._rows: dict[Key, dict[str, Any]] = {}
+        # model -> {key: figures}: a claim and a completion look up one model's keys
+        self._rows: dict[str, dict[Key, dict[str, Any]]] = {}
         self._read_at: float | None = None
         self._labels: dict[str, str] = {}  # worker -> GPU label, from heartbeats
         self._marked: dict[tuple[str, str], tuple[str, float]] = {}  # (class, model) ->
@@ -84,28 +85,35 @@ class Estimates:
         """Read the stored figures when never read, or ``REFRESH_S`` ago."""
         if self._read_at is not None and now - self._read_at < REFRESH_S:
             return
-        rows = {(r["task_type"], r["model"], r["gpu"]): dict(r) for r in stored.every(conn)}
+        rows: dict[str, dict[Key, dict[str, Any]]] = {}
+        for row in stored.every(conn):
+            rows.setdefault(row["model"], {})[(row["task_type"], row["model"], row["gpu"])] = dict(
+                row
+            )
         with self._lock:
             self._rows, self._read_at = rows, now
-        self._feed_costs({model for _, model, _ in rows})
+        self._feed_costs(rows)
 
     def rows(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [dict(row) for _, row in sorted(self._rows.items())]
+            found = [(key, row) for keys in self._rows.values() for key, row in keys.items()]
+        return [dict(row) for _, row in sorted(found)]
 
     def _feed_costs(self, models: Iterable[str]) -> None:
-        with self._lock:
-            rows = list(self._rows.values())
         for model in models:
             if not model:
                 continue
-            mine = [r for r in rows if r["model"] == model]
+            mine = self._of(model)
             load = _weighted(mine, "load_p50_s")
             run = _weighted([r for r in mine if r["task_type"] != "resource"], "run_p50_s")
             if load is not None:
                 self.costs.reload.learn(model, load)
             if run is not None:
                 self.costs.runtime.learn(model, run)
+
+    def _of(self, model: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._rows.get(model, {}).values())
 
     # ------------------------------------------------------------------ learning
     def heard(self, worker_id: str, gpus: Iterable[Any]) -> None:
@@ -151,7 +159,9 @@ class Estimates:
         }  # fmt: skip
         stored.save(conn, key, figures, json.dumps(folded, separators=(",", ":")))
         with self._lock:
-            self._rows[key] = {"task_type": key[0], "model": key[1], "gpu": key[2], **figures}
+            self._rows.setdefault(key[1], {})[key] = {
+                "task_type": key[0], "model": key[1], "gpu": key[2], **figures,
+            }  # fmt: skip
         self._feed_costs([key[1]])
         return figures
 
@@ -159,8 +169,7 @@ class Estimates:
     def peak_mb(self, model: str, gpu: str) -> int | None:
         """The model's learned peak on ``gpu`` (the largest over task types), else the
         smallest on any GPU; None when never measured."""
-        with self._lock:
-            rows = [r for r in self._rows.values() if r["model"] == model]
+        rows = self._of(model)
         here = [r["vram_peak_mb"] for r in rows if r["gpu"] == gpu and r["vram_peak_mb"]]
         if here:
             return int(max(here))

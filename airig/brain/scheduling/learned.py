@@ -29,6 +29,8 @@ WINDOW = 200
 DECAY = 0.98
 MAX_SECONDS = 7 * 24 * 3600.0  # no attempt runs a week: the brain's runtime limits end it
 SERIES = ("run", "load", "vram", "tps", "fail")
+# each observation's weight by its age (0: the newest), computed once
+_WEIGHTS = [DECAY**age for age in range(WINDOW)]
 
 
 @dataclass(frozen=True)
@@ -89,10 +91,11 @@ def _series(value: Any) -> list[float]:
 def quantile(values: Sequence[float], q: float) -> float | None:
     """The recency-weighted ``q`` quantile of ``values`` (oldest first), None when empty:
     the smallest value whose weight with every smaller value's reaches ``q`` of the whole."""
+    values = values[-WINDOW:]
     if not values:
         return None
     last = len(values) - 1
-    weighted = sorted((v, DECAY ** (last - i)) for i, v in enumerate(values))
+    weighted = sorted(zip(values, _WEIGHTS[last::-1], strict=True))
     total = sum(w for _, w in weighted)
     running = 0.0
     for value, weight in weighted:
@@ -104,10 +107,10 @@ def quantile(values: Sequence[float], q: float) -> float | None:
 
 def mean(values: Sequence[float]) -> float | None:
     """The recency-weighted mean of ``values`` (oldest first), None when empty."""
+    values = values[-WINDOW:]
     if not values:
         return None
-    last = len(values) - 1
-    weights = [DECAY ** (last - i) for i in range(len(values))]
+    weights = _WEIGHTS[len(values) - 1 :: -1]
     return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
 
 

@@ -171,6 +171,16 @@ def test_a_failed_attempt_counts_in_the_failure_rate(brain):
     assert 0.4 < row["failure_rate"] < 0.6
 
 
+def test_a_task_without_a_model_is_not_learned(brain):
+    # the costs and the VRAM check are per model; shell and media tasks come hundreds a
+    # second, and a store write per completion would slow every exchange
+    h.submit(brain, [h.noop("a")])
+    task, _, _ = claim(brain, "w1", 1001.0)
+    brain.write(lambda conn, outbox, now: brain.scheduling.observe_completion(
+        conn, outbox, task, {"wall_ms": 5}, "w1", now))  # fmt: skip
+    assert rows(brain) == []
+
+
 def test_a_model_never_run_keeps_the_guess_from_its_name(brain):
     observe(brain, "noop", SMALL, "w1", Observation(load_s=12.0))
     assert brain.scheduling.costs.reload.cost(SMALL) == pytest.approx(12.0)
