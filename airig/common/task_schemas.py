@@ -377,13 +377,31 @@ class FramesPayload(Payload):
         return self
 
 
-class PagesPayload(Payload):
-    """Each page of a PDF as a PNG (pdftoppm), with its text layer (pdftotext)."""
+# A fan-out group's output as a template inserts it (JSON text) or a plan writes it.
+GroupOutput = Annotated[str, StringConstraints(max_length=4 * 1024 * 1024)] | dict[str, Any]
 
-    pdf: DataPath
+
+class PagesPayload(Payload):
+    """Each page of a PDF as a PNG (pdftoppm), with its text layer (pdftotext). Or, for a
+    fan-out over pages (recipes/pdf-text.yaml, executors/page_sets.py): ``collect``, a
+    group of pages tasks' output made one list of pages; ``assemble``, a group of ocr
+    tasks' output over that list written as one text file per PDF into ``out_dir``."""
+
+    pdf: DataPath | None = None
+    collect: GroupOutput | None = None
+    assemble: GroupOutput | None = None
     dpi: Annotated[int, Field(ge=30, le=600)] = 150
     max_pages: Annotated[int, Field(ge=1, le=MAX_PAGES)] = 200
     out_dir: DataPath | None = None
+
+    @model_validator(mode="after")
+    def _one_input(self) -> PagesPayload:
+        given = [n for n in ("pdf", "collect", "assemble") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of 'pdf', 'collect' or 'assemble'")
+        if self.assemble is not None and self.out_dir is None:
+            raise ValueError("'assemble' needs 'out_dir', the folder of the text files")
+        return self
 
 
 LanguageCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_+]{1,64}$")]

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from airig.common.task_schemas import PagesPayload
+from airig.executors import page_sets
 from airig.executors.context import ExecContext, ExecResult, elapsed_ms
 from airig.executors.media import (
     bad_input,
@@ -37,6 +38,11 @@ MIN_DPI = next(rule.ge for rule in PagesPayload.model_fields["dpi"].metadata if 
 
 
 def execute_pages(payload: PagesPayload, ctx: ExecContext) -> ExecResult:
+    if payload.collect is not None:  # the steps around a fan-out over pages
+        return page_sets.execute_collect(payload, ctx)
+    if payload.assemble is not None:
+        return page_sets.execute_assemble(payload, ctx)
+    assert payload.pdf is not None  # the schema requires one of the three
     start = time.monotonic()
     pdf = input_file(ctx, payload.pdf, "PDF")
     total, boxes = page_boxes(ctx, pdf, payload.pdf, payload.max_pages)

@@ -195,7 +195,8 @@ def test_every_recipe_passes_the_brains_plan_rules(tmp_path, recipe, vision):
     plan, tainted, _ = load_plan(body, content_type, brain_limits(), _folder(tmp_path, ONE_OF_EACH))
     assert plan.fixes == [] and tainted == set()
     groups = [t for t in plan.tasks if t.type == "group"]
-    assert groups and all(t.payload["items"] for t in groups), "its glob took no file"
+    globs = [t for t in groups if "from" not in t.payload["for_each"]]  # `from`: at run time
+    assert globs and all(t.payload["items"] for t in globs), "its glob took no file"
     built = [t for t in plan.tasks if t.type != "group"]
     assert built, "no task of the recipe was built and validated"
 
@@ -249,10 +250,11 @@ def test_pdf_text_on_the_default_env_reaches_the_brain_with_no_model(tmp_path):
     with "", which the brain refused (`tasks.ocr.payload.model`: at least 1 character)."""
     body = _as_submitted((RECIPES / "pdf-text.yaml").read_bytes(), "pdf-text.yaml", False)
     plan, _, _ = load_plan(body, "application/yaml", brain_limits(), _folder(tmp_path, ["a.pdf"]))
-    [ocr] = [t for t in plan.tasks if t.type == "ocr"]
-    assert ocr.payload["engine"] == "auto"
-    # as the worker reads it once the pages are filled in: no model, so tesseract
-    as_run = OcrPayload.model_validate({**ocr.payload, "images": ["outputs/a-pages/1.png"]})
+    [group] = [t for t in plan.tasks if t.id == "ocr"]  # a `from` group: items at run time
+    [ocr] = [t for t in group.payload["tasks"] if t["type"] == "ocr"]
+    assert ocr["payload"]["engine"] == "auto"
+    # as the worker reads it once the page is filled in: no model, so not the vision model
+    as_run = OcrPayload.model_validate({**ocr["payload"], "image": "outputs/a-pages/1.png"})
     assert as_run.model is None
     # "no model" is not a way round a task that asks for the vision model by name
     vision = body.replace(b"engine: auto", b"engine: vision")

@@ -41,8 +41,8 @@ def _settings(kit: Path, **flags: str):
 
 def _ocr_payload(body: bytes) -> dict:
     plan = yaml.safe_load(body)
-    group = next(t for t in plan["tasks"] if t["id"] == "pdfs")
-    return next(t for t in group["tasks"] if t["id"] == "ocr")["payload"]
+    group = next(t for t in plan["tasks"] if t["id"] == "ocr")  # the fan-out over pages
+    return next(t for t in group["tasks"] if t["type"] == "ocr")["payload"]
 
 
 def test_the_default_env_pulls_no_vision_model(rig):
