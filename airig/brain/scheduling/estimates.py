@@ -33,7 +33,7 @@ from airig.brain.store import estimates as stored
 
 REFRESH_S = 60.0
 WAITING = "waiting: learned peak "
-REMARK_S = 60.0  # a model's reason is written again at most this often (many workers)
+REMARK_S = 60.0  # a model's reason is written at most this often (claims of many workers)
 CPU = "cpu"
 GIB = 1024.0
 Key = tuple[str, str, str]
@@ -220,7 +220,8 @@ class Estimates:
         group = (head.task_class, head.model or "")
         with self._lock:
             last = self._marked.get(group)
-            if last is not None and (last[0] == reason or now - last[1] < REMARK_S):
+            # once a minute at most: tasks that came since get it, many claims write once
+            if last is not None and now - last[1] < REMARK_S:
                 return
             self._marked[group] = (reason, now)
         stored.mark_waiting(conn, head.task_class, head.model or "", reason, WAITING)

@@ -171,6 +171,31 @@ def test_a_failed_attempt_counts_in_the_failure_rate(brain):
     assert 0.4 < row["failure_rate"] < 0.6
 
 
+def test_an_older_workers_impossible_figures_are_dropped_not_learned(brain):
+    h.submit(brain, [h.noop("a", model=SMALL)])
+    task, _, _ = claim(brain, "w1", 1001.0, models=(SMALL,))
+    metrics = {"wall_ms": -5, "peak_vram_mb": 10**13, "tokens_per_s": -1,
+               "swap": {"loaded": SMALL, "load_ms": 10**30, "unload_ms": {}}}  # fmt: skip
+    brain.write(lambda conn, outbox, now: brain.scheduling.observe_completion(
+        conn, outbox, task, metrics, "w1", now))  # fmt: skip
+    [row] = rows(brain)
+    figures = [row[k] for k in ("run_p50_s", "load_p50_s", "vram_peak_mb", "tokens_per_s")]
+    assert figures == [None, None, None, None] and row["samples"] == 1
+    assert brain.scheduling.costs.reload.cost(SMALL) == guess_load_s(SMALL)
+
+
+def test_new_tasks_of_a_waiting_model_get_the_reason_too(brain):
+    register(brain, "small-card", free_mb=GIB)
+    observe(brain, "noop", BIG, "small-card", Observation(vram_mb=9318))
+    plan = h.submit(brain, [h.noop("a", model=BIG)])
+    assert claim(brain, "small-card", 1001.0) is None
+    later = h.submit(brain, [h.noop("b", model=BIG)])
+    assert claim(brain, "small-card", 1002.0) is None  # within a minute: not written again
+    assert h.row(brain, later, "b")["reason"] is None
+    assert claim(brain, "small-card", 1062.0) is None
+    assert h.row(brain, later, "b")["reason"] == h.row(brain, plan, "a")["reason"]
+
+
 def test_a_task_without_a_model_is_not_learned(brain):
     # the costs and the VRAM check are per model; shell and media tasks come hundreds a
     # second, and a store write per completion would slow every exchange
