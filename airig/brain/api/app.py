@@ -22,6 +22,7 @@ from airig.brain.api.routes import dashboard as routes_dashboard
 from airig.brain.api.routes import escalations as routes_escalations
 from airig.brain.api.routes import estimates as routes_estimates
 from airig.brain.api.routes import goals as routes_goals
+from airig.brain.api.routes import keyframes as routes_keyframes
 from airig.brain.api.routes import plans as routes_plans
 from airig.brain.api.routes import search as routes_search
 from airig.brain.api.routes import tasks as routes_tasks
@@ -119,6 +120,7 @@ def create_app(settings: BrainSettings) -> FastAPI:
     app.include_router(routes_escalations.router, responses=COMMON_RESPONSES)  # external tier
     app.include_router(routes_alerts.router, responses=COMMON_RESPONSES)  # read by triage
     app.include_router(routes_search.router, responses=COMMON_RESPONSES)  # what embed indexed
+    app.include_router(routes_keyframes.router)  # a video hit's keyframe, for the dashboard
     app.include_router(routes_backups.router, responses=COMMON_RESPONSES)  # `backup`'s archives
     app.include_router(routes_training.router, responses=COMMON_RESPONSES)  # training export
     app.include_router(routes_estimates.router, responses=COMMON_RESPONSES)  # learned costs

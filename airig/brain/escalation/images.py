@@ -22,8 +22,7 @@ import json
 import os
 import re
 import sqlite3
-import stat
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from airig.brain.settings import BrainSettings
@@ -31,6 +30,7 @@ from airig.brain.store import payloads
 from airig.common import external_images as ext
 from airig.common.external_images import ImageRefused
 from airig.common.task_types import names_where
+from airig.common.volume_open import OutsideVolume, open_inside
 
 IMAGE_TYPES = frozenset(names_where(prompt_payload=True))  # llm: a model's prompt
 HEADER_BYTES = 64 * 1024  # image_header reads a JPEG's segments up to its frame header
@@ -114,11 +114,8 @@ def references(
 
 def _reference(settings: BrainSettings, path: str, count: int) -> dict[str, Any]:
     what = f"image {path!r:.200}"
-    fd = _open(settings.data_dir, path, what)
+    fd, info = _open(settings.data_dir, path, what)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ImageRefused(f"{what} is not a regular file")
         media_type, width, height = ext.sniff(os.pread(fd, HEADER_BYTES, 0), what)
     finally:
         os.close(fd)
@@ -144,27 +141,11 @@ def _check_pixels(settings: BrainSettings, what: str, width: int, height: int) -
         )
 
 
-def _open(data_dir: Path, path: str, what: str) -> int:
-    """A read-only descriptor of ``path`` inside ``data_dir``: no absolute path, no ``..``,
-    no NUL; links resolved first and the result still inside the volume; the last
-    component opened without following a link (one swapped in after the check) and
-    without blocking (a FIFO)."""
-    pure = PurePosixPath(path)
-    if "\x00" in path or pure.is_absolute() or ".." in pure.parts or "\\" in path:
-        raise ImageRefused(f"{what} is not a path inside the data volume")
-    root = data_dir.resolve()
+def _open(data_dir: Path, path: str, what: str) -> tuple[int, os.stat_result]:
     try:
-        resolved = (root / pure).resolve()
-    except (OSError, RuntimeError):
-        raise ImageRefused(f"{what} cannot be looked up (a loop of links?)") from None
-    if resolved != root and root not in resolved.parents:
-        raise ImageRefused(f"{what} leads outside the data volume (a link?)")
-    try:
-        return os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise ImageRefused(f"{what} is not on the data volume (any more)") from None
-    except OSError as exc:
-        raise ImageRefused(f"{what} cannot be read: {exc.strerror}") from None
+        return open_inside(data_dir, path, what)
+    except OutsideVolume as exc:
+        raise ImageRefused(str(exc)) from None
 
 
 def expand(request: dict[str, Any], data_dir: Path) -> dict[str, Any]:
@@ -181,9 +162,8 @@ def expand(request: dict[str, Any], data_dir: Path) -> dict[str, Any]:
 
 def _read(data_dir: Path, ref: dict[str, Any]) -> dict[str, str]:
     what = f"image {ref['path']!r:.200}"
-    fd = _open(data_dir, ref["path"], what)
+    fd, info = _open(data_dir, ref["path"], what)
     try:
-        info = os.fstat(fd)
         if (info.st_size, info.st_mtime_ns) != (ref["size"], ref["mtime_ns"]):
             raise ImageRefused(f"{what} changed after the handoff was built; submit it again")
         with os.fdopen(os.dup(fd), "rb") as handle:

@@ -1,6 +1,6 @@
 """The operator dashboard: its page (no token) and the admin data the page polls.
 
-The page is three vendored files (``dashboard/static``) served as they are; everything it
+The page is four vendored files (``dashboard/static``) served as they are; everything it
 shows comes from admin-only JSON routes polled with ``fetch`` and a bearer header (never a
 token in a URL, so no EventSource). Besides ``/v1/workers`` and ``/v1/plans`` it reads:
 
@@ -37,6 +37,7 @@ STATIC = Path(__file__).resolve().parents[2] / "dashboard" / "static"
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
+    "search.js": "text/javascript; charset=utf-8",  # the Search page
     "style.css": "text/css; charset=utf-8",
 }
 # The page holds the admin token: no inline script or style, no third-party origin, no

@@ -124,11 +124,15 @@
   // ------------------------------------------------------------------ the brain
   class SignedOut extends Error {}
 
-  async function api(path) {
+  // GET, or POST of ``body`` as JSON (the Search page's query).
+  async function api(path, body) {
     const token = sessionStorage.getItem(TOKEN_KEY);
     if (!token) throw new SignedOut('no token');
+    const headers = { Authorization: `Bearer ${token}`, Accept: 'application/json' };
+    if (body !== undefined) headers['Content-Type'] = 'application/json';
     const answer = await fetch(path, {
-      headers: { Authorization: `Bearer ${token}`, Accept: 'application/json' },
+      method: body === undefined ? 'GET' : 'POST', headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
       cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer',
     });
     if (answer.status === 401) {
@@ -762,8 +766,12 @@
     };
   }
 
+  // search.js (loaded before this file) holds the Search page; it gets the helpers here.
+  const searchView = (root, _arg, params) => window.AirigSearch.view(root, params,
+    { h, fill, empty, pageHead, api, token: () => sessionStorage.getItem(TOKEN_KEY) });
+
   const VIEWS = { cluster: clusterView, queue: queueView, plans: plansView, plan: planView, events: eventsView, models: modelsView,
-    escalations: escalationsView };
+    escalations: escalationsView, search: searchView };
 
   // ------------------------------------------------------------------ boot
   document.addEventListener('DOMContentLoaded', () => {
