@@ -179,7 +179,8 @@ class Placement:
         """Learn from a finished attempt (stored: ``estimates.py``); a model load or unload
         becomes an event."""
         load_s: float | None = None
-        for action, model, duration_ms in model_changes(task, metrics):
+        changes = model_changes(task, metrics)
+        for action, model, duration_ms in changes:
             with self._lock:
                 known = self._loaded_at.setdefault(worker_id, {})
                 if action == "load":
@@ -191,13 +192,14 @@ class Placement:
             elif action == "load" and duration_ms >= ALREADY_LOADED_MS:  # another model's
                 seen = Observation(load_s=seconds(duration_ms, 1 / 1000))
                 self.estimates.observe(conn, "resource", model, worker_id, seen, now)
-            # A load event carries the reload cost learned from it, so it can be followed.
+        self.learn(conn, task, worker_id, now, metrics, load_s)
+        for action, model, duration_ms in changes:
+            # A load event carries the reload cost learned with it, so it can be followed.
             learned = {"reload_cost_s": round(self.costs.reload.cost(model), 3)}
             record(
                 conn, outbox, f"model.{action}", task, now, worker_id=worker_id, model=model,
                 duration_ms=round(duration_ms), **(learned if action == "load" else {}),
             )  # fmt: skip
-        self.learn(conn, task, worker_id, now, metrics, load_s)
 
     def learn(
         self, conn: sqlite3.Connection, task: sqlite3.Row, worker_id: str, now: float,
