@@ -99,11 +99,19 @@ def test_zim_videos_and_zim_articles_run_end_to_end_and_search_answers(tmp_path,
                                                 f"{ARCHIVE}/videos/talk2.mp4"}  # fmt: skip
         assert hits
 
-        # submitted again: the entries are not extracted again (same content, same file)
+        # submitted again: the entries are not extracted again (same content, same file),
+        # and the articles, unchanged, are not run again (PLANS.md, "Unchanged items")
         extracted = sorted((data / "inputs" / "zims" / ".library.zim.entries").rglob("*.*"))
         before = {p: p.stat().st_mtime_ns for p in extracted}
         again = submit(cluster, "zim-articles")
-        assert cluster.wait_plan(again["id"], 120)["status"] == "succeeded"
+        view = cluster.wait_plan(again["id"], 120)
+        assert view["status"] == "succeeded"
         assert {p: p.stat().st_mtime_ns for p in extracted} == before
+        (group,) = view["fanouts"]
+        assert group["reused"] == 3 and group["reused_from"] == {articles["id"]: 3}
+        ran = [key for key in cluster.completions(again["id"]) if key != "articles"]
+        assert ran == []  # no worker ran any of them (the group's row is ended by the brain)
+        best = search(cluster, "boiling water kills pathogens chlorine", "zim-articles")[0]
+        assert best["source"] == f"Water purification ({ARCHIVE}/Water_purification)"
     finally:
         cluster.stop()

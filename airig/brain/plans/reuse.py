@@ -120,7 +120,8 @@ def _items(plan: PlanSpec) -> list[_Item]:
         if spec.type != fanout.GROUP_TYPE:
             continue
         source, template = spec.payload.get("for_each") or {}, spec.payload.get("tasks") or []
-        if "glob" not in source or spec.payload.get("depends_on"):
+        # a zim group's items are files too: its entries, extracted by content (plans/zim.py)
+        if not {"glob", "zim"} & set(source) or spec.payload.get("depends_on"):
             continue
         if any(isinstance(t, dict) and t.get("type") in NEVER_REUSED for t in template):
             continue
