@@ -2,16 +2,19 @@
 tesseract.
 
 ``engine: auto`` chooses by what the worker has: on a GPU worker, the vision model when the
-payload names one and Ollama has it with the "vision" capability (the seed's path); else
-the onnx engine (PaddleOCR's PP-OCRv4 models on onnxruntime, ``ocr_onnx.py``: CUDA on an
-NVIDIA worker, the CPU elsewhere) when the worker has it and it reads the language; else
-tesseract. ``engine`` in the output says which ran, ``engine_reason`` why auto chose it,
-``providers`` which onnxruntime providers the onnx engine ran on. A 7B vision model on a
-CPU takes minutes a page where the onnx engine and tesseract take seconds.
+payload names one and Ollama has it with the "vision" capability (the seed's path); else,
+on a worker whose onnxruntime has the CUDA provider for its GPU (an NVIDIA worker with
+``onnxruntime-gpu``), the onnx engine (PaddleOCR's PP-OCRv4 models, ``ocr_onnx.py``); on
+the CPU, tesseract, which read the benchmark's print faster and better there
+(benchmarks/README.md, "OCR engines"), or the onnx engine for Chinese or where tesseract
+is missing. ``engine`` in the output says which ran, ``engine_reason`` why auto chose it,
+``providers`` which onnxruntime providers the onnx engine ran on (logged too). A 7B vision
+model on a CPU takes minutes a page where the other two take seconds.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from typing import Any
 
@@ -112,27 +115,38 @@ def _choose(payload: OcrPayload, ctx: ExecContext) -> tuple[str, str]:
             raise not_vision_error(payload.model, capabilities)
         return "vision", ""
     if not payload.model:
-        return _without_model(payload, "no model given")
+        return _without_model(payload, ctx, "no model given")
     if ctx.gpu_index is None:
-        return _without_model(payload, "a CPU worker: a vision model is slow there")
+        return _without_model(payload, ctx, "a CPU worker: a vision model is slow there")
     try:
         capabilities = model_capabilities(ctx, payload.model)
     except TaskError as exc:
         ctx.check()
-        return _without_model(payload, f"{payload.model}: {exc.message}")
+        return _without_model(payload, ctx, f"{payload.model}: {exc.message}")
     if capabilities is not None and "vision" not in capabilities:
-        return _without_model(payload, f"{payload.model} has no vision capability")
+        return _without_model(payload, ctx, f"{payload.model} has no vision capability")
     return "vision", ""
 
 
-def _without_model(payload: OcrPayload, why: str) -> tuple[str, str]:
-    """auto's choice when the vision model is out: the onnx engine, else tesseract."""
+def _without_model(payload: OcrPayload, ctx: ExecContext, why: str) -> tuple[str, str]:
+    """auto's choice when the vision model is out. The onnx engine where onnxruntime has
+    the CUDA provider for the worker's GPU; on the CPU, tesseract for what it reads (it
+    read the benchmark's English pages faster and with fewer errors than PP-OCRv4 there,
+    benchmarks/README.md "OCR engines"), the onnx engine for Chinese or where tesseract
+    is missing."""
     if not ocr_onnx.reads(payload.language):
         return "tesseract", f"{why}; the onnx engine does not read {payload.language!r}"
     missing = ocr_onnx.missing()
     if missing:
         return "tesseract", f"{why}; {missing}"
-    return "onnx", why
+    on_gpu = ocr_onnx.requested_providers(ocr_onnx.available_providers(), ctx.gpu_index)
+    if ocr_onnx.CUDA in on_gpu:
+        return "onnx", f"{why}; the onnx engine on the GPU (onnxruntime's CUDA provider)"
+    if "chi_sim" in payload.language.split("+"):
+        return "onnx", f"{why}; Chinese: the onnx engine (PP-OCRv4) reads it"
+    if shutil.which("tesseract") is None:
+        return "onnx", f"{why}; no tesseract on this worker"
+    return "tesseract", f"{why}; on the CPU tesseract reads print faster than the onnx engine"
 
 
 def _tesseract(ctx: ExecContext, relative: str, payload: OcrPayload) -> str:

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from support_media import make_image, make_text_png
 
 from airig.common.task_schemas import OcrPayload
-from airig.executors import ocr_onnx
+from airig.executors import ocr, ocr_onnx
 from airig.executors.base import run_task
 from airig.executors.context import TaskError
 from airig.executors.ocr_onnx import CPU, CUDA, cuda_device, lines_of, requested_providers
@@ -52,13 +52,53 @@ def test_the_onnx_engine_reads_a_printed_page_on_the_cpu(ctx, caplog):
     assert record.providers == [CPU] and record.providers_requested == [CPU]
 
 
-def test_auto_on_a_cpu_worker_without_a_model_runs_the_onnx_engine_and_says_why(ctx):
+def test_auto_on_a_cpu_worker_reads_english_with_tesseract_and_says_why(ctx):
     make_text_png(ctx.data_dir / "scan.png", ["Hello Airig"])
     output = run_task("ocr", {"images": ["scan.png"]}, ctx).output
+    assert output["engine"] == "tesseract"
+    assert output["engine_reason"] == (
+        "no model given; on the CPU tesseract reads print faster than the onnx engine"
+    )
+    assert "providers" not in output
+
+
+def test_auto_on_a_cpu_worker_takes_the_onnx_engine_for_chinese_or_without_tesseract(
+    ctx, monkeypatch
+):
+    make_text_png(ctx.data_dir / "scan.png", ["Hello Airig"])
+    output = run_task("ocr", {"image": "scan.png", "language": "chi_sim"}, ctx).output
+    assert output["engine"] == "onnx" and output["providers"] == [CPU]
+    assert "Chinese" in output["engine_reason"]
+    monkeypatch.setattr(ocr.shutil, "which", lambda name: None)
+    output = run_task("ocr", {"image": "scan.png"}, ctx).output
     assert output["engine"] == "onnx"
-    assert output["engine_reason"] == "no model given"
+    assert output["engine_reason"] == "no model given; no tesseract on this worker"
     assert {"hello", "airig"} <= words(output["text"])
     assert output["pages"] == [{"path": "scan.png", "text": output["text"]}]
+
+
+def test_auto_on_an_nvidia_worker_takes_the_onnx_engine_on_cuda(ctx, monkeypatch):
+    """A GPU worker whose onnxruntime has the CUDA provider: auto asks for CUDA, then CPU."""
+    import onnxruntime
+
+    class OnCuda(FakeSession):
+        def get_providers(self):
+            return [CUDA, CPU]
+
+    make_text_png(ctx.data_dir / "scan.png", ["Hello"])
+    ctx.gpu_index = 0
+    monkeypatch.setattr(ocr_onnx, "available_providers", lambda: [CUDA, CPU])
+    monkeypatch.setattr(onnxruntime, "InferenceSession", OnCuda)
+    monkeypatch.setattr(ocr_onnx, "read_text", lambda *_: "text")  # the fake sessions run nothing
+    try:
+        output = run_task("ocr", {"image": "scan.png"}, ctx).output
+    finally:
+        ocr_onnx._engine_cached.cache_clear()
+    assert output["engine"] == "onnx" and output["providers"] == [CUDA, CPU]
+    assert output["engine_reason"] == (
+        "no model given; the onnx engine on the GPU (onnxruntime's CUDA provider)"
+    )
+    assert "engine_warning" not in output and "providers_requested" not in output
 
 
 def test_auto_takes_tesseract_for_a_language_the_onnx_model_does_not_read(ctx):
