@@ -487,6 +487,7 @@ def _sized(
     budget left)"""
     if not items:
         what = f"{group.source} {group.spec!r:.120}" if group.source != "items" else "items"
+        what += "".join(f", {k} {v!r:.80}" for k, v in group.filters.items())  # zim's
         return _error(group.key, f"for_each.{group.source}",
                       f"{what} matched nothing (0 items)"), budget  # fmt: skip
     refusal = too_many(group, len(items), budget, plan_max)

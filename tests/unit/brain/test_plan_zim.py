@@ -99,7 +99,9 @@ def test_mimetype_and_path_filters(tmp_path):
     assert len(upper) == 3  # a MIME type's case does not matter
     with pytest.raises(PlanInvalid) as refused:
         expand(data, {"zim": "inputs/wiki/wiki.zim", "path": "Nothing*"})
-    assert "matched nothing" in one_refusal(refused)["message"]
+    assert one_refusal(refused)["message"] == (
+        "zim 'inputs/wiki/wiki.zim', path 'Nothing*' matched nothing (0 items)"
+    )
 
 
 def test_the_source_is_spelled_like_the_others(tmp_path):
