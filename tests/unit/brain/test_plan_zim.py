@@ -248,6 +248,58 @@ def test_a_full_disk_during_extraction_leaves_no_partial_file(tmp_path, monkeypa
     assert all((data / i["path"]).stat().st_size == i["bytes"] for i in items)
 
 
+class _Disk:
+    """A data volume with ``free`` bytes left: a file's write takes what fits, then the
+    kernel's ENOSPC, as a full disk answers (part of the data written, then the error)."""
+
+    def __init__(self, free: int) -> None:
+        self.free = free
+        self.real_fdopen = os.fdopen
+
+    def fdopen(self, fd, mode):
+        disk, handle = self, self.real_fdopen(fd, mode)
+
+        class Limited:
+            def __enter__(self):
+                handle.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return handle.__exit__(*exc)
+
+            def write(self, data):
+                room = min(len(data), disk.free)
+                handle.write(data[:room])
+                disk.free -= room
+                if room < len(data):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                return room
+
+            def __getattr__(self, name):
+                return getattr(handle, name)
+
+        return Limited()
+
+
+def test_a_disk_that_fills_in_the_middle_of_an_entry_keeps_only_whole_files(tmp_path, monkeypatch):
+    data = archive(tmp_path, [*ARTICLES, VIDEO])
+    # in path order Glacier, Volcano, then Water_purification
+    first_two = len(ARTICLES[1][3].encode()) + len(ARTICLES[0][3].encode())
+    disk = _Disk(first_two + 5)  # the third entry meets the end of the disk 5 bytes in
+    monkeypatch.setattr(zim.os, "fdopen", disk.fdopen)
+    with pytest.raises(PlanInvalid) as refused:
+        expand(data, {"zim": "inputs/wiki/wiki.zim"})
+    assert "No space left on device" in one_refusal(refused)["message"]
+    left = files_under(data) - {"inputs/wiki/wiki.zim"}
+    assert len(left) == 2 and not any(".partial" in p for p in left), left
+    whole = {a[3].encode() for a in ARTICLES}
+    assert all((data / p).read_bytes() in whole for p in left)  # each one whole
+    monkeypatch.setattr(zim.os, "fdopen", disk.real_fdopen)
+    items = items_of(expand(data, {"zim": "inputs/wiki/wiki.zim"})[0])
+    assert len(items) == 4 and files_under(data) == {"inputs/wiki/wiki.zim",
+                                                     *(i["path"] for i in items)}  # fmt: skip
+
+
 def test_a_read_only_volume_is_one_line(reachable_tmp):
     from support import unprivileged
 
