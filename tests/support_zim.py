@@ -84,7 +84,8 @@ def video_entries(tmp: Path) -> list[tuple[str, str, str, bytes]]:
     from support_media import make_video
 
     out = []
-    for number, title in ((1, "How glaciers move"), (2, "Clean water anywhere")):
-        video = make_video(tmp / f"talk{number}.mp4", size="160x120")
+    talks = ((1, "How glaciers move", "160x120"), (2, "Clean water anywhere", "176x144"))
+    for number, title, size in talks:  # two sizes: two contents, two hashes
+        video = make_video(tmp / f"talk{number}.mp4", size=size)
         out.append((f"videos/talk{number}.mp4", title, "video/mp4", video.read_bytes()))
     return out
