@@ -138,3 +138,20 @@ def test_the_payload_takes_exactly_one_input_and_assemble_needs_a_folder():
         PagesPayload.model_validate({"assemble": "{}"})
     with pytest.raises(ValidationError):
         PagesPayload.model_validate({"collect": "x" * (4 * 1024 * 1024 + 1)})
+
+
+def test_a_pdf_lying_about_its_page_count_fails_in_one_line_or_gives_what_it_says(ctx):
+    make_pdf(ctx.data_dir / "two.pdf", [["Hello"], ["World"]])
+    real = (ctx.data_dir / "two.pdf").read_bytes()
+    (ctx.data_dir / "nine.pdf").write_bytes(real.replace(b"/Count 2", b"/Count 9"))
+    (ctx.data_dir / "one.pdf").write_bytes(real.replace(b"/Count 2", b"/Count 1"))
+    error = fails({"pdf": "nine.pdf", "out_dir": "outputs/r/nine"}, ctx)
+    assert "'nine.pdf'" in error.message and "\n" not in error.message
+    one = run_task("pages", {"pdf": "one.pdf", "out_dir": "outputs/r/one"}, ctx).output
+    collected = run_task(
+        "pages",
+        {"collect": group([("one.pdf", one, "succeeded"), ("nine.pdf", None, "failed")])},
+        ctx,
+    ).output
+    assert [(p["pdf"], p["page"]) for p in collected["pages"]] == [("one.pdf", 1)]
+    assert [f["pdf"] for f in collected["failed"]] == ["nine.pdf"]
