@@ -270,3 +270,29 @@ def test_nul_in_a_path_fails_the_task_and_in_the_language_the_payload(ctx):
     # options are Ollama's (the vision model's): the onnx engine takes none, NUL or not
     payload = {"image": "scan.png", "engine": "onnx", "options": {"stop": ["\x00"]}}
     assert {"hello", "airig"} <= words(run_task("ocr", payload, ctx).output["text"])
+
+
+@pytest.mark.parametrize(
+    ("payload", "field", "says"),
+    [
+        ({"engine": "paddle"}, "payload.engine", "'auto', 'vision', 'onnx' or 'tesseract'"),
+        ({"engine": "onnx\x00"}, "payload.engine", "'auto', 'vision', 'onnx' or 'tesseract'"),
+        ({"engine": "onnx", "language": "deu"}, "payload", "use engine 'tesseract'"),
+    ],
+)
+def test_a_plan_with_an_ocr_engine_that_cannot_run_is_refused_at_submission(
+    tmp_path, payload, field, says
+):
+    """One line per error, naming the task and the field, before any worker sees it."""
+    import json
+
+    from airig.brain.plans.load import load_plan
+    from airig.brain.plans.validate import Limits, PlanInvalid
+
+    task = {"id": "read", "type": "ocr", "payload": {"image": "inputs/a.png", **payload}}
+    body = json.dumps({"name": "p", "tasks": [task]}).encode()
+    with pytest.raises(PlanInvalid) as caught:
+        load_plan(body, "application/json", Limits(), tmp_path)
+    [error] = caught.value.errors
+    assert error["task"] == "read" and error["field"] == field
+    assert says in error["message"] and "\n" not in error["message"]
