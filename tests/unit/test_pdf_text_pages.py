@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import brain_helpers as h
+from support import exec_context
 from support_media import make_pdf
 
 from airig.brain.plans.load import load_plan
@@ -17,7 +18,6 @@ from airig.brain.plans.validate import Limits
 from airig.executors.base import run_task, validate_payload
 from airig.executors.context import TaskError
 from airig.launcher import plan_inputs
-from support import exec_context
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "pdf-text.yaml"
 CLASSES = ("cpu", "llm", "script")
