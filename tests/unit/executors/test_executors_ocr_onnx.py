@@ -296,3 +296,16 @@ def test_a_plan_with_an_ocr_engine_that_cannot_run_is_refused_at_submission(
     [error] = caught.value.errors
     assert error["task"] == "read" and error["field"] == field
     assert says in error["message"] and "\n" not in error["message"]
+
+
+def test_a_tiff_is_read_on_its_first_page(ctx):
+    from PIL import Image
+
+    first = make_text_png(ctx.data_dir / "one.png", ["Harbour report"])
+    second = make_text_png(ctx.data_dir / "two.png", ["Second sheet"])
+    with Image.open(first) as a, Image.open(second) as b:
+        a.convert("L").save(ctx.data_dir / "scan.tiff", save_all=True,
+                            append_images=[b.convert("L")])  # fmt: skip
+    output = run_task("ocr", {"image": "scan.tiff", "engine": "onnx"}, ctx).output
+    assert {"harbour", "report"} <= words(output["text"])
+    assert "second" not in words(output["text"])
