@@ -25,6 +25,7 @@ from airig.brain.api.routes import goals as routes_goals
 from airig.brain.api.routes import keyframes as routes_keyframes
 from airig.brain.api.routes import plans as routes_plans
 from airig.brain.api.routes import report as routes_report
+from airig.brain.api.routes import routing as routes_routing
 from airig.brain.api.routes import search as routes_search
 from airig.brain.api.routes import tasks as routes_tasks
 from airig.brain.api.routes import tokens as routes_tokens
@@ -126,6 +127,7 @@ def create_app(settings: BrainSettings) -> FastAPI:
     app.include_router(routes_training.router, responses=COMMON_RESPONSES)  # training export
     app.include_router(routes_estimates.router, responses=COMMON_RESPONSES)  # learned costs
     app.include_router(routes_report.router, responses=COMMON_RESPONSES)  # the kit's history
+    app.include_router(routes_routing.router, responses=COMMON_RESPONSES)  # routing advice
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
     @app.get("/health", tags=["ops"])
