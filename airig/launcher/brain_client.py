@@ -298,9 +298,50 @@ class BrainClient:
         answer = cast(Json, self._checked(response, "list the indexes with `search --list`"))
         return cast(list[Json], answer["indexes"])
 
+    def report(self, since: str, by: str) -> Json:
+        """``GET /v1/report``: the kit's history per day or week (issue 40 §2). The brain's
+        422 (a since or by it refuses) is its one line, not a refused plan."""
+        response = self._send("GET", "/v1/report", params={"since": since, "by": by})
+        if response.status_code == 422:
+            raise AirigError(
+                f"the brain refused the report: {_detail(response)}",
+                "e.g. report --since 7d --by day",
+            )
+        return cast(Json, self._checked(response, "update the kit: this brain has no report"))
+
+    def routing_advice(self) -> Json | None:
+        """``GET /v1/report/routing``: suggested routing rules with their evidence; None from
+        a brain that predates the route (404)."""
+        response = self._send("GET", "/v1/report/routing")
+        if response.status_code == 404:
+            return None
+        return cast(Json, self._checked(response, ""))
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        try:
+            return requests.request(
+                method, f"{self.base_url}{path}", headers=self._headers, timeout=self.timeout_s,
+                **kwargs,
+            )  # fmt: skip
+        except requests.RequestException as exc:
+            raise AirigError(
+                f"cannot reach the brain at {self.base_url} ({type(exc).__name__})", UP_HINT
+            ) from None
+
     def _object(self, method: str, path: str, **kwargs: Any) -> Json:
         """A request whose answer is a JSON object (every endpoint the CLI calls)."""
         return cast(Json, self._request(method, path, **kwargs))
+
+
+def _detail(response: requests.Response) -> str:
+    """An error answer's ``detail`` as one line (a string, or the first error's message)."""
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = response.text[:300]
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+        detail = detail[0].get("msg")
+    return " ".join(str(detail).split())
 
 
 def _index_unavailable(response: requests.Response) -> AirigError | None:

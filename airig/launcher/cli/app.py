@@ -410,6 +410,9 @@ def _mount_subcommands() -> None:
     from airig.launcher.cli.search import register as register_search
 
     register_search(app, _settings)  # search "query": what embed tasks indexed
+    from airig.launcher.cli.report import register as register_report
+
+    register_report(app, _settings)  # report: the kit's history per day or week
     from airig.launcher.cli.backup import register as register_backup
 
     register_backup(app, _settings, lambda: up())  # backup, restore ARCHIVE
