@@ -56,6 +56,7 @@ def _bucket(conn: Any) -> str:
 def _external_evidence(conn: Any, by_plan: bool) -> str:
     plan = "p.name" if by_plan else "NULL"
     return f"""
+ev AS (
 SELECT t.id, t.plan_id, t.key, t.type, COALESCE(t.model, '') AS from_model,
        {plan} AS plan_name, {_bucket(conn)} AS bucket, 'external' AS use_model,
        t.finished_at AS won_at,
@@ -64,40 +65,50 @@ SELECT t.id, t.plan_id, t.key, t.type, COALESCE(t.model, '') AS from_model,
 FROM tasks t JOIN plans p ON p.id = t.plan_id
 WHERE t.state = 'SUCCEEDED' AND t.finished_at >= ?2
   AND t.id IN (SELECT e.task_id FROM escalations e
-               WHERE e.answered_at >= ?2 AND {_WON} AND {_BY_CRITERIA})"""
+               WHERE e.answered_at >= ?2 AND {_WON} AND {_BY_CRITERIA}))"""
 
 
 def _local_evidence(conn: Any, by_plan: bool) -> str:
     plan = "f.plan_name" if by_plan else "NULL"
-    escalated = f"EXISTS (SELECT 1 FROM escalations e WHERE e.task_id = t.id AND {_BY_CRITERIA})"
-    won_outside = f"EXISTS (SELECT 1 FROM escalations e WHERE e.task_id = t.id AND {_WON})"
+    # IN / NOT IN over the escalations (a thousand rows where tasks are a hundred thousand),
+    # not a correlated EXISTS: PostgreSQL hashes the subquery once whatever its statistics
+    # say, where a freshly filled table's estimates (one row) made it loop per task (6 s).
+    escalated = f"t.id IN (SELECT e.task_id FROM escalations e WHERE {_BY_CRITERIA})"
+    won_outside = f"t.id IN (SELECT e.task_id FROM escalations e WHERE {_WON})"
+    # The two sides made once each (MATERIALIZED: SQLite 3.35, PostgreSQL 12), then joined:
+    # folded into one plan, PostgreSQL probed the tasks once per (plan, success) pair.
     return f"""
-SELECT f.id, f.plan_id, f.key, f.type, f.from_model, {plan} AS plan_name, f.bucket,
-       w.model AS use_model, w.won_at, f.failed, f.escalated
-FROM (SELECT t.id, t.plan_id, t.key, t.type, t.model AS from_model, p.name AS plan_name,
-             {_bucket(conn)} AS bucket, COALESCE(t.finished_at, t.created_at) AS ended_at,
-             CASE WHEN t.task_errors > 0 THEN 1 ELSE 0 END AS failed,
-             CASE WHEN {escalated} THEN 1 ELSE 0 END AS escalated
-      FROM tasks t JOIN plans p ON p.id = t.plan_id
-      WHERE t.model IS NOT NULL AND t.state IN ('FAILED', 'SUCCEEDED', 'ESCALATED')
-        AND ((t.state = 'FAILED' AND t.task_errors > 0) OR {escalated})) f
-JOIN (SELECT p.name AS plan_name, t.key, t.model, MAX(t.finished_at) AS won_at
-      FROM tasks t JOIN plans p ON p.id = t.plan_id
-      WHERE t.state = 'SUCCEEDED' AND t.model IS NOT NULL AND t.finished_at >= ?2
-        AND t.reused_from IS NULL AND NOT {won_outside}
-      GROUP BY p.name, t.key, t.model) w
-  ON w.plan_name = f.plan_name AND w.key = f.key AND w.model <> f.from_model
- AND w.won_at > f.ended_at"""
+fails AS MATERIALIZED (
+  SELECT t.id, t.plan_id, t.key, t.type, t.model AS from_model, p.name AS plan_name,
+         {_bucket(conn)} AS bucket, COALESCE(t.finished_at, t.created_at) AS ended_at,
+         CASE WHEN t.task_errors > 0 THEN 1 ELSE 0 END AS failed,
+         CASE WHEN {escalated} THEN 1 ELSE 0 END AS escalated
+  FROM tasks t JOIN plans p ON p.id = t.plan_id
+  WHERE t.model IS NOT NULL AND t.state IN ('FAILED', 'SUCCEEDED', 'ESCALATED')
+    AND ((t.state = 'FAILED' AND t.task_errors > 0) OR {escalated})),
+wins AS MATERIALIZED (
+  SELECT p.name AS plan_name, t.key, t.model, MAX(t.finished_at) AS won_at
+  FROM tasks t JOIN plans p ON p.id = t.plan_id
+  WHERE t.state = 'SUCCEEDED' AND t.model IS NOT NULL AND t.finished_at >= ?2
+    AND t.reused_from IS NULL AND NOT {won_outside}
+  GROUP BY p.name, t.key, t.model),
+ev AS (
+  SELECT f.id, f.plan_id, f.key, f.type, f.from_model, {plan} AS plan_name, f.bucket,
+         w.model AS use_model, w.won_at, f.failed, f.escalated
+  FROM fails f JOIN wins w
+    ON w.plan_name = f.plan_name AND w.key = f.key AND w.model <> f.from_model
+   AND w.won_at > f.ended_at)"""
 
 
 _GROUP = "type, plan_name, bucket, from_model, use_model"
 
 
 def _ranked(evidence: str) -> str:
-    """Every evidence row with its group's counts, its rank in the group (newest success
-    first) and the group's rank (most evidence first); only the rows callers keep."""
+    """Every evidence row (``ev``, the last of the ``evidence`` CTEs) with its group's
+    counts, its rank in the group (newest success first) and the group's rank (most
+    evidence first); only the rows callers keep."""
     return f"""
-WITH ev AS ({evidence}),
+WITH {evidence},
 counted AS (
   SELECT ev.*,
          COUNT(*) OVER (PARTITION BY {_GROUP}) AS n,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import tracemalloc
 
 import pytest
 from fastapi.testclient import TestClient
@@ -256,3 +257,77 @@ def test_escalate_always_is_no_evidence_against_the_local_model(tmp_path):
     claim(brain, NOW - 90, SMALL)  # the claim diverts them before any local attempt
     answer_outside(brain)
     assert rules_of(brain) == []
+
+
+def test_a_100k_event_history_is_grouped_in_the_database(tmp_path, capsys):
+    """200 plan runs of 100 tasks (20k tasks, 100k events, 1k escalations), laid in the
+    store in bulk: ten plan names run twenty times each, on 7b and 14b by turns. On 7b a
+    tenth of the tasks fail and a tenth are answered outside; on 14b all succeed. The
+    rules' counts are this layout's, and what the analysis holds in Python is its few
+    rows, whatever the history's length: measured here, not asserted (a shared machine)."""
+    brain = h.make_brain(tmp_path)
+    base = time.time() - 10 * 86400
+    plans, tasks, escalated, events = [], [], [], []
+    task_id = 0
+    for run in range(200):
+        name, small = f"bulk-{run % 10}", (run // 10) % 2 == 0
+        plan_id = f"plan{run:04d}"
+        plans.append((plan_id, name, "h", "test", base + run * 100))
+        for k in range(100):
+            task_id += 1
+            created = base + run * 100 + k * 0.01
+            state, errors = "SUCCEEDED", 0
+            if small and k % 10 == 0:
+                state, errors = "FAILED", 2
+            elif small and k % 10 == 1:
+                errors = 2
+                escalated.append((f"e{task_id}", task_id, plan_id, f"k{k}", created + 1))
+            payload = json.dumps({"prompt": f"item {k}", "model": SMALL if small else LARGE})
+            tasks.append((task_id, plan_id, f"k{k}", f"k{k}", "llm", "llm", payload,
+                          SMALL if small else LARGE, state, errors, created, created + 1))  # fmt: skip
+            events += [("task_submitted", plan_id, task_id, created + i) for i in range(5)]
+
+    def lay(conn, outbox, _):
+        conn.executemany(
+            "INSERT INTO plans (id, name, body_hash, submitted_by, created_at) VALUES (?,?,?,?,?)",
+            plans,
+        )
+        conn.executemany(
+            "INSERT INTO tasks (id, plan_id, key, name, type, task_class, payload_json, model,"
+            " priority, trusted, sensitive, timeout_s, retry_count, state, task_errors,"
+            " created_at, finished_at) VALUES (?,?,?,?,?,?,?,?,5,1,0,60,3,?,?,?,?)",
+            tasks,
+        )
+        conn.executemany(
+            "INSERT INTO escalations (id, task_id, plan_id, task_key, why, state, created_at,"
+            " answered_at, outcome) VALUES (?,?,?,?,'failed 2 times locally','answered',?,?,"
+            "'answer')",
+            [(*row, row[-1]) for row in escalated],
+        )
+        conn.executemany(
+            "INSERT INTO events (event_type, plan_id, task_id, ts, body_json) VALUES (?,?,?,?,'{}')",
+            events,
+        )
+
+    brain.write(lay)
+    assert (len(tasks), len(events), len(escalated)) == (20_000, 100_000, 1_000)
+    tracemalloc.start()
+    started = time.perf_counter()
+    rules = rules_of(brain)
+    took = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    with capsys.disabled():
+        engine = "postgresql" if brain.settings.database_url else "sqlite"
+        print(f"\nrouting advice over 100k events ({engine}): {took * 1000:.0f} ms, "
+              f"Python peak {peak / 1024:.0f} KiB, {len(rules)} rules")  # fmt: skip
+    found = {(r["plan"], r["use"]): r["evidence"] for r in rules}
+    assert len(found) == len(rules) == 22
+    for j in range(10):
+        outside, larger = found[(f"bulk-{j}", "external")], found[(f"bulk-{j}", LARGE)]
+        assert (outside["tasks"], outside["failed_then_succeeded"]) == (100, 100)
+        assert outside["escalated_then_succeeded"] == 100
+        assert (larger["tasks"], larger["failed_then_succeeded"]) == (200, 200)
+        assert larger["escalated_then_succeeded"] == 100
+        assert len(outside["examples"]) == len(larger["examples"]) == 5
+    assert found[(None, "external")]["tasks"] == 1000 and found[(None, LARGE)]["tasks"] == 2000
