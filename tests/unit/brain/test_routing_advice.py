@@ -282,9 +282,10 @@ def test_a_100k_event_history_is_grouped_in_the_database(tmp_path, capsys):
             elif small and k % 10 == 1:
                 errors = 2
                 escalated.append((f"e{task_id}", task_id, plan_id, f"k{k}", created + 1))
-            payload = json.dumps({"prompt": f"item {k}", "model": SMALL if small else LARGE})
-            tasks.append((task_id, plan_id, f"k{k}", f"k{k}", "llm", "llm", payload,
-                          SMALL if small else LARGE, state, errors, created, created + 1))  # fmt: skip
+            model = SMALL if small else LARGE
+            payload = json.dumps({"prompt": f"item {k}", "model": model})
+            row = (task_id, plan_id, f"k{k}", f"k{k}", "llm", "llm", payload, model, state)
+            tasks.append((*row, errors, created, created + 1))
             events += [("task_submitted", plan_id, task_id, created + i) for i in range(5)]
 
     def lay(conn, outbox, _):
@@ -305,7 +306,8 @@ def test_a_100k_event_history_is_grouped_in_the_database(tmp_path, capsys):
             [(*row, row[-1]) for row in escalated],
         )
         conn.executemany(
-            "INSERT INTO events (event_type, plan_id, task_id, ts, body_json) VALUES (?,?,?,?,'{}')",
+            "INSERT INTO events (event_type, plan_id, task_id, ts, body_json)"
+            " VALUES (?,?,?,?,'{}')",
             events,
         )
 
