@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,8 +101,14 @@ class Rule:
 
 
 def _quoted(name: str | None) -> str:
-    """A stored name as one JSON string: its newlines and control characters escaped."""
-    return json.dumps(name, ensure_ascii=False)
+    """A stored name as one JSON string on one line: its control characters escaped, and
+    what JSON leaves raw but a terminal or ``splitlines`` reads as a line break or a
+    reordering (U+0085, U+2028, U+2029, the bidirectional controls) escaped too."""
+    text = json.dumps(name, ensure_ascii=False)
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in _UNSEEN else c for c in text)
+
+
+_UNSEEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})  # control, format, surrogate, line breaks
 
 
 def shape(bucket: int) -> tuple[int | None, int | None]:

@@ -61,9 +61,14 @@ def claim(brain, now: float, model: str):
     )
 
 
-def work(brain, model: str, now: float, fail: frozenset[str] | set[str] = frozenset()) -> float:
-    """A worker of ``model`` runs what it can claim: the tasks keyed in ``fail`` fail each
-    attempt (until they leave the queue: escalated or failed), the others succeed."""
+def work(
+    brain, model: str, now: float, fail: frozenset[str] | set[str] = frozenset(),
+    attempts: int = 99,
+) -> float:  # fmt: skip
+    """A worker of ``model`` runs what it can claim: the tasks keyed in ``fail`` fail their
+    first ``attempts`` attempts (or until they leave the queue: escalated or failed), the
+    others succeed. The time after its last report."""
+    failed: dict[str, int] = {}
     while True:
         found = claim(brain, now, model)
         if not found:
@@ -72,7 +77,8 @@ def work(brain, model: str, now: float, fail: frozenset[str] | set[str] = frozen
             if not found:
                 return now
         task = found[0]
-        if task["key"] in fail:
+        if task["key"] in fail and failed.get(task["key"], 0) < attempts:
+            failed[task["key"]] = failed.get(task["key"], 0) + 1
             h.do(brain, task["plan_id"], task["key"], "fail", now + 1, error_type="boom",
                  message="too hard")  # fmt: skip
         else:
@@ -224,14 +230,21 @@ def test_a_min_evidence_that_is_not_a_number_is_a_422(tmp_path):
 def test_hostile_names_are_returned_as_data_and_quoted_in_the_sentence(tmp_path):
     brain = h.make_brain(tmp_path, **ON)
     name = 'x</script><img src=x onerror=alert(1)>\n"quoted"\u2028end'
+    small, large = "tiny<b>\nmodel:7b", 'big"</script>:14b'  # names a plan may give
     keys = ["a", "b", "c"]
-    submit(brain, name, [llm(k, SMALL, retry_count=0) for k in keys], NOW - 300)
-    work(brain, SMALL, NOW - 290, fail=set(keys))
-    submit(brain, name, [llm(k, LARGE) for k in keys], NOW - 200)
-    work(brain, LARGE, NOW - 190)
+    submit(brain, name, [llm(k, small, retry_count=0) for k in keys], NOW - 300)
+    work(brain, small, NOW - 290, fail=set(keys))
+    submit(brain, name, [llm(k, large) for k in keys], NOW - 200)
+    work(brain, large, NOW - 190)
     [rule] = rules_of(brain)
-    assert rule["plan"] == name  # as stored, not escaped or cut
-    assert "\n" not in rule["rule"] and json.dumps(name, ensure_ascii=False) in rule["rule"]
+    assert (rule["plan"], rule["from_model"], rule["use"]) == (name, small, large)  # as stored
+    assert len(rule["rule"].splitlines()) == 1 and "\\u2028" in rule["rule"]
+    for text in (small, large):
+        assert json.dumps(text) in rule["rule"]
+    assert '"x</script><img src=x onerror=alert(1)>\\n\\"quoted\\"\\u2028end"' in rule["rule"]
+    with TestClient(create_app(brain.settings)) as client:
+        body = client.get("/v1/report/routing", headers=ADMIN).json()
+    assert body["rules"][0]["plan"] == name  # JSON strings: data, never markup
     with pytest.raises(PlanInvalid):  # a NUL never reaches the store: refused at submit
         submit(brain, "bad\x00name", [llm("a", SMALL)], NOW)
 
@@ -253,10 +266,21 @@ def test_a_sensitive_task_is_named_by_its_id_only(tmp_path):
 def test_escalate_always_is_no_evidence_against_the_local_model(tmp_path):
     brain = h.make_brain(tmp_path, **ON)
     keys = ["a", "b", "c"]
-    submit(brain, "always", [llm(k, SMALL, escalate="always") for k in keys], NOW - 100)
+    plan = submit(brain, "always", [llm(k, SMALL, escalate="always") for k in keys], NOW - 100)
     claim(brain, NOW - 90, SMALL)  # the claim diverts them before any local attempt
     answer_outside(brain)
-    assert rules_of(brain) == []
+    assert {h.row(brain, plan, k)["state"] for k in keys} == {"SUCCEEDED"}
+    assert rules_of(brain, min_evidence=1) == []
+
+
+def test_a_retry_that_succeeds_on_the_same_model_is_no_evidence(tmp_path):
+    brain = h.make_brain(tmp_path, **ON)
+    keys = ["a", "b", "c"]
+    plan = submit(brain, "flaky", [llm(k, SMALL) for k in keys], NOW - 100)
+    work(brain, SMALL, NOW - 90, fail=set(keys), attempts=1)
+    assert {h.row(brain, plan, k)["task_errors"] for k in keys} == {1}
+    assert {h.row(brain, plan, k)["state"] for k in keys} == {"SUCCEEDED"}
+    assert rules_of(brain, min_evidence=1) == []
 
 
 def test_a_100k_event_history_is_grouped_in_the_database(tmp_path, capsys):
