@@ -207,6 +207,8 @@ def test_the_route_serves_the_rules_to_an_admin_only(tmp_path):
     [
         ("min_evidence=-1", "min_evidence=-1 is out of range"),
         ("min_evidence=0", "min_evidence=0 is out of range"),
+        ("min_evidence=1000001", "from 1 to 1000000"),
+        ("min_evidence=" + "9" * 400, "min_evidence=a number that long is out of range"),
         ("since=abc", "is not a duration"),
         ("since=99999999d", "at most 3650d"),
         ("since=-5d", "is not a duration"),

@@ -42,6 +42,7 @@ class RoutingView(BaseModel):
 
 
 router = APIRouter(prefix="/v1", tags=["report"])
+MAX_EVIDENCE = 1_000_000  # more tasks than a store keeps in a window
 
 
 @router.get("/report/routing", response_model=RoutingView)
@@ -59,9 +60,11 @@ def routing_advice(
         since_s = routing.parse_since(since)
     except routing.BadSince as exc:
         raise HTTPException(422, str(exc)) from None
-    if not 1 <= min_evidence <= 1_000_000:
+    if not 1 <= min_evidence <= MAX_EVIDENCE:
+        shown = str(min_evidence) if abs(min_evidence) < 10**12 else "a number that long"
         raise HTTPException(
-            422, f"min_evidence={min_evidence} is out of range; give a whole number from 1 up"
+            422,
+            f"min_evidence={shown} is out of range; give a whole number from 1 to {MAX_EVIDENCE}",
         )
     with brain.db.read() as conn:
         rules = routing.advice(conn, time.time(), since_s, min_evidence)
