@@ -17,8 +17,10 @@ succeeded elsewhere":
 Each statement returns at most ``MAX_GROUPS`` groups (the ones with the most evidence)
 with at most ``EXAMPLES`` example rows each: the grouping, the counts and the ranking run
 in the database, so a long history costs the engine's scan and never a list of its rows
-in Python. The window functions (``ROW_NUMBER``, ``DENSE_RANK``, ``COUNT``/``SUM`` over a
-partition) are spelled alike on SQLite (3.25 and later) and PostgreSQL.
+in Python (20k tasks, 100k events: about 0.1 s on either engine, a few dozen KiB in
+Python; tests/unit/brain/test_routing_advice.py prints it). The window functions
+(``ROW_NUMBER``, ``DENSE_RANK``, ``COUNT``/``SUM`` over a partition) and ``AS MATERIALIZED``
+are spelled alike on SQLite (3.35 and later, as ``RETURNING`` already needs) and PostgreSQL.
 """
 
 from __future__ import annotations
