@@ -77,6 +77,7 @@ NOT_IMPORTED = {
     "httptools": "uvicorn's HTTP parser when present",
     "uvloop": "uvicorn's event loop when present",
     "comfy-cli": "the `comfy` program the ComfyUI provisioner runs",
+    "plotly": "its plotly.min.js, served by the brain's dashboard (found, never imported)",
 }
 
 LAUNCHER_ROOMS = ("launcher",)

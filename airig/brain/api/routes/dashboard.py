@@ -1,6 +1,7 @@
 """The operator dashboard: its page (no token) and the admin data the page polls.
 
-The page is four vendored files (``dashboard/static``) served as they are; everything it
+The page is its own files (``dashboard/static``) served as they are, and the Report
+page's charting library, the installed ``plotly`` package's plotly.min.js; everything it
 shows comes from admin-only JSON routes polled with ``fetch`` and a bearer header (never a
 token in a URL, so no EventSource). Besides ``/v1/workers`` and ``/v1/plans`` it reads:
 
@@ -15,6 +16,7 @@ token in a URL, so no EventSource). Besides ``/v1/workers`` and ``/v1/plans`` it
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sqlite3
 import time
@@ -23,7 +25,7 @@ from typing import Annotated, Any
 
 import httpx
 from fastapi import APIRouter, HTTPException, Query
-from fastapi.responses import Response
+from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel
 
 from airig.brain.api.deps import AdminDep, BrainDep
@@ -38,12 +40,18 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "search.js": "text/javascript; charset=utf-8",  # the Search page
+    "report.js": "text/javascript; charset=utf-8",  # the Report page
     "style.css": "text/css; charset=utf-8",
 }
 # The page holds the admin token: no inline script or style, no third-party origin, no
-# framing, so text a plan submitter wrote can never run as script in it.
+# framing, so text a plan submitter wrote can never run as script in it. One inline style
+# is allowed by its hash: an empty <style> element, which plotly.js appends and then fills
+# through the CSSOM (insertRule, which CSP does not govern) with its modebar and hover
+# rules; an element with any text in it is still refused.
+EMPTY_STYLE = "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='"  # sha256 of ""
 PAGE_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; "
+    f"style-src 'self' {EMPTY_STYLE}; "
     "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
@@ -70,6 +78,30 @@ def _asset(name: str) -> Response:
 @router.get("/dashboard", include_in_schema=False)
 def dashboard_page() -> Response:
     return _asset("index.html")
+
+
+@router.get("/dashboard/plotly.min.js", include_in_schema=False)
+def dashboard_charts() -> Response:
+    """The Report page's charting library: the ``plotly`` package's own plotly.min.js,
+    as installed (the server extra), never copied into this repository nor fetched from a
+    CDN; streamed from its file, and asked for only when the Report page opens."""
+    path = charting_library()
+    if path is None:
+        raise HTTPException(
+            404, "the charting library is missing: install the plotly package (airig[server])"
+        )
+    return FileResponse(path, media_type="text/javascript; charset=utf-8", headers=PAGE_HEADERS)
+
+
+def charting_library() -> Path | None:
+    """plotly.min.js inside the installed ``plotly`` package, found without importing it
+    (the package's Python side is never used), or None."""
+    spec = importlib.util.find_spec("plotly")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "package_data" / "plotly.min.js"
+        if path.is_file():
+            return path
+    return None
 
 
 @router.get("/dashboard/{asset}", include_in_schema=False)

@@ -770,8 +770,12 @@
   const searchView = (root, _arg, params) => window.AirigSearch.view(root, params,
     { h, fill, empty, pageHead, api, token: () => sessionStorage.getItem(TOKEN_KEY) });
 
+  // report.js holds the Report page (plots of GET /v1/report); it gets the helpers here.
+  const reportView = (root, _arg, params) => window.AirigReport.view(root, params,
+    { h, fill, empty, pageHead, api, table });
+
   const VIEWS = { cluster: clusterView, queue: queueView, plans: plansView, plan: planView, events: eventsView, models: modelsView,
-    escalations: escalationsView, search: searchView };
+    escalations: escalationsView, search: searchView, report: reportView };
 
   // ------------------------------------------------------------------ boot
   document.addEventListener('DOMContentLoaded', () => {
