@@ -309,12 +309,18 @@ class BrainClient:
             )
         return cast(Json, self._checked(response, "update the kit: this brain has no report"))
 
-    def routing_advice(self) -> Json | None:
-        """``GET /v1/report/routing``: suggested routing rules with their evidence; None from
-        a brain that predates the route (404)."""
-        response = self._send("GET", "/v1/report/routing")
+    def routing_advice(self, since: str | None = None) -> Json | None:
+        """``GET /v1/report/routing``: suggested routing rules with their evidence (over the
+        brain's default window, or ``since``); None from a brain that predates the route."""
+        params = {"since": since} if since is not None else {}
+        response = self._send("GET", "/v1/report/routing", params=params)
         if response.status_code == 404:
             return None
+        if response.status_code == 422:
+            raise AirigError(
+                f"the brain refused the routing advice: {_detail(response)}",
+                "e.g. report --routing --since 30d",
+            )
         return cast(Json, self._checked(response, ""))
 
     def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:

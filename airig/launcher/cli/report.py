@@ -48,8 +48,11 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
     @app.command()
     def report(
         since: Annotated[
-            str, typer.Option("--since", help="How far back: 12h, 7d, 4w (clamped to retention).")
-        ] = "7d",
+            str | None,
+            typer.Option(
+                "--since", help="How far back: 12h, 7d (the default), 4w; clamped to retention."
+            ),
+        ] = None,
         by: Annotated[str, typer.Option("--by", help="One row per day or week.")] = "day",
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = (
             False
@@ -61,8 +64,10 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
         """Is the kit improving? Tasks done and failed, retries, run times, model loads,
         escalations and alerts per day or week, beside each tune and image update."""
         settings = settings_of()
-        if routing:
-            advice = BrainClient.from_settings(settings).routing_advice()
+        if routing:  # the brain's own default window (30 days) unless --since says one
+            if since is not None:
+                check(since, by)
+            advice = BrainClient.from_settings(settings).routing_advice(since)
             if advice is None:
                 console.print(
                     "the brain predates routing advice (no GET /v1/report/routing): "
@@ -75,6 +80,7 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
             else:
                 console.print(rules_table(advice))
             return
+        since = since or "7d"
         check(since, by)
         answer = BrainClient.from_settings(settings).report(since, by)
         merged = {**answer, "changes": changes(settings.state_dir, answer)}

@@ -196,3 +196,15 @@ def test_the_logs_are_read_from_their_end_only(tmp_path, monkeypatch):
     found = report.changes(tmp_path, {"since": 0, "until": 2000, "buckets": []})
     assert [c["what"] for c in found] == ["K a -> b"]
     assert report.changes(tmp_path / "none", {"since": 0, "until": 1, "buckets": []}) == []
+
+
+def test_routing_json_is_the_brains_answer_over_the_window_asked(monkeypatch, capsys, kit,
+                                                                  brain, brain_calls):  # fmt: skip
+    code, out, err = run_cli(monkeypatch, capsys, None, "report", "--routing", "--json",
+                             "--since", "2w")  # fmt: skip
+    assert code == 0, err
+    assert brain_calls[-1] == ("GET", "http://127.0.0.1:8080/v1/report/routing")
+    answer = brain.get("/v1/report/routing", params={"since": "2w"}, headers=ADMIN).json()
+    assert json.loads(out) == answer and answer["since"] == "2w"
+    code, _, err = run_cli(monkeypatch, capsys, None, "report", "--routing", "--since", "2x")
+    assert code != 0 and "is not a count and a unit" in err and "Traceback" not in err
