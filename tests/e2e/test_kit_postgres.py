@@ -7,8 +7,10 @@ contract), pushed to the test registry as `library/postgres:15-debian`: not upst
 `postgres:17` the kit names by default, so POSTGRES_IMAGE points at that honest tag, a
 mirror's path as a user's .env may give it.
 
-One kit for the module (its start is most of the time): `up` starts the service, the brain
-makes its store there and a plan finishes in it, `backup` holds `pg_dump -Fc` of it as
+One kit for the module (its start is most of the time), with two brains (AIRIG_BRAINS=2:
+brain and brain-2 under one name on ai-network): `up` starts the service, the brains make
+their store there and a plan finishes in it; brain-2 is SIGKILLed mid-plan and the plan
+still finishes with every task completed once; `backup` holds `pg_dump -Fc` of it as
 `brain.dump`, `down --volumes --yes` stops the server with a clean shutdown and leaves
 nothing.
 """
@@ -16,6 +18,8 @@ nothing.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import tarfile
 import time
@@ -56,6 +60,7 @@ def up(tmp_path_factory, test_images):
         AIRIG_OLLAMA_MODELS="qwen2.5:0.5b",
         AIRIG_WHISPER_MODELS="Systran/faster-whisper-tiny",
         AIRIG_BRAIN_STORE="postgres",
+        AIRIG_BRAINS="2",
         POSTGRES_IMAGE=f"{registry()}/{POSTGRES_PATH}",
         POSTGRES_PASSWORD=HOSTILE_PASSWORD,
     )
@@ -122,6 +127,7 @@ def test_up_starts_postgres_and_the_brain_makes_its_store_there(up):
     rows = {r["service"]: r for r in kit.status()}
     assert (rows["postgres"]["state"], rows["postgres"]["health"]) == ("running", "healthy")
     assert (rows["brain"]["state"], rows["brain"]["health"]) == ("running", "healthy")
+    assert (rows["brain-2"]["state"], rows["brain-2"]["health"]) == ("running", "healthy")
     health = requests.get(f"{LANE.url('BRAIN_PORT')}/health", timeout=10)
     assert health.status_code == 200 and health.json()["status"] == "ok", health.text
 
@@ -137,9 +143,10 @@ def test_up_starts_postgres_and_the_brain_makes_its_store_there(up):
     # the real server, and its version says what the tag says
     assert psql("SHOW server_version").startswith("15.")
 
-    # the brain made its store there, naming the server with its password masked
-    brain_log = logs(LANE.container("agents", "brain"))
-    assert "brain store made" in brain_log, brain_log[-3000:]
+    # one brain made the store there (the two start together: the schema's lock makes the
+    # other wait, then find it made), naming the server with its password masked
+    brain_log = logs(LANE.container("agents", "brain")) + logs(LANE.container("agents", "brain-2"))
+    assert brain_log.count("brain store made") == 1, brain_log[-3000:]
     assert MASKED_URL in brain_log
     assert password not in brain_log and encoded not in brain_log
     # the brain's URL carried that password: the server takes it over TCP, as the brain
@@ -183,6 +190,110 @@ def test_a_plan_finishes_and_its_rows_are_in_postgres(kit):
     assert psql(f"SELECT name FROM plans WHERE id = '{plan_id}'") == "on-postgres"
     stored = psql(f"SELECT key, state FROM tasks WHERE plan_id = '{plan_id}' ORDER BY key")
     assert stored.splitlines() == ["after|SUCCEEDED", "hello|SUCCEEDED"]
+
+
+def served(container: str, kit) -> dict[str, float]:
+    """Requests one brain answered per route ("POST /v1/exchange"), from its own /metrics
+    (inside its container: brain-2 has no port on the host)."""
+    script = (
+        "import sys, urllib.request as u; r = u.Request('http://127.0.0.1:8080/metrics', "
+        "headers={'Authorization': 'Bearer ' + sys.argv[1]}); "
+        "print(u.urlopen(r, timeout=10).read().decode())"
+    )
+    done = subprocess.run(
+        ["docker", "exec", container, "python", "-c", script, kit.env()["BRAIN_ADMIN_TOKEN"]],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    counts: dict[str, float] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("airig_brain_request_seconds_count{"):
+            route = line.split('route="', 1)[1].split('"', 1)[0]
+            counts[route] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def test_two_brains_serve_the_fleet_and_a_killed_one_loses_nothing(kit):
+    """brain-2 answers the workers beside brain (one name on ai-network), is SIGKILLed while
+    a plan runs, and the plan finishes anyway: every task completed exactly once, and
+    brain-2 is back (restart: unless-stopped) on the same store."""
+    second = LANE.container("agents", "brain-2")
+    brain = LANE.url("BRAIN_PORT")
+    tasks = [
+        {"id": f"t{i}", "type": "shell", "task_class": "cpu",
+         "payload": {"command": f"sleep 1; echo task {i}"}}
+        for i in range(12)
+    ]  # fmt: skip
+    tasks.append({"id": "end", "type": "noop", "depends_on": [t["id"] for t in tasks]})
+    answer = requests.post(
+        f"{brain}/v1/plans", json={"name": "two-brains", "tasks": tasks}, headers=auth(kit),
+        timeout=30,
+    )  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    plan_id = answer.json()["id"]
+
+    def view() -> dict:
+        return requests.get(f"{brain}/v1/plans/{plan_id}", headers=auth(kit), timeout=10).json()
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # mid-plan: some done, most not
+        done = [t for t in view()["tasks"] if t["state"] == "SUCCEEDED"]
+        if len(done) >= 2:
+            break
+        time.sleep(0.3)
+    # both brains answered the workers before the kill (Docker's DNS gives both addresses)
+    answered = served(second, kit)
+    assert answered.get("POST /v1/exchange", 0) + answered.get("POST /v1/claims", 0) > 0, answered
+    # A crash, not a stop: SIGKILL to the brain's process from the host. `docker kill`
+    # would be a user's stop, which the restart policy leaves stopped.
+    pid = subprocess.run(
+        ["docker", "inspect", "--format", "{{.State.Pid}}", second],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        os.kill(int(pid), signal.SIGKILL)
+    except PermissionError:  # not root: the engine kills it, and starts it as a crash would
+        subprocess.run(["docker", "kill", "--signal", "KILL", second], check=True)
+        subprocess.run(["docker", "start", second], check=True)
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        now = view()
+        if now["status"] not in ("pending", "running"):
+            break
+        time.sleep(1)
+    states = {t["id"]: (t["state"], t.get("error")) for t in now["tasks"]}
+    assert now["status"] == "succeeded", states
+    events = requests.get(
+        f"{brain}/v1/plans/{plan_id}/events", headers=auth(kit), timeout=10
+    ).json()["events"]  # fmt: skip
+    completed: dict[str, int] = {}
+    for event in events:
+        if event["event_type"] == "task_completed":
+            completed[event["task_id"]] = completed.get(event["task_id"], 0) + 1
+    # none lost, none run to completion twice (a lease the dead brain granted, unanswered,
+    # is the reaper's to expire and hand out again: never a second completion)
+    assert sorted(completed.values()) == [1] * len(tasks), completed
+    # brain-2 is back on the same store, healthy, and the fleet never saw an error
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        rows = {r["service"]: r for r in kit.status()}
+        if (rows["brain-2"]["state"], rows["brain-2"]["health"]) == ("running", "healthy"):
+            break
+        time.sleep(2)
+    assert (rows["brain-2"]["state"], rows["brain-2"]["health"]) == ("running", "healthy")
+    for name in ("brain", "brain-2"):
+        said = logs(LANE.container("agents", name))
+        assert "Traceback" not in said, said[-3000:]
+    # one brain runs the timers at a time: exactly one holds the lock on the server now
+    from airig.brain.store.pg import TIMERS_LOCK
+
+    high, low = TIMERS_LOCK >> 32, TIMERS_LOCK & 0xFFFFFFFF  # a bigint key's two halves
+    holders = psql(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        f"AND objsubid = 1 AND classid = {high} AND objid = {low}"
+    )
+    assert holders == "1", holders
 
 
 def test_doctor_asks_the_server_itself(kit):
