@@ -5,17 +5,18 @@ external tier's calls and cost, alerts fired. The launcher's `report` prints it 
 the host's own changes (tune, update: logs the brain never sees); the dashboard's Report
 page plots it.
 
-Bounded work: ``since`` is a count and a unit (``12h``, ``7d``, ``4w``); past
-``AIRIG_RETENTION_DAYS`` it is clamped to it (older rows are gone) and the answer says so;
-a window of more than ``MAX_BUCKETS`` buckets is refused in one line (422), as is any
-other ``since`` or ``by``. Admin only: model names and alert subjects are the kit's.
+Bounded work: ``since`` is a count and a unit (``12h``, ``7d``, ``4w``) and ``by`` day or
+week, as the OpenAPI document says (anything else is FastAPI's 422, each error one line);
+past ``AIRIG_RETENTION_DAYS`` ``since`` is clamped to it (older rows are gone) and the
+answer says so; a window of more than ``MAX_BUCKETS`` buckets is refused in one line (422).
+Admin only: model names and alert subjects are the kit's.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel
@@ -24,6 +25,9 @@ from airig.brain.api.deps import AdminDep, BrainDep
 from airig.brain.store import report
 
 SINCE = re.compile(r"([1-9][0-9]{0,5})([hdw])")
+# The same grammar in the OpenAPI document, so a client (and schemathesis) knows it; the
+# route checks it again below with the fullmatch above.
+SINCE_PATTERN = r"^[1-9][0-9]{0,5}[hdw]$"
 UNIT_S = {"h": 3600.0, "d": report.DAY_S, "w": report.WEEK_S}
 BY = ("day", "week")
 
@@ -108,8 +112,8 @@ def window(since: str, by: str, retention_days: int, now: float) -> tuple[report
 def kit_report(
     brain: BrainDep,
     _: AdminDep,
-    since: Annotated[str, Query(max_length=64)] = "7d",
-    by: Annotated[str, Query(max_length=64)] = "day",
+    since: Annotated[str, Query(pattern=SINCE_PATTERN, max_length=7)] = "7d",
+    by: Annotated[Literal["day", "week"], Query()] = "day",
 ) -> dict[str, Any]:
     """The kit's history from ``since`` ago until now, one bucket per day or week (UTC),
     every bucket listed, oldest first."""
