@@ -204,7 +204,7 @@ def tables(report: Json) -> list[Any]:
 def tasks_table(report: Json) -> Table:
     table = Table(title="tasks", title_justify="left")
     for column in ("", "type", "model", "done", "failed", "retries", "p50 s", "p90 s"):
-        table.add_column(column, justify="right" if column.endswith(("s", "d")) else "left")
+        table.add_column(column, justify="left" if column in ("", "type", "model") else "right")
     for bucket in report["buckets"]:
         for row in bucket["tasks"]:
             table.add_row(
