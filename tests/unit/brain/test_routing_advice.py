@@ -203,24 +203,35 @@ def test_the_route_serves_the_rules_to_an_admin_only(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("query", "words"),
+    "query",
     [
-        ("min_evidence=-1", "min_evidence=-1 is out of range"),
-        ("min_evidence=0", "min_evidence=0 is out of range"),
-        ("min_evidence=1000001", "from 1 to 1000000"),
-        ("min_evidence=" + "9" * 400, "min_evidence=a number that long is out of range"),
-        ("since=abc", "is not a duration"),
-        ("since=99999999d", "at most 3650d"),
-        ("since=-5d", "is not a duration"),
-        ("since=1.5d", "is not a duration"),
+        "min_evidence=-1",
+        "min_evidence=0",
+        "min_evidence=1000001",
+        "min_evidence=" + "9" * 400,
+        "since=abc",
+        "since=-5d",
+        "since=1.5d",
+        "since=30d%00",
+        "since=" + "9" * 400 + "d",
     ],
 )
-def test_bad_parameters_are_one_line_422s(tmp_path, query, words):
+def test_bad_parameters_are_422s_naming_the_parameter_in_one_line_each(tmp_path, query):
+    """The bounds are the OpenAPI document's (the fuzz test holds the route to it), so the
+    refusal is FastAPI's: one error per bad parameter, each on one line."""
     with TestClient(create_app(h.make_settings(tmp_path))) as client:
         got = client.get(f"/v1/report/routing?{query}", headers=ADMIN)
     assert got.status_code == 422
-    detail = got.json()["detail"]
-    assert isinstance(detail, str) and "\n" not in detail and words in detail, detail
+    [error] = got.json()["detail"]
+    assert error["loc"] == ["query", query.split("=", 1)[0]], error
+    assert "\n" not in error["msg"], error
+
+
+def test_a_window_past_ten_years_reads_ten_years_and_says_so(tmp_path):
+    with TestClient(create_app(h.make_settings(tmp_path))) as client:
+        got = client.get("/v1/report/routing?since=99999999d", headers=ADMIN)
+    assert got.status_code == 200, got.text
+    assert got.json()["since"] == "3650d"
 
 
 def test_a_min_evidence_that_is_not_a_number_is_a_422(tmp_path):
