@@ -63,6 +63,9 @@ def test_the_worker_registers_again_after_the_brain_lost_its_state(cluster):
     a brain that forgot every worker (a new state volume) gets this one back."""
     cluster.start_brain()
     cluster.start_worker("w-again", capless=True)
+    # registered with the first brain before it goes: on a loaded machine the worker may
+    # not have reached it yet, and then it registers once only (CI, 2026-11-29)
+    wait_until(lambda: '"registered"' in cluster.workers["w-again"].log(), 20, cluster.logs())
     cluster.brain.kill()
     fresh = cluster.root / "fresh"
     cluster.brain_env.update(
