@@ -304,7 +304,8 @@ def search(kit, query: str, recipe: str) -> list[dict]:
 
 def test_the_recipes_run_on_folders_of_generated_media(watched_kit, tmp_path):
     """The seed's workloads (issue 25): the three recipes on generated media, each with one
-    corrupt input that fails alone; notes, text, a CSV and two searchable indexes."""
+    corrupt input that fails alone; notes, text, a CSV and two searchable indexes; then the
+    two ZIM recipes on a generated archive (issue 39)."""
     from support_media import make_pdf, make_video, run
 
     talks, scans, photos = (tmp_path / n for n in ("talks", "scans", "photos"))
@@ -374,6 +375,28 @@ def test_the_recipes_run_on_folders_of_generated_media(watched_kit, tmp_path):
     assert set(by_name) == {"bars.jpg", "pattern.jpg", "broken.jpg"}, rows
     assert by_name["bars.jpg"]["caption"] and not by_name["bars.jpg"]["error"], rows
     assert by_name["broken.jpg"]["error"], rows
+
+    # zim-articles and zim-videos (issue 39 §1): a Kiwix-style archive made with libzim's
+    # own writer, three articles, a redirect and two talks; the brain extracts the entries
+    # on the data volume, the workers turn them into text, notes and two indexes
+    from support_zim import ARTICLES, make_zim, video_entries
+
+    zims = tmp_path / "zims"
+    make_zim(zims / "library.zim", [*ARTICLES, *video_entries(tmp_path)],
+             redirects=[("Ice", "Ice", "Glacier")])  # fmt: skip
+    plan, said = run_recipe(watched_kit, "zim-articles", zims)
+    assert plan["status"] == "succeeded", said
+    text = fetch(watched_kit, "outputs/zim-articles/zims/Water_purification.txt").text
+    assert text.startswith("Water purification\n") and "chlorine tablets" in text, text
+    assert "script words" not in text, text  # the page's script is no text
+    hits = search(watched_kit, "boiling water kills pathogens chlorine", "zim-articles")
+    assert hits[0]["source"] == (
+        "Water purification (inputs/zims/library.zim/Water_purification)"
+    ), hits
+    plan, said = run_recipe(watched_kit, "zim-videos", zims)
+    assert plan["status"] == "succeeded", said
+    note = fetch(watched_kit, "outputs/zim-videos/zims/videos_talk1.md").text
+    assert note.startswith("# How glaciers move\n") and "Stand-in transcript" in note, note
 
     # the whole kit, as after every other plan
     time.sleep((DOWN_AFTER + 2) * PROBE_INTERVAL_S)
