@@ -1,4 +1,5 @@
-"""GPU telemetry from NVML (nvidia-ml-py); no NVIDIA driver simply means no GPUs."""
+"""GPU telemetry from NVML (nvidia-ml-py), else from AMD SMI (``amd_gpus.py``); no driver
+simply means no GPUs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from airig.common.protocol import GpuInfo
+from airig.worker.amd_gpus import probe_amd_gpus
 
 log = logging.getLogger("airig.worker.gpus")
 MIB = 1024 * 1024
@@ -41,7 +43,8 @@ def _one(pynvml, index: int) -> GpuInfo:
 
 
 def probe_gpus(host_indexes: int | Sequence[int] | None = None) -> list[GpuInfo]:
-    """This worker's NVIDIA GPUs, labelled with their host indexes; [] without a driver.
+    """This worker's GPUs, labelled with their host indexes: NVIDIA's from NVML, else
+    AMD's from AMD SMI (same labelling, ``amd_gpus.py``); [] without a driver.
 
     ``host_indexes``: the cards the worker owns (WORKER_GPU), None for every visible one.
     When NVML sees exactly as many cards as the worker owns (a pinned container sees only
@@ -50,14 +53,27 @@ def probe_gpus(host_indexes: int | Sequence[int] | None = None) -> list[GpuInfo]
     the owned ones are picked by index.
     """
     wanted = [host_indexes] if isinstance(host_indexes, int) else list(host_indexes or [])
+    visible = _nvml_visible()
+    if visible is None:  # no NVIDIA driver (or no card): an AMD host, maybe
+        return probe_amd_gpus(wanted)
+    if not wanted:
+        return visible
+    if len(visible) == len(wanted):
+        pairs = zip(visible, wanted, strict=True)
+        return [info.model_copy(update={"index": host}) for info, host in pairs]
+    return [info for info in visible if info.index in wanted]
+
+
+def _nvml_visible() -> list[GpuInfo] | None:
+    """Every card NVML sees; None without NVML, its driver or a card."""
     try:
         import pynvml
     except ImportError:
-        return []
+        return None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        return []
+        return None
     try:
         visible = [_one(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
     except pynvml.NVMLError as exc:
@@ -66,9 +82,4 @@ def probe_gpus(host_indexes: int | Sequence[int] | None = None) -> list[GpuInfo]
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-    if not wanted:
-        return visible
-    if len(visible) == len(wanted):
-        pairs = zip(visible, wanted, strict=True)
-        return [info.model_copy(update={"index": host}) for info, host in pairs]
-    return [info for info in visible if info.index in wanted]
+    return visible or None

@@ -46,7 +46,7 @@ from airig.worker.link import BrainLink, BrainUnreachable, LeaseLost, Unregister
 from airig.worker.pipeline import Pipeline, effective_prefetch
 from airig.worker.settings import WorkerSettings
 from airig.worker.swap import Runner, Swapper, SwapReport, resident_after
-from airig.worker.vram import NoSampler, PeakSampler, nvml_used_mb, ollama_model_mb, tokens_per_s
+from airig.worker.vram import NoSampler, PeakSampler, cards_used_mb, ollama_model_mb, tokens_per_s
 
 log = logging.getLogger("airig.worker")
 T = TypeVar("T")
@@ -227,13 +227,14 @@ class Worker:
         return outcome, released
 
     def vram_sampler(self, task: Assignment) -> PeakSampler:
-        """Ollama's own figure for a task of an Ollama model, else NVML's on a GPU worker."""
+        """Ollama's own figure for a task of an Ollama model, else the cards' (NVML or AMD
+        SMI) on a GPU worker."""
         spec = TASK_TYPES.get(task.type)
         on_ollama = spec is not None and spec.model_service == "ollama"
         if self.ollama is not None and task.model and on_ollama:
             return PeakSampler(ollama_model_mb(self.ollama.ps, task.model), growth=False)
         if task.model and self.settings.gpu_index is not None:  # the brain keys by model
-            return PeakSampler(nvml_used_mb(self.settings.gpu_indexes), growth=True)
+            return PeakSampler(cards_used_mb(self.settings.gpu_indexes), growth=True)
         return NoSampler()
 
     def attempt_steps(self, task: Assignment, cancel: threading.Event, output_dir: Path) -> Outcome:

@@ -6,14 +6,16 @@ Two sources, the more exact first:
 - a task whose model Ollama holds: Ollama's own figure for that model, ``size_vram`` of
   ``GET /api/ps`` (what the model takes on the GPU; less than its size when part of it
   runs on the CPU), the largest seen during the attempt;
-- any other task on a GPU worker: NVML (the cards the worker owns, ``gpus.py``), the most
-  VRAM in use during the attempt less what was in use when it began: the attempt's own
-  growth, its model's load included when the attempt loaded it. A model already resident
-  is not counted, so the figure never exceeds what the task needed (the brain's check then
-  never refuses a load that would fit).
+- any other task on a GPU worker: the cards the worker owns (``gpus.py``: NVML on NVIDIA,
+  AMD SMI's ``amdsmi_get_gpu_vram_usage`` on AMD, ``amd_gpus.py``), the most VRAM in use
+  during the attempt less what was in use when it began: the attempt's own growth, its
+  model's load included when the attempt loaded it. A model already resident is not
+  counted, so the figure never exceeds what the task needed (the brain's check then never
+  refuses a load that would fit).
 
-No source (a CPU worker, no driver, Ollama not answering) is no figure: the report leaves
-the field out, as an older worker's does. A sampler failure never fails the attempt.
+No source (a CPU worker, no driver, no ``amdsmi`` module, Ollama not answering) is no
+figure: the report leaves the field out, as an older worker's does. A sampler failure
+never fails the attempt.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ INTERVAL_S = 1.0  # an attempt runs seconds to hours; a model's VRAM grows at it
 Probe = Callable[[], int | None]
 
 
-def nvml_used_mb(gpu_indexes: Sequence[int] | None) -> Probe:
-    """VRAM in use on the worker's cards now (MiB), None without NVML."""
+def cards_used_mb(gpu_indexes: Sequence[int] | None) -> Probe:
+    """VRAM in use on the worker's cards now (MiB), None without NVML or AMD SMI."""
 
     def probe() -> int | None:
         gpus = probe_gpus(gpu_indexes)

@@ -1,8 +1,8 @@
 """The peak VRAM of an attempt (issue 40): sampled from Ollama's ``/api/ps`` ``size_vram``
-for a task of an Ollama model, from NVML's cards otherwise (fake NVML, as
-``test_worker_gpus.py``), reported with the completion as ``peak_vram_mb`` beside the
-executor's ``tokens_per_s``; a sampler that fails or lies never fails the attempt, nor
-makes the brain refuse the report."""
+for a task of an Ollama model, from the cards otherwise (fake NVML, as
+``test_worker_gpus.py``; AMD SMI in ``test_amd_gpus.py``), reported with the completion
+as ``peak_vram_mb`` beside the executor's ``tokens_per_s``; a sampler that fails or lies
+never fails the attempt, nor makes the brain refuse the report."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from airig.executors.context import ExecContext, ExecResult
 from airig.worker import vram
 from airig.worker.runner import Worker
 from airig.worker.settings import WorkerSettings
-from airig.worker.vram import NoSampler, PeakSampler, nvml_used_mb, ollama_model_mb
+from airig.worker.vram import NoSampler, PeakSampler, cards_used_mb, ollama_model_mb
 
 MIB = 1024 * 1024
 Memory = namedtuple("Memory", "total free")
@@ -78,13 +78,13 @@ def sampled(probe, growth: bool, reads: int) -> PeakSampler:
 def test_nvml_reports_the_attempts_own_growth(monkeypatch):
     # 2 GiB in use when it began (another model), 9.1 GiB at the peak: 7.1 GiB its own
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([6144, 3000, 1024, 4000]))
-    sampler = sampled(nvml_used_mb([0]), growth=True, reads=4)
+    sampler = sampled(cards_used_mb([0]), growth=True, reads=4)
     assert sampler.peak_mb() == (8192 - 1024) - (8192 - 6144)
 
 
 def test_without_a_driver_there_is_no_figure(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
-    assert sampled(nvml_used_mb([0]), growth=True, reads=3).peak_mb() is None
+    assert sampled(cards_used_mb([0]), growth=True, reads=3).peak_mb() is None
 
 
 def test_ollama_reports_the_models_own_size_vram():
