@@ -8,8 +8,10 @@ the VRAM check before a load.
   The figures in memory are the stored ones (read at the first claim, again every
   ``REFRESH_S`` for what another brain learned, and after each write).
 - Costs: a model's reload cost is the median load time of its keys (weighted by their
-  samples), its run time the median run time; a model never run keeps the guess from its
-  name (``costs.py``).
+  samples), its run time the median run time, each per GPU label (the keys of that GPU)
+  and model-wide (all its keys); a claim asks for the claiming worker's GPU, falling back
+  to the model-wide figure where the model never ran on that GPU, and a model never run
+  keeps the guess from its name (``costs.py``).
 - The VRAM check: a task whose model the worker would have to load is not offered to it
   when the model's learned peak VRAM (on that GPU model, else the smallest on any GPU)
   does not fit what the load can have there: the GPU's free VRAM (its last heartbeat)
@@ -104,12 +106,16 @@ class Estimates:
             if not model:
                 continue
             mine = self._of(model)
-            load = _weighted(mine, "load_p50_s")
-            run = _weighted([r for r in mine if r["task_type"] != "resource"], "run_p50_s")
-            if load is not None:
-                self.costs.reload.learn(model, load)
-            if run is not None:
-                self.costs.runtime.learn(model, run)
+            by_gpu: dict[str | None, list[dict[str, Any]]] = {None: mine}  # None: model-wide
+            for row in mine:
+                by_gpu.setdefault(row["gpu"], []).append(row)
+            for gpu, rows in by_gpu.items():
+                load = _weighted(rows, "load_p50_s")
+                run = _weighted([r for r in rows if r["task_type"] != "resource"], "run_p50_s")
+                if load is not None:
+                    self.costs.reload.learn(model, load, gpu)
+                if run is not None:
+                    self.costs.runtime.learn(model, run, gpu)
 
     def _of(self, model: str) -> list[dict[str, Any]]:
         with self._lock:

@@ -89,7 +89,8 @@ class Placement:
         """The task ``worker_id`` should lease now, or None (no fit, or its GPU is hot)."""
         if self.thermal.blocked(worker_id):
             return None
-        state = self.worker_state(worker_id, view, now)
+        # its GPU's label picks the costs learned on that GPU model (residency.py)
+        state = self.worker_state(worker_id, view, now, self.estimates.label(conn, worker_id))
         held = self.held(worker_id, view.local, now)
         heads = candidates.group_heads(conn, eligible_classes(view.classes), view.trusted, held)
         # The VRAM check before a load: a model whose learned peak does not fit is not
@@ -101,8 +102,11 @@ class Placement:
             self.estimates.placed(conn, decision.task)
         return decision
 
-    def worker_state(self, worker_id: str, view: WorkerView, now: float) -> WorkerState:
-        """The worker with its resident models; a model first seen now counts as loaded now."""
+    def worker_state(
+        self, worker_id: str, view: WorkerView, now: float, gpu: str | None = None
+    ) -> WorkerState:
+        """The worker with its resident models (a model first seen now counts as loaded
+        now) and its GPU label (``gpu``)."""
         with self._lock:
             known = self._loaded_at.setdefault(worker_id, {})
             for gone in set(known) - view.resident_models:
@@ -110,7 +114,7 @@ class Placement:
             for model in view.resident_models:
                 known.setdefault(model, now)
             resident = tuple(ResidentModel(name, at) for name, at in sorted(known.items()))
-        return WorkerState(classes=view.classes, resident=resident)
+        return WorkerState(classes=view.classes, resident=resident, gpu=gpu)
 
     def holders(self, conn: sqlite3.Connection, worker_id: str, now: float) -> dict[str, int]:
         """Per model, how many other live workers hold it."""
@@ -195,7 +199,8 @@ class Placement:
         self.learn(conn, task, worker_id, now, metrics, load_s)
         for action, model, duration_ms in changes:
             # A load event carries the reload cost learned with it, so it can be followed.
-            learned = {"reload_cost_s": round(self.costs.reload.cost(model), 3)}
+            reload_s = self.costs.reload.cost(model, self.estimates.label(conn, worker_id))
+            learned = {"reload_cost_s": round(reload_s, 3)}
             record(
                 conn, outbox, f"model.{action}", task, now, worker_id=worker_id, model=model,
                 duration_ms=round(duration_ms), **(learned if action == "load" else {}),

@@ -30,6 +30,12 @@ Rules, in order:
    tasks override this. Victims are
    models no READY task needs first, then the cheapest to reload (learned costs). When
    model or GPU sizes are unknown the GPU is treated as exclusive: a swap evicts all.
+
+Every reload and run time is the one learned on the claiming worker's GPU model
+(``WorkerState.gpu``) where it was measured there, else the model-wide one, else the
+guess (``costs.py``): a swap to a model that loads in 5 s on this card is worth it where
+the same model's 40 s on an older card is not. What the model's other holders take to
+drain its backlog is their business, so that backlog is counted model-wide.
 """
 
 from __future__ import annotations
@@ -67,6 +73,9 @@ class WorkerState:
     classes: tuple[str, ...]
     resident: tuple[ResidentModel, ...] = ()
     vram_total_mb: int | None = None
+    # its GPU label (estimates.py: the cards' model names, "cpu"), which picks the learned
+    # costs of its card; None: the model-wide ones
+    gpu: str | None = None
 
     @property
     def resident_names(self) -> frozenset[str]:
@@ -138,7 +147,7 @@ def effective_priority(
     value = task.priority + min(policy.aging_cap, waited / policy.aging_step_s)
     if is_compatible(task, worker):
         return value + (policy.residency_bonus if task.model else 0.0)
-    reload_s = costs.reload.cost(task.model)
+    reload_s = costs.reload.cost(task.model, worker.gpu)
     return value - min(policy.swap_penalty_cap, reload_s / policy.swap_penalty_unit_s)
 
 
@@ -147,7 +156,7 @@ def _lookahead_s(claim: _Claim, compatible: Sequence[ReadyTask]) -> float:
     if not compatible:
         return 0.0
     best = min(compatible, key=lambda task: _rank(task, claim, overdue=False))
-    return claim.costs.runtime.estimate(best.model)
+    return claim.costs.runtime.estimate(best.model, claim.worker.gpu)
 
 
 def _rank(task: ReadyTask, claim: _Claim, overdue: bool) -> tuple:
@@ -188,7 +197,8 @@ def _protected(resident: ResidentModel, claim: _Claim) -> bool:
     """Loaded too recently to evict: within ``min_resident_s``, capped at the model's own
     reload cost (rent-or-buy: holding an idle GPU longer than a reload would take costs
     more than the reload it might save)."""
-    window = min(claim.policy.min_resident_s, claim.costs.reload.cost(resident.name))
+    reload_s = claim.costs.reload.cost(resident.name, claim.worker.gpu)
+    window = min(claim.policy.min_resident_s, reload_s)
     return claim.now - resident.loaded_at < window
 
 
@@ -213,7 +223,7 @@ def _victims(
         sized,
         key=lambda pair: (
             pair[0].name in needed,
-            claim.costs.reload.cost(pair[0].name),
+            claim.costs.reload.cost(pair[0].name, claim.worker.gpu),
             pair[0].loaded_at,
         ),
     )
@@ -231,7 +241,8 @@ def swap_worth_it(task: ReadyTask, claim: _Claim) -> bool:
     holders = claim.holders.get(task.model or "", 0)
     if holders <= 0:
         return True
-    return _backlog_s(task.model, claim) / holders > claim.costs.reload.cost(task.model)
+    reload_s = claim.costs.reload.cost(task.model, claim.worker.gpu)
+    return _backlog_s(task.model, claim) / holders > reload_s
 
 
 def _decide(task: ReadyTask, claim: _Claim, reason: str, force: bool) -> Decision | None:
@@ -291,9 +302,9 @@ def _opportunistic_swap(mine: list[ReadyTask], claim: _Claim) -> Decision | None
         best.setdefault(task.model or "", task)
 
     def model_key(task: ReadyTask) -> tuple:
-        projected = claim.costs.reload.cost(task.model) + _backlog_s(task.model, claim) / (
-            claim.holders.get(task.model or "", 0) + 1
-        )
+        projected = claim.costs.reload.cost(task.model, claim.worker.gpu) + _backlog_s(
+            task.model, claim
+        ) / (claim.holders.get(task.model or "", 0) + 1)
         return (-task.priority, -projected, _rank(task, claim, overdue=False))
 
     for task in sorted(best.values(), key=model_key):
@@ -305,6 +316,7 @@ def _opportunistic_swap(mine: list[ReadyTask], claim: _Claim) -> Decision | None
 
 
 def _backlog_s(model: str | None, claim: _Claim) -> float:
+    """The model's READY work in seconds, model-wide: its holders' cards drain most of it."""
     count = sum(task.count for task in claim.ready if task.model == model)
     return count * claim.costs.runtime.estimate(model)
 
