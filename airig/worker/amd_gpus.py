@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import io
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +41,13 @@ log = logging.getLogger("airig.worker.amd_gpus")
 
 def load_amdsmi() -> Any | None:
     """The amdsmi module, or None when it is absent or its library does not load."""
+    try:
+        if sys.modules.get("amdsmi") is None and importlib.util.find_spec("amdsmi") is None:
+            # not installed, the usual case (every heartbeat of a worker with no NVIDIA
+            # driver asks): no import tried, the process's stdout never swapped
+            return None
+    except (ImportError, ValueError):
+        return None
     quiet = io.StringIO()
     try:
         with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):

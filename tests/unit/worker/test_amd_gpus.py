@@ -141,18 +141,21 @@ def test_without_amdsmi_or_a_driver_there_are_no_cards(smi, monkeypatch):
     assert probe_gpus([0]) == [] and fake.initialised == 0
 
 
-def test_an_amdsmi_whose_library_is_missing_prints_nothing_and_is_absent(monkeypatch, capsys):
-    class Loader:
-        def find_spec(self, name, path=None, target=None):
-            if name != "amdsmi":
-                return None
-            print("Unable to find libamd_smi.so")  # what upstream's import does
-            raise SystemExit(1)
-
+@pytest.mark.parametrize("failure", ["raise SystemExit(1)", "raise OSError('libamd_smi.so')"])
+def test_an_amdsmi_whose_library_is_missing_prints_nothing_and_is_absent(
+    monkeypatch, capsys, tmp_path, failure
+):
+    # the package installed without ROCm's library: its import prints, then gives up
+    package = tmp_path / "amdsmi"
+    package.mkdir()
+    (package / "__init__.py").write_text(f"print('Unable to find libamd_smi.so')\n{failure}\n")
     monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
-    monkeypatch.setattr(sys, "meta_path", [Loader(), *sys.meta_path])
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVIDIA driver either
+    monkeypatch.syspath_prepend(str(tmp_path))
     assert amd_gpus.load_amdsmi() is None
+    assert probe_gpus([0]) == []
     assert capsys.readouterr() == ("", "")
+    assert "amdsmi" not in sys.modules
 
 
 def test_an_owned_card_amdsmi_does_not_list_gives_no_reading(smi):
