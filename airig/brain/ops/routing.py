@@ -16,7 +16,6 @@ are quoted as JSON strings, so a newline or markup in a name stays inside its qu
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import unicodedata
 from dataclasses import dataclass, field
@@ -28,28 +27,6 @@ from airig.common.task_types import names_where
 PROMPT_TYPES = frozenset(names_where(prompt_payload=True))  # what criteria.prompt_tokens reads
 DEFAULT_MIN_EVIDENCE = 3
 EXTERNAL = "external"
-# since=NNN[smhdw]: how far back the history is read; ten years is more than any store keeps
-SINCE = re.compile(r"^([0-9]{1,9})([smhdw])$")
-UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-MAX_SINCE_S = 3650 * 86400
-
-
-class BadSince(ValueError):
-    """A ``since`` that is not a duration the report reads."""
-
-
-def parse_since(text: str) -> float:
-    """``30d`` -> seconds; BadSince in one line saying what is accepted."""
-    found = SINCE.match(text)
-    if not found:
-        raise BadSince(
-            f"since={text[:40]!r} is not a duration; give a whole number and a unit of "
-            "s, m, h, d or w, e.g. since=30d"
-        )
-    seconds = int(found.group(1)) * UNIT_S[found.group(2)]
-    if seconds > MAX_SINCE_S:
-        raise BadSince(f"since={text} reaches back more than 3650 days; give at most 3650d")
-    return float(seconds)
 
 
 @dataclass

@@ -19,7 +19,6 @@ every text is printed as plain text on one line (``search.printable``), never ma
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,13 +28,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from airig.common import durations
 from airig.common.errors import AirigError
 from airig.launcher.brain_client import BrainClient
 from airig.launcher.cli.search import printable
 from airig.launcher.console import console
 from airig.launcher.settings import Settings
 
-SINCE = re.compile(r"[1-9][0-9]{0,5}[hdw]")  # api/routes/report.py SINCE
 BY = ("day", "week")
 LOGS = ("tuning.log", "update.log")
 MAX_LOG_BYTES = 16 * 1024 * 1024  # a log past this is read from its last 16 MiB
@@ -94,12 +93,10 @@ def register(app: typer.Typer, settings_of: Callable[[], Settings]) -> None:
 
 
 def check(since: str, by: str) -> None:
-    """Bad input is one AirigError (exit 1), no request made."""
-    if not SINCE.fullmatch(since):
-        raise AirigError(
-            f"--since {printable(since, 20)!r} is not a count and a unit",
-            "e.g. --since 12h, --since 7d or --since 4w (h, d, w; at most 6 digits)",
-        )
+    """Bad input is one AirigError (exit 1), no request made. A duration past the kit's
+    bound is the brain's to clamp (retention) or refuse (its bucket bound), as it does
+    for the same text from the dashboard."""
+    durations.clamped(since, "--since")
     if by not in BY:
         raise AirigError(f"--by {printable(by, 20)!r} is not day or week", "--by day or --by week")
 

@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import tempfile
 import time
 from collections import Counter
@@ -37,6 +36,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from airig.common import durations
 from airig.common.errors import AirigError, ConfigError
 from airig.common.task_types import TASK_TYPES
 from airig.launcher.brain_client import BrainClient
@@ -47,9 +47,6 @@ from airig.launcher.settings import Settings
 # route takes these alone.
 TYPES = tuple(name for name, spec in TASK_TYPES.items() if "training_sample" in spec.brain_hooks)
 QUALITIES = ("any", "first-try")  # lowest first (store/training.py)
-AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-MAX_AGE_S = 100 * 365 * 86_400
 DUPLICATE = "duplicate"
 # What each reason means, in the summary (the brain's words: store/training.py REASONS).
 REASONS = {
@@ -133,19 +130,19 @@ def parse_since(text: str | None, now: float) -> float | None:
     an offset); one line for anything else or a time to come."""
     if text is None:
         return None
-    value = text.strip()
-    found = AGE.match(value.lower())
-    if found:
-        age = float(found[1]) * UNIT_S[found[2]]
-        if age > MAX_AGE_S:
-            raise AirigError(f"--since {text} is over 100 years", "give a shorter age: 7d, 12h")
-        return now - age
     try:
-        moment = datetime.fromisoformat(value)
+        return now - durations.seconds(text, "--since")
+    except durations.DurationTooLong:
+        raise
+    except durations.DurationError:
+        pass  # not an age: a date, or neither
+    try:
+        moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise AirigError(
-            f"--since {text!r} is neither an age nor a date",
-            "write an age (7d, 12h, 30m, 2w) or a date (2026-11-01, 2026-11-01T08:00)",
+            f"--since {durations.shown(text)} is neither an age nor a date",
+            "write an age (90s, 30m, 12h, 7d, 4w; whole numbers, at most "
+            f"{durations.MAX_DAYS}d) or a date (2026-11-01, 2026-11-01T08:00)",
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)

@@ -213,6 +213,10 @@ def test_the_route_serves_the_rules_to_an_admin_only(tmp_path):
         "since=-5d",
         "since=1.5d",
         "since=30d%00",
+        "since=0d",  # no window: the kit's one grammar (airig/common/durations.py)
+        "since=%EF%BC%97d",  # a full-width 7
+        "since=7D",
+        "since=%207d",
         "since=" + "9" * 400 + "d",
     ],
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
 from support import one_error, run_cli
 
 import airig.launcher.views.triage.collect as collect
@@ -43,8 +44,9 @@ def test_a_healthy_kit_says_so_in_one_line_and_exits_0(launcher_kit, monkeypatch
     assert seen == {"service": "ollama-cpu", "since_s": 1800, "verify": True}
 
 
-def test_a_bad_since_is_one_error(launcher_kit, monkeypatch, capsys):
-    code, _, err = run_cli(monkeypatch, capsys, None, "triage", "--since", "soon")
+@pytest.mark.parametrize("since", ["soon", "0m", "７d", "7d\x00", "9" * 400 + "s", "99999w"])
+def test_a_bad_since_is_one_error(launcher_kit, monkeypatch, capsys, since):
+    code, _, err = run_cli(monkeypatch, capsys, None, "triage", "--since", since)
     one_error(code, err, "--since")
 
 

@@ -5,16 +5,16 @@ external tier's calls and cost, alerts fired. The launcher's `report` prints it 
 the host's own changes (tune, update: logs the brain never sees); the dashboard's Report
 page plots it.
 
-Bounded work: ``since`` is a count and a unit (``12h``, ``7d``, ``4w``) and ``by`` day or
-week, as the OpenAPI document says (anything else is FastAPI's 422, each error one line);
-past ``AIRIG_RETENTION_DAYS`` ``since`` is clamped to it (older rows are gone) and the
-answer says so; a window of more than ``MAX_BUCKETS`` buckets is refused in one line (422).
+Bounded work: ``since`` is a count and a unit (``12h``, ``7d``, ``4w``: the kit's one
+grammar, ``airig/common/durations.py``) and ``by`` day or week, as the OpenAPI document
+says (anything else is FastAPI's 422, each error one line); past ten years ``since``
+reads as ten, past ``AIRIG_RETENTION_DAYS`` it is clamped to it (older rows are gone)
+and the answer says so; a window of more than ``MAX_BUCKETS`` buckets is refused in one line (422).
 Admin only: model names and alert subjects are the kit's.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Annotated, Any, Literal
 
@@ -23,12 +23,11 @@ from pydantic import BaseModel
 
 from airig.brain.api.deps import AdminDep, BrainDep
 from airig.brain.store import report
+from airig.common import durations
 
-SINCE = re.compile(r"([1-9][0-9]{0,5})([hdw])")
-# The same grammar in the OpenAPI document, so a client (and schemathesis) knows it; the
-# route checks it again below with the fullmatch above.
-SINCE_PATTERN = r"^[1-9][0-9]{0,5}[hdw]$"
-UNIT_S = {"h": 3600.0, "d": report.DAY_S, "w": report.WEEK_S}
+# The kit's one duration grammar (airig/common/durations.py) in the OpenAPI document, so
+# a client (and schemathesis) knows it; ``window`` checks it again with the same parser.
+SINCE_PATTERN = durations.PATTERN
 BY = ("day", "week")
 
 
@@ -89,12 +88,12 @@ def window(since: str, by: str, retention_days: int, now: float) -> tuple[report
     HTTPException(422) saying what is wrong and what to ask instead."""
     if by not in BY:
         raise HTTPException(422, "by must be day or week")
-    match = SINCE.fullmatch(since)
-    if match is None:
-        raise HTTPException(
-            422, "since must be a count and a unit, like 12h, 7d or 4w (at most 6 digits)"
-        )
-    span = int(match.group(1)) * UNIT_S[match.group(2)]
+    try:
+        # past ten years reads as ten: retention or the bucket bound below decides
+        whole, _ = durations.clamped(since)
+    except durations.DurationError as exc:
+        raise HTTPException(422, str(exc)) from None
+    span = float(whole)
     clamped = retention_days > 0 and span > retention_days * report.DAY_S
     if clamped:
         span = retention_days * report.DAY_S
@@ -112,7 +111,7 @@ def window(since: str, by: str, retention_days: int, now: float) -> tuple[report
 def kit_report(
     brain: BrainDep,
     _: AdminDep,
-    since: Annotated[str, Query(pattern=SINCE_PATTERN, max_length=7)] = "7d",
+    since: Annotated[str, Query(pattern=SINCE_PATTERN, max_length=durations.MAX_LENGTH)] = "7d",
     by: Annotated[Literal["day", "week"], Query()] = "day",
 ) -> dict[str, Any]:
     """The kit's history from ``since`` ago until now, one bucket per day or week (UTC),

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from airig.common.errors import AirigError, ConfigError
+from airig.common import durations
+from airig.common.errors import AirigError
 from airig.launcher.compose.docker import Docker, engine_errors
 from airig.launcher.compose.plan import plan_for_running
 from airig.launcher.compose.service_names import matches_service, matching, resolve
@@ -32,12 +33,9 @@ KEPT_ENV = frozenset({
 
 
 def parse_since(text: str) -> float:
-    """``90s`` / ``30m`` / ``1h`` / ``2d`` → seconds."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    value, unit = text[:-1], text[-1:]
-    if unit not in units or not value.isdigit() or int(value) == 0:
-        raise ConfigError(f"--since {text!r} is not a duration", "use e.g. 90s, 30m, 1h or 2d")
-    return int(value) * units[unit]
+    """``--since`` (``90s``, ``30m``, ``1h``, ``2d``, ``1w``) as seconds; one line for
+    anything else (``airig/common/durations.py``: the kit's one grammar)."""
+    return float(durations.seconds(text, "--since"))
 
 
 def collect(
