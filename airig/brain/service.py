@@ -40,7 +40,9 @@ class Brain:
     def __init__(self, settings: BrainSettings) -> None:
         self.settings = settings
         settings.results_dir.mkdir(parents=True, exist_ok=True)
-        self.db = open_store(settings.db_path, settings.database_url)
+        self.db = open_store(
+            settings.db_path, settings.database_url, start_empty=settings.start_empty
+        )
         # Whether the store can be written (a full or read-only disk), from its writes.
         # On PostgreSQL the server's URL (masked): its disk is not the brain's to read.
         server = str(getattr(self.db, "where", ""))

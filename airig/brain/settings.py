@@ -29,6 +29,10 @@ class BrainSettings(BaseSettings):
     # PostgreSQL instead of the SQLite file (issue 38): empty = BRAIN_DB. Several brains may
     # share one database (store/pg.py says how their writes stay serial).
     database_url: str = Field("", alias="BRAIN_DATABASE_URL", repr=False)
+    # On PostgreSQL: start on an empty store even though the SQLite file BRAIN_DB still
+    # holds plans (store/left_behind.py; without it the brain refuses and names
+    # `migrate-store`).
+    start_empty: bool = Field(False, alias="AIRIG_BRAIN_START_EMPTY")
     results_dir: Path = Field(Path("/results"), alias="BRAIN_RESULTS_DIR")
     # Event and training-sample logs; empty = next to the database.
     events_path: Path | None = Field(None, alias="BRAIN_EVENTS_LOG")

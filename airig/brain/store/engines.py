@@ -10,11 +10,21 @@ from pathlib import Path
 from airig.brain.store.db import Database
 
 
-def open_store(path: Path, url: str = "") -> Database:
+def open_store(path: Path, url: str = "", *, start_empty: bool = False) -> Database:
     """The store at ``url`` when given (psycopg imported only then), else the file at
-    ``path``; made or upgraded to this code's schema before it is handed out."""
+    ``path``; made or upgraded to this code's schema before it is handed out. An empty
+    PostgreSQL store beside a SQLite file at ``path`` that holds plans is refused unless
+    ``start_empty`` (``left_behind.py``: `migrate-store` was forgotten)."""
     if url:
+        # here only: the PostgreSQL path's imports (SQLAlchemy, psycopg)
+        from airig.brain.store import left_behind
         from airig.brain.store.pg import PgDatabase
 
-        return PgDatabase(url)
+        store = PgDatabase(url)
+        try:
+            left_behind.check(store, path, start_empty)
+        except BaseException:
+            store.close()
+            raise
+        return store
     return Database(path)

@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -221,3 +222,43 @@ def test_no_healthcheck_output_adds_no_line(launch, outputs) -> None:
     with pytest.raises(DockerError):
         launcher.start(plan, None, UpResult(plan=plan, choice=None))  # type: ignore[arg-type]
     assert "healthcheck:" not in out.getvalue()
+
+
+def test_the_brain_s_refusal_of_an_empty_postgres_store_reaches_the_user(
+    launch, tmp_path, monkeypatch, capsys
+) -> None:
+    """Issue 38: a brain on an empty PostgreSQL store beside a SQLite store with plans
+    exits with one log line (store/left_behind.py); `up` prints the failed brain's last log
+    lines, so that line, naming `migrate-store` and the knob, is what the user reads."""
+    from airig.brain import __main__ as brain_main
+    from airig.brain.store import left_behind
+    from airig.brain.store.db import Database
+
+    old = tmp_path / "brain.db"
+    with sqlite3.connect(old) as conn:
+        conn.execute("CREATE TABLE plans (id TEXT)")
+        conn.executemany("INSERT INTO plans VALUES (?)", [("a",), ("b",)])
+    conn.close()
+    empty = Database(tmp_path / "empty.db")
+    capsys.readouterr()
+    monkeypatch.setattr(brain_main, "serve", lambda _: left_behind.check(empty, old, False))
+    monkeypatch.setenv("BRAIN_ADMIN_TOKEN", "admin-secret-token")
+    monkeypatch.setenv("WORKER_BOOTSTRAP_TOKEN", "bootstrap-secret-token")
+    try:
+        assert brain_main.main([]) == 2
+    finally:
+        empty.close()
+    said = capsys.readouterr()
+    (logged,) = [line for line in (said.out + said.err).splitlines() if line.strip()]
+
+    adapter = Adapter("03-agents", compose_failed)
+    adapter.failing = [ContainerState("brain", "airig-brain-1", "restarting", "", 2, [])]
+    adapter.logs_text = "\n".join([logged] * 3) + "\n"  # a restart loop: the same line
+    launcher, plan, out = launch(adapter)
+    with pytest.raises(DockerError) as raised:
+        launcher.start(plan, None, UpResult(plan=plan, choice=None))  # type: ignore[arg-type]
+    shown = " ".join(out.getvalue().split())  # the console wraps at its width
+    assert " ".join(logged.split()) in shown
+    assert "python start_services.py migrate-store" in shown
+    assert "AIRIG_BRAIN_START_EMPTY=1" in shown and "holds 2 plans" in shown
+    assert "read the log lines above" in raised.value.hint
