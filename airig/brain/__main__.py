@@ -7,39 +7,21 @@ import json
 import logging
 import sqlite3
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from airig.brain.settings import BrainSettings
+from airig.common import healthcheck
 from airig.common.errors import AirigError
 from airig.common.jsonlog import setup_json_logging
 
+if TYPE_CHECKING:
+    # imported in main() after `--check` is handled: the settings' pydantic import is
+    # most of a healthcheck's CPU (airig/common/healthcheck.py)
+    from airig.brain.settings import BrainSettings
+
 log = logging.getLogger("airig.brain")
 SWITCH_INTERVAL_S = 0.001
-
-
-def check(settings: BrainSettings) -> int:
-    """0 when this container's brain answers /health with status ok."""
-    url = f"http://127.0.0.1:{settings.listen_port}/health"
-    try:
-        with urllib.request.urlopen(url, timeout=3) as response:
-            body = json.load(response)
-    except urllib.error.HTTPError as exc:  # 503 degraded: a store it cannot write
-        try:
-            detail = json.load(exc).get("detail")
-        except (OSError, ValueError, AttributeError):
-            detail = None
-        print(f"brain unhealthy: HTTP {exc.code}" + (f": {detail}" if detail else ""),
-              file=sys.stderr)  # fmt: skip
-        return 1
-    except (OSError, ValueError, urllib.error.URLError) as exc:
-        print(f"brain unhealthy: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    return 0 if body.get("status") == "ok" else 1
 
 
 def snapshot(settings: BrainSettings, dest: str) -> int:
@@ -101,12 +83,18 @@ def main(argv: list[str] | None = None) -> int:
         "--snapshot", metavar="PATH", help="write a consistent copy of the store (backup)"
     )
     args = parser.parse_args(argv)
+    if args.check:  # the container healthcheck: the standard library only
+        return healthcheck.run("brain", healthcheck.brain)
+    from pydantic import ValidationError
+
+    from airig.brain.settings import BrainSettings
+
     setup_json_logging()
     try:
         settings = BrainSettings()
         if args.snapshot:
             return snapshot(settings, args.snapshot)
-        return check(settings) if args.check else serve(settings)
+        return serve(settings)
     except ValidationError as exc:
         first = exc.errors()[0]
         log.error("invalid brain setting", extra={"setting": first["loc"], "error": first["msg"]})

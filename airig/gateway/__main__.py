@@ -4,23 +4,21 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
+from airig.common import healthcheck
 from airig.common.errors import AirigError
 from airig.common.jsonlog import setup_json_logging
-from airig.gateway.settings import GatewaySettings, load_key
 
 if TYPE_CHECKING:
     # failures.py imports the provider SDKs (anthropic, openai: about 3 s of imports on an
-    # idle host); `--check`, the container healthcheck with its 5 s timeout, must not
+    # idle host); `--check`, the container healthcheck with its 5 s timeout, must not. Nor
+    # the settings, imported after `--check` is handled: their pydantic import is most of
+    # a healthcheck's CPU (airig/common/healthcheck.py).
     from airig.gateway.failures import Scrubber
+    from airig.gateway.settings import GatewaySettings
 
 log = logging.getLogger("airig.gateway")
 
@@ -37,26 +35,13 @@ class ScrubbingFormatter(logging.Formatter):
         return self.scrub.full(self.inner.format(record))
 
 
-def check(settings: GatewaySettings) -> int:
-    url = f"http://127.0.0.1:{settings.port}/health"
-    try:
-        with urllib.request.urlopen(url, timeout=3) as response:
-            body = json.load(response)
-    except (OSError, ValueError, urllib.error.URLError) as exc:
-        print(f"gateway unhealthy: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    if not body.get("key_loaded"):
-        print("gateway unhealthy: no provider key loaded", file=sys.stderr)
-        return 1
-    return 0 if body.get("ok") else 1
-
-
 def serve(settings: GatewaySettings) -> int:
     import uvicorn
 
     from airig.gateway.app import create_app
     from airig.gateway.failures import Scrubber
     from airig.gateway.providers import make_provider
+    from airig.gateway.settings import load_key
 
     key = load_key(settings)
     scrub = Scrubber(key)
@@ -108,10 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airig.gateway")
     parser.add_argument("--check", action="store_true", help="exit 0 when the gateway is healthy")
     args = parser.parse_args(argv)
+    if args.check:  # the container healthcheck: the standard library only
+        return healthcheck.run("gateway", healthcheck.gateway)
+    from pydantic import ValidationError
+
+    from airig.gateway.settings import GatewaySettings
+
     setup_json_logging()
     try:
         settings = GatewaySettings()
-        return check(settings) if args.check else serve(settings)
+        return serve(settings)
     except ValidationError as exc:
         first = exc.errors()[0]
         # only the setting's name and pydantic's message: its input may be a secret

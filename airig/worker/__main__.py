@@ -7,35 +7,22 @@ file, ``WORKER_STATE_FILE``): the worker registered and the brain answers it.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import time
 
-from pydantic import ValidationError
-
+from airig.common import healthcheck
 from airig.common.errors import AirigError
 from airig.common.jsonlog import setup_json_logging
 from airig.worker.hardening import forget_env, make_undumpable
-from airig.worker.heartbeat import write_state
-from airig.worker.link import RegistrationRefused
-from airig.worker.settings import WorkerSettings
 
 log = logging.getLogger("airig.worker")
 BOOTSTRAP_ENV = "WORKER_BOOTSTRAP_TOKEN"
 
 
-def check(settings: WorkerSettings, max_age_s: float) -> int:
-    try:
-        state = json.loads(settings.state_file.read_text())
-    except (OSError, ValueError):
-        print("worker unhealthy: no heartbeat has succeeded yet", file=sys.stderr)
-        return 1
-    age = time.time() - float(state.get("at", 0))
-    if not state.get("ok") or age > max_age_s:
-        print(f"worker unhealthy: last good heartbeat {age:.0f}s ago", file=sys.stderr)
-        return 1
-    return 0
+def check(max_age_s: float, state_file: str | None = None) -> int:
+    """The container healthcheck: 0 after a recent successful heartbeat. The standard
+    library only (airig/common/healthcheck.py): the settings' import is most of its CPU."""
+    return healthcheck.run("worker", lambda: healthcheck.worker(max_age_s, state_file))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,10 +35,18 @@ def main(argv: list[str] | None = None) -> int:
     setup_json_logging()
     try:
         make_undumpable()  # first: tasks run as this user and could read /proc/<pid>/environ
-        # The healthcheck reads the state file only: no name to look up (naming.py's DNS).
-        settings = WorkerSettings(WORKER_NAME="check") if args.check else WorkerSettings()
-        if args.check:
-            return check(settings, args.max_age)
+        if args.check:  # reads the state file only: no settings, no name to look up
+            return check(args.max_age)
+        from pydantic import ValidationError
+
+        from airig.worker.heartbeat import write_state
+        from airig.worker.link import RegistrationRefused
+        from airig.worker.settings import WorkerSettings
+    except AirigError as exc:
+        log.error(exc.message, extra={"hint": exc.hint})
+        return 2
+    try:
+        settings = WorkerSettings()
         settings.require_secrets()
         from airig.worker.runner import Worker
 

@@ -131,7 +131,12 @@ def test_ollama_is_tuned_like_the_seed_rig():
 # web stack take seconds to import on a loaded host, and the check has `timeout:` (5 s) to
 # answer. The gateway's check imported anthropic and openai (3-4 s idle) and turned the
 # gateway unhealthy on a busy CI host.
-HEAVY_FOR_A_CHECK = {"anthropic", "openai", "fastapi", "uvicorn", "starlette", "httpx", "ollama"}
+# pydantic (the settings) and requests: a check runs every 5-10 s for as long as the kit
+# runs, and those imports were 0.15-0.25 s of CPU each time (airig/common/healthcheck.py).
+HEAVY_FOR_A_CHECK = {
+    "anthropic", "openai", "fastapi", "uvicorn", "starlette", "httpx", "ollama", "pydantic",
+    "pydantic_settings", "requests", "sqlalchemy", "psycopg",
+}  # fmt: skip
 PROBE = """
 import runpy, sys
 sys.argv = ["check", "--check"]

@@ -75,13 +75,14 @@ def settings(tmp_path, **env):
 
 def test_check_passes_only_after_a_recent_good_heartbeat(tmp_path):
     config = settings(tmp_path)
-    assert check(config, 60) == 1
+    path = str(config.state_file)  # the file the worker's settings name, as compose sets it
+    assert check(60, path) == 1
     config.state_file.write_text(json.dumps({"ok": True, "at": time.time()}))
-    assert check(config, 60) == 0
+    assert check(60, path) == 0
     config.state_file.write_text(json.dumps({"ok": True, "at": time.time() - 120}))
-    assert check(config, 60) == 1
+    assert check(60, path) == 1
     config.state_file.write_text(json.dumps({"ok": False, "at": time.time()}))
-    assert check(config, 60) == 1
+    assert check(60, path) == 1
 
 
 def test_worker_settings_parse_classes_and_gpu(tmp_path):
