@@ -76,10 +76,12 @@ def execute_ocr(payload: OcrPayload, ctx: ExecContext) -> ExecResult:
     if engine == "onnx":
         output.update(onnx.describe())
         if onnx.dropped:
+            # why, when the preload of CUDA's libraries said it; else the likely causes
+            why = onnx.why or "CUDA or cuDNN libraries missing, or no card in the container?"
             output["engine_warning"] = (
                 f"asked onnxruntime for {', '.join(onnx.requested)} but it runs on "
                 f"{', '.join(onnx.used)} only: {', '.join(onnx.dropped)} did not start "
-                "(CUDA or cuDNN libraries missing, or no card in the container?)"
+                f"({why})"
             )
     if reason:
         output["engine_reason"] = reason

@@ -10,10 +10,18 @@ CPU provider alone. onnxruntime falls back to the CPU without an error when the 
 provider cannot start (no CUDA or cuDNN libraries, no card in the container): the
 providers each session really got are read back, logged, put in the task's output, and a
 CUDA provider asked for but dropped is said in ``engine_warning``, never hidden.
+
+The NVIDIA workers' image (AIRIG_IMAGE-cuda, 03-agents/ocr-cuda.sh) is python:3.12-slim with
+NVIDIA's CUDA 12 and cuDNN 9 libraries as pip wheels under site-packages/nvidia, where the
+dynamic loader does not look: ``onnxruntime.preload_dlls()`` (onnxruntime-gpu >= 1.21) loads
+them before the first CUDA session. An older onnxruntime without it relies on the loader's
+path; a preload that raises leaves the engine on the CPU with the reason said, and what it
+printed about a library it could not load is kept for the warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import logging
@@ -40,6 +48,10 @@ LANGUAGES = frozenset(ONNX_OCR_LANGUAGES)
 DECODE_MAX_SIDE = 4000
 # Boxes whose vertical centres lie within this share of their height are one line.
 SAME_LINE = 0.5
+# What of preload_dlls' own printed lines ("Failed to load libcudnn.so.9: …") a warning
+# quotes: the first few, each cut, so a library path cannot fill an output.
+PRELOAD_LINES = 3
+PRELOAD_LINE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,11 @@ class Engine:
     requested: tuple[str, ...]
     used: tuple[str, ...]  # the providers every session runs on, the first one first
     device_id: int | None
+    # CUDA's libraries before the sessions (``preload_cuda``): "" (no CUDA asked for),
+    # "preloaded", "no preload_dlls" or "failed"; ``why``: what went wrong, said when CUDA
+    # is dropped
+    preload: str = ""
+    why: str = ""
 
     @property
     def dropped(self) -> list[str]:
@@ -104,6 +121,44 @@ def cuda_device(gpu_index: int, environ: Mapping[str, str]) -> int:
     return gpu_index
 
 
+@dataclass(frozen=True)
+class Preload:
+    """What ``preload_cuda`` did: ``state`` as ``Engine.preload``; ``ok`` False only when
+    preload_dlls raised (the sessions then stay on the CPU); ``why`` its error, or the
+    lines it printed about libraries it could not load."""
+
+    state: str
+    ok: bool = True
+    why: str = ""
+
+
+def preload_cuda(onnxruntime: Any) -> Preload:
+    """Load CUDA's and cuDNN's libraries from the NVIDIA wheels before the first CUDA
+    session (onnxruntime's CUDA provider dlopens them by name: the loader does not look in
+    site-packages). onnxruntime before 1.21 has no preload_dlls: the loader's own path
+    then. preload_dlls prints, not raises, a library it cannot load: those lines are kept."""
+    preload = getattr(onnxruntime, "preload_dlls", None)
+    if not callable(preload):
+        return Preload("no preload_dlls")
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            preload()
+    except Exception as exc:  # a third party's loader, any failure: said, never fatal
+        return Preload("failed", ok=False, why=f"onnxruntime.preload_dlls() raised "
+                       f"{type(exc).__name__}: {_one_line(str(exc))}")  # fmt: skip
+    lines = [_one_line(line) for line in printed.getvalue().splitlines()]
+    failed = [line for line in lines if "fail" in line.lower()]
+    return Preload("preloaded", why="; ".join(failed[:PRELOAD_LINES]))
+
+
+def _one_line(text: str) -> str:
+    """``text`` for a log field and the task's output: one line, printable (a NUL or an
+    escape sequence from a library path would reach the store and the dashboard), cut."""
+    printable = "".join(c if c.isprintable() else " " for c in text)
+    return " ".join(printable.split())[:PRELOAD_LINE_CHARS]
+
+
 def engine_for(ctx: ExecContext) -> Engine:
     """The engine for this worker, loaded once per process and provider list."""
     requested = requested_providers(available_providers(), ctx.gpu_index)
@@ -120,6 +175,8 @@ def engine_for(ctx: ExecContext) -> Engine:
             "providers": list(engine.used),
             "device_id": engine.device_id,
             "gpu": ctx.gpu_index,
+            "preload": engine.preload,
+            "why": engine.why,
         },
     )
     return engine
@@ -134,9 +191,14 @@ def _engine_cached(requested: tuple[str, ...], device: int | None) -> Engine:
 
     # RapidOCR builds CPU sessions; on a GPU worker they are replaced by sessions asking
     # for exactly ``requested`` on the worker's card (RapidOCR would ask for device 0).
+    preloaded = Preload("")
+    if CUDA in requested:
+        import onnxruntime
+
+        preloaded = preload_cuda(onnxruntime)
     ocr = RapidOCR(print_verbose=False)
     holders = [ocr.text_det.infer, ocr.text_cls.infer, ocr.text_rec.session]
-    if CUDA in requested:
+    if CUDA in requested and preloaded.ok:  # else RapidOCR's CPU sessions stay
         import onnxruntime
 
         providers: list[Any] = [(CUDA, {"device_id": device}), CPU]
@@ -152,7 +214,7 @@ def _engine_cached(requested: tuple[str, ...], device: int | None) -> Engine:
         got = list(holder.session.get_providers())
         # the providers all three sessions share, in the first one's order
         used = got if used is None else [name for name in used if name in got]
-    return Engine(ocr, requested, tuple(used or []), device)
+    return Engine(ocr, requested, tuple(used or []), device, preloaded.state, preloaded.why)
 
 
 def _load(requested: tuple[str, ...], device: int | None) -> Engine:
