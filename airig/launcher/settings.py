@@ -281,6 +281,16 @@ class Settings(BaseSettings):
         "Extra pip arguments for that build (e.g. an index URL).",
         secret=True,  # an index URL may carry a token, in its user part or its path
     )  # fmt: skip
+    # The NVIDIA workers' own image (issue 39 §2): the kit's image with onnxruntime-gpu and
+    # NVIDIA's CUDA 12 / cuDNN 9 wheels in place of the CPU onnxruntime, so the ocr task's
+    # onnx engine reads on the card. Gigabytes more to build and keep: off keeps one image.
+    ocr_cuda: Literal["on", "off"] = knob(
+        "on", "AIRIG_OCR_CUDA", "03-agents",
+        "on = NVIDIA GPU workers run AIRIG_IMAGE-cuda (the same build with onnxruntime-gpu "
+        "and CUDA 12 / cuDNN 9 wheels: OCR on the card, gigabytes larger); off = every "
+        "worker runs AIRIG_IMAGE (OCR on the CPU).",
+        problem="is not on or off", fix="set {key} to on or off",
+    )  # fmt: skip
     brain_port: int = knob(8080, "BRAIN_PORT", "03-agents", "Host port of the brain's API.", **PORT)
     # More than one brain process (compose's `brains` profile: brain-2 beside brain, behind
     # the same name on ai-network): a brain killed mid-plan costs the fleet nothing. Two

@@ -125,7 +125,9 @@ def test_gpu_worker_layout(kit, count):
         w = svcs[f"worker-gpu{i}"]
         assert w["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [str(i)]
         assert w["environment"]["WORKER_GPU"] == str(i)
-        assert w["image"] == svcs["brain"]["image"]
+        # the NVIDIA workers' build of the kit's image (OCR on the card: OCR_CUDA=1)
+        assert w["image"] == svcs["brain"]["image"] + "-cuda"
+        assert w["build"]["args"]["OCR_CUDA"] == "1"
         assert w["environment"]["OLLAMA_URL"] == f"http://ollama-gpu{i}:11434"
         o = svcs[f"ollama-gpu{i}"]
         assert o["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [str(i)]

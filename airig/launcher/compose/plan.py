@@ -64,6 +64,11 @@ GPU_WORKER_CLASSES = "llm,script,resource"
 ESCALATION_PROFILE = "escalation"
 BRAINS_PROFILE = "brains"  # 03-agents/compose.yaml's brain-2 (AIRIG_BRAINS=2)
 ALL_CLASSES = "cpu,script,llm,resource"
+# The NVIDIA GPU workers' image (AIRIG_OCR_CUDA=on): the kit's build with this argument,
+# which swaps the CPU onnxruntime for onnxruntime-gpu (03-agents/ocr-cuda.sh), under the
+# name host.env gives this variable (``cuda_image``: AIRIG_IMAGE's tag + "-cuda").
+CUDA_IMAGE = "AIRIG_IMAGE_CUDA"
+CUDA_BUILD_ARG = "OCR_CUDA"
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,9 @@ def build_plan(
         # file holds the password then, so `write_generated` makes it private (mode 600)
         **postgres.store_env(settings),
     }
+    cuda = ocr_cuda(settings, profile)
+    if cuda:  # the GPU overlay's workers name it (down, status, tune read it there too)
+        host_env[CUDA_IMAGE] = cuda_image(settings.image)
     generated[state / HOST_ENV] = "".join(f"{k}={v}\n" for k, v in sorted(host_env.items()))
     env_files = [settings.env_file, state / HOST_ENV]
     projects = project_names(settings)
@@ -167,7 +175,7 @@ def build_plan(
             )
             generated[overlay] = gpu_workers_overlay(
                 profile, gpus, group, settings.project_prefix, ollama_gpu,
-                shared_ollama_env(settings.root), vulkan, whisper_env,
+                shared_ollama_env(settings.root), vulkan, whisper_env, cuda,
             )  # fmt: skip
             files.append(overlay)
         if name == "02-compute" and vulkan is not None:
@@ -305,6 +313,36 @@ def escalation_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def ocr_cuda(settings: Settings, profile: str) -> bool:
+    """Whether this plan's GPU workers run the CUDA image: NVIDIA cards only (AMD and Intel
+    workers have no onnxruntime build to swap in: docs/gpus-and-images.md), and only with
+    AIRIG_OCR_CUDA=on."""
+    # getattr: a settings stand-in that predates the knob keeps its default, as .env would
+    return profile == "gpu-nvidia" and getattr(settings, "ocr_cuda", "on") == "on"
+
+
+def cuda_image(image: str) -> str:
+    """AIRIG_IMAGE's NVIDIA variant, in the same repository: its tag + "-cuda"
+    ("airig/airig:0.1.0" → "airig/airig:0.1.0-cuda"; no tag: ":latest-cuda", Docker's
+    default tag). A digest names no build: the kit tags what it builds, so it is dropped."""
+    name = image.split("@", 1)[0]
+    path, _, last = name.rpartition("/")
+    repository, colon, tag = last.partition(":")
+    tag = tag if colon and tag else "latest"
+    return f"{path}/{repository}:{tag}-cuda" if path else f"{repository}:{tag}-cuda"
+
+
+def cuda_workers(plan: ComposePlan) -> list[str]:
+    """The generated worker services that run the CUDA image (``up`` builds it for them)."""
+    overlay = next((t for path, t in plan.generated.items() if path.name == GPU_OVERLAY), None)
+    services = yaml.safe_load(overlay)["services"] if overlay else {}
+    return sorted(
+        name
+        for name, service in services.items()
+        if name.startswith("worker-") and CUDA_IMAGE in str(service.get("image", ""))
+    )
+
+
 def cpu_worker_classes(profile: str, gpus: list[GpuSlot]) -> str:
     """Without GPU workers the CPU workers must take every class, or LLM and script tasks
     would wait forever; with them, CPU workers keep to CPU tasks."""
@@ -426,6 +464,7 @@ def gpu_workers_overlay(
     ollama_env: Mapping[str, str] | None = None,
     vulkan: VulkanBuild | None = None,
     whisper_env: Mapping[str, str] | None = None,
+    cuda: bool | None = None,
 ) -> str:
     """Compose overlay: per GPU a worker and its own Ollama, both pinned to that GPU, and
     one pair for the brain's GPU group (all its GPUs in one container, so one model spans
@@ -440,7 +479,12 @@ def gpu_workers_overlay(
     environment (``shared_whisper_env``), and its worker transcribes there. The brain's
     GPU group keeps none: its worker takes no transcription (``llm,resource``), and its
     cards hold the brain's model. The shared `whisper` stays for provisioning and the
-    other workers."""
+    other workers.
+
+    ``cuda`` (default: on gpu-nvidia, ``ocr_cuda``): every worker here runs the CUDA image
+    (``CUDA_IMAGE``, built with ``OCR_CUDA=1``), so its OCR reads on its card; the brain,
+    the CPU workers and the other profiles' workers keep the kit's image."""
+    cuda = profile == "gpu-nvidia" if cuda is None else cuda and profile == "gpu-nvidia"
     grouped = {g.index for g in group}
     pairs = [(f"gpu{g.index}", [g]) for g in gpus if g.index not in grouped]
     if group:
@@ -453,7 +497,7 @@ def gpu_workers_overlay(
         if whisper_env is not None and suffix != "brain":
             whisper = f"whisper-{suffix}"
             services[whisper] = _gpu_whisper(profile, slots, whisper_env)
-        services[f"worker-{suffix}"] = _gpu_worker(profile, slots, ollama, whisper)
+        services[f"worker-{suffix}"] = _gpu_worker(profile, slots, ollama, whisper, cuda)
     header = "# Generated by airig from the detected GPUs; edits are overwritten.\n"
     # the model stores that 01-infra creates and 02-compute's init containers fill
     volumes = {"ollama-models": {"name": f"{prefix}-ollama-models", "external": True}}
@@ -592,8 +636,9 @@ def _gpu_ollama(
 
 
 def _gpu_worker(
-    profile: str, gpus: list[GpuSlot], ollama: str, whisper: str | None = None
-) -> dict[str, Any]:
+    profile: str, gpus: list[GpuSlot], ollama: str, whisper: str | None = None,
+    cuda: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     ids = [str(g.index) for g in gpus]
     env = {
         "WORKER_NAME": "gpu" + "-".join(ids) if len(ids) == 1 else "brain-gpu" + "-".join(ids),
@@ -617,6 +662,12 @@ def _gpu_worker(
         "deploy": {"replicas": 1},
         "depends_on": depends_on,
     }
+    if cuda:
+        # The same build as x-airig's (Compose merges this build's args into the extended
+        # service's context, Dockerfile and args) with the onnxruntime swap, tagged apart:
+        # the brain and the CPU workers keep the small image.
+        service["image"] = f"${{{CUDA_IMAGE}:?run python start_services.py up: it names the image}}"
+        service["build"] = {"args": {CUDA_BUILD_ARG: "1"}}
     # The worker reads its GPU's temperature and free VRAM (NVML) for the thermal guard
     # and the swap protocol's VRAM check, so it is pinned to the same card.
     _pin(profile, service, env, gpus)

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 LABEL = "org.airig.source-hash"
-INPUTS = ("03-agents/Dockerfile", "pyproject.toml", "README.md", ".dockerignore")
+INPUTS = (
+    "03-agents/Dockerfile",
+    "03-agents/ocr-cuda.sh",  # the NVIDIA workers' swap (OCR_CUDA=1)
+    "pyproject.toml",
+    "README.md",
+    ".dockerignore",
+)
 
 
 def source_hash(root: Path, build_args: dict[str, str]) -> str:

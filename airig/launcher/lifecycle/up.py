@@ -35,11 +35,14 @@ from airig.launcher.compose.container import (
 )
 from airig.launcher.compose.docker import PROJECT_LABEL, Docker, engine_errors
 from airig.launcher.compose.plan import (
+    CUDA_BUILD_ARG,
     ESCALATION_PROFILE,
     VULKAN_BUILD,
     ComposePlan,
     StackPlan,
     build_plan,
+    cuda_image,
+    cuda_workers,
     project_names,
     vulkan_build,
 )
@@ -88,6 +91,12 @@ VOLUMES = {
 # The service whose build: makes the kit's image; a joined rig has no brain, and its
 # workers' build: is the same (the x-airig anchor).
 IMAGE_SERVICE = ("03-agents", "brain")
+# A failed build of the NVIDIA workers' image (03-agents/ocr-cuda.sh) and the way around it.
+CUDA_BUILD_HINT = (
+    "it downloads onnxruntime-gpu and NVIDIA's CUDA 12 / cuDNN 9 wheels from PyPI (or "
+    "AIRIG_PIP_INSTALL_ARGS' index): check the network and free disk, or set "
+    "AIRIG_OCR_CUDA=off in .env (NVIDIA workers then read OCR on the CPU)"
+)
 JOINED_IMAGE_SERVICE = "worker-cpu"
 # The escalation gateway's service in 03-agents (profile `escalation`).
 GATEWAY_SERVICE = "gateway"
@@ -304,16 +313,36 @@ class Launcher:
             "AIRIG_BASE_IMAGE": self.settings.base_image,
             "AIRIG_PIP_INSTALL_ARGS": self.settings.pip_install_args,
         }
+        self._build_image(plan, self.settings.image, _image_service(plan), args, "the kit's image")
+        workers = cuda_workers(plan)
+        if not workers:  # not gpu-nvidia, no NVIDIA card, or AIRIG_OCR_CUDA=off
+            return
+        # The NVIDIA workers' image: the same sources, OCR_CUDA=1 (its own hash, so either
+        # image is rebuilt only when its own inputs change). A failure stops `up` here,
+        # before any stack starts, with the way to run without it.
+        self._build_image(
+            plan, cuda_image(self.settings.image), workers[0],
+            {**args, CUDA_BUILD_ARG: "1"}, "the NVIDIA workers' image", CUDA_BUILD_HINT,
+        )  # fmt: skip
+
+    def _build_image(
+        self, plan: ComposePlan, image: str, service: str, args: dict[str, str], what: str,
+        hint: str = "",
+    ) -> None:  # fmt: skip
+        """Build ``service``'s image unless the engine has it with these inputs' hash;
+        ``hint``: the fix a failed build is said with (else Compose's)."""
         wanted = source_hash(self.settings.root, args)
-        image = self.settings.image
         with engine_errors(f"inspecting the image {image}"):
             built = image_hash(self.docker.sdk(), image)
         if built == wanted:
             return
-        self.console.print(f"[bold]Building[/] the kit's image {escape(image)} …")
-        self.docker.build(
-            plan.stack(IMAGE_SERVICE[0]), [_image_service(plan)], {"AIRIG_SOURCE_HASH": wanted}
-        )
+        self.console.print(f"[bold]Building[/] {what} {escape(image)} …")
+        try:
+            self.docker.build(
+                plan.stack(IMAGE_SERVICE[0]), [service], {"AIRIG_SOURCE_HASH": wanted}
+            )
+        except DockerError as exc:
+            raise DockerError(exc.message, hint or exc.hint) from None
 
     def commands(self, plan: ComposePlan) -> list[str]:
         """The exact commands `up` runs, in order (for --dry-run)."""
@@ -336,6 +365,20 @@ class Launcher:
             )
             + "   # only when the sources changed"
         )
+        workers = cuda_workers(plan)
+        if workers:  # one build serves every NVIDIA worker: they share the image
+            lines.append(
+                self.docker.command(
+                    build,
+                    "build",
+                    "--quiet",
+                    "--build-arg",
+                    "AIRIG_SOURCE_HASH=<hash>",
+                    workers[0],
+                )
+                + f"   # {cuda_image(self.settings.image)}, the NVIDIA workers' "
+                f"({CUDA_BUILD_ARG}=1), only when the sources changed"
+            )
         for stack in plan.stacks:
             lines.append(
                 self.docker.command(
