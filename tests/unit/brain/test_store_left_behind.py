@@ -7,7 +7,9 @@ check itself also runs against the engine ``AIRIG_TEST_STORE`` picks (``pg_store
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from airig.brain import __main__ as brain_main
 from airig.brain.store import engines, left_behind
 from airig.brain.store.db import Database
 from airig.brain.store.left_behind import PlansLeftBehind
+from airig.common.jsonlog import JsonFormatter
 
 MIGRATE = "python start_services.py migrate-store"
 
@@ -144,25 +147,30 @@ def test_a_sqlite_store_is_read_without_being_written(tmp_path):
     assert (old.read_bytes(), sorted(p.name for p in old.parent.iterdir())) == before
 
 
-def test_the_refusal_is_the_brain_s_one_log_line(tmp_path, monkeypatch, capsys):
+def test_the_refusal_is_the_brain_s_one_log_line(tmp_path, monkeypatch):
     """What the container prints (and `up` shows from its last log lines): one JSON line
-    with the message and the hint, exit 2, no traceback."""
+    with the message and the hint, exit 2, no traceback. The brain's JSON formatter on a
+    handler of the test's own: setup_json_logging would rewire the process's logging."""
     old = sqlite_store(tmp_path, plans=4)
     empty = Database(tmp_path / "empty.db")
-    capsys.readouterr()  # the old brain's own lines
 
     def refused(settings):
         left_behind.check(empty, old, start_empty=False)
 
     monkeypatch.setattr(brain_main, "serve", refused)
+    monkeypatch.setattr(brain_main, "setup_json_logging", lambda: None)
     monkeypatch.setenv("BRAIN_ADMIN_TOKEN", "admin-secret-token")
     monkeypatch.setenv("WORKER_BOOTSTRAP_TOKEN", "bootstrap-secret-token")
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    handler.setFormatter(JsonFormatter())
+    brain_main.log.addHandler(handler)
     try:
         assert brain_main.main([]) == 2
     finally:
+        brain_main.log.removeHandler(handler)
         empty.close()
-    captured = capsys.readouterr()
-    printed = [line for line in (captured.out + captured.err).splitlines() if line.strip()]
-    assert len(printed) == 1 and "Traceback" not in printed[0]
-    logged = json.loads(printed[0])
+    (line,) = printed.getvalue().splitlines()
+    assert "Traceback" not in line
+    logged = json.loads(line)
     assert "holds 4 plans" in logged["message"] and MIGRATE in logged["hint"]

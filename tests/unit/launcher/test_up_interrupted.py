@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import signal
 import sqlite3
@@ -225,7 +226,7 @@ def test_no_healthcheck_output_adds_no_line(launch, outputs) -> None:
 
 
 def test_the_brain_s_refusal_of_an_empty_postgres_store_reaches_the_user(
-    launch, tmp_path, monkeypatch, capsys
+    launch, tmp_path, monkeypatch
 ) -> None:
     """Issue 38: a brain on an empty PostgreSQL store beside a SQLite store with plans
     exits with one log line (store/left_behind.py); `up` prints the failed brain's last log
@@ -233,6 +234,7 @@ def test_the_brain_s_refusal_of_an_empty_postgres_store_reaches_the_user(
     from airig.brain import __main__ as brain_main
     from airig.brain.store import left_behind
     from airig.brain.store.db import Database
+    from airig.common.jsonlog import JsonFormatter
 
     old = tmp_path / "brain.db"
     with sqlite3.connect(old) as conn:
@@ -240,16 +242,22 @@ def test_the_brain_s_refusal_of_an_empty_postgres_store_reaches_the_user(
         conn.executemany("INSERT INTO plans VALUES (?)", [("a",), ("b",)])
     conn.close()
     empty = Database(tmp_path / "empty.db")
-    capsys.readouterr()
     monkeypatch.setattr(brain_main, "serve", lambda _: left_behind.check(empty, old, False))
+    # the brain's JSON formatter on a handler of the test's own: setup_json_logging
+    # would rewire this process's logging
+    monkeypatch.setattr(brain_main, "setup_json_logging", lambda: None)
     monkeypatch.setenv("BRAIN_ADMIN_TOKEN", "admin-secret-token")
     monkeypatch.setenv("WORKER_BOOTSTRAP_TOKEN", "bootstrap-secret-token")
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    handler.setFormatter(JsonFormatter())
+    brain_main.log.addHandler(handler)
     try:
         assert brain_main.main([]) == 2
     finally:
+        brain_main.log.removeHandler(handler)
         empty.close()
-    said = capsys.readouterr()
-    (logged,) = [line for line in (said.out + said.err).splitlines() if line.strip()]
+    (logged,) = printed.getvalue().splitlines()
 
     adapter = Adapter("03-agents", compose_failed)
     adapter.failing = [ContainerState("brain", "airig-brain-1", "restarting", "", 2, [])]
