@@ -9,6 +9,7 @@ work became READY. A write the store cannot take (a full or read-only disk) rais
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 import threading
@@ -24,16 +25,64 @@ from airig.brain.ops.notify import Notifier, parse_urls
 from airig.brain.scheduling import reaper
 from airig.brain.scheduling.placement import Placement
 from airig.brain.settings import BrainSettings
-from airig.brain.store import dialect, retention
+from airig.brain.store import dialect, events, retention
 from airig.brain.store.engines import open_store
 from airig.brain.store.events import EventLog, Outbox
-from airig.brain.store.groupcommit import GroupCommit, after_commit, close_failed
+from airig.brain.store.groupcommit import (
+    MOVED_TRIES,
+    GroupCommit,
+    after_commit,
+    close_failed,
+    retried_failure,
+)
 from airig.brain.store.retry import RetryPolicy
+from airig.brain.store.states import RowMoved
 from airig.brain.store.unwritable import Episode, StoreHealth, StoreUnwritable
 from airig.common.errors import ConfigError
 from airig.common.jsonlog import utc_iso
 
 T = TypeVar("T")
+
+
+class ClaimWaiters:
+    """Long-polling claims waiting on the event loop, not in a thread, for READY work.
+
+    A claim that found nothing used to wait in one of AnyIO's worker threads (40 in all,
+    shared with every sync route): 500 idle workers long-polling 5 s each kept them all
+    busy, and a lease renewal or a completion report waited behind them for a thread,
+    past its lease (the fleet benchmark's kill run: 409s on completions, tasks never
+    finished). Here a waiting claim is a future on its loop; ``wake`` (any thread, after a
+    commit that made work READY) resolves every one, so it claims again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
+
+    def wake(self) -> None:
+        with self._lock:
+            waiting, self._waiting = self._waiting, set()
+        for loop, future in waiting:
+            with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, future)
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until the next ``wake`` or ``timeout_s``, whichever comes first."""
+        loop = asyncio.get_running_loop()
+        entry = (loop, loop.create_future())
+        with self._lock:
+            self._waiting.add(entry)
+        try:
+            await asyncio.wait_for(entry[1], timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._waiting.discard(entry)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Brain:
@@ -58,6 +107,8 @@ class Brain:
             max_bytes=int(settings.log_max_mb * 1024 * 1024),
             keep=settings.log_keep,
             read=self.db.read,  # the events file follows the events table
+            # brains committing side by side (PostgreSQL): ids commit out of order
+            gap_wait_s=events.GAP_WAIT_S if dialect.is_pg(self.db) else 0.0,
         )
         self.metrics = BrainMetrics(self.db, held=self.held_alerts)
         # Finished plans older than AIRIG_RETENTION_DAYS go, in small batches (retention.py).
@@ -97,6 +148,7 @@ class Brain:
         # Rendered payload bytes held by answers not yet written, all claims together.
         self.inflight = InFlight(settings.max_inflight_bytes)
         self.work_ready = threading.Condition()
+        self.claim_waiters = ClaimWaiters()  # the same wake-up, for claims on the event loop
         self.closing = threading.Event()
         self._stopped = threading.Event()  # set by stop(): the store's listener ends
         self._reaper: reaper.Reaper | None = None
@@ -104,13 +156,18 @@ class Brain:
         self.started_at = 0.0  # set by start: workers count as silent only from then
 
     def write(
-        self, change: Callable[[sqlite3.Connection, Outbox, float], T], durable: bool = True
+        self,
+        change: Callable[[sqlite3.Connection, Outbox, float], T],
+        durable: bool = True,
+        shared: bool = False,
     ) -> T:
         """``durable=False``: liveness only, may be lost to a power cut (``Database.tx``).
         Durable writes that arrive together share one commit (``groupcommit.py``).
+        ``shared``: a worker's hot write (claim, report, renewal, heartbeat), safe beside
+        other brains' writes by row locks: no store-wide lock on PostgreSQL (``pg.py``).
         ``StoreUnwritable`` when the store could not take it: nothing of it was stored."""
         try:
-            result = self._write(change, durable)
+            result = self._write(change, durable, shared)
         except BaseException as exc:
             refusal = self.refuse(exc)
             if refusal is None:
@@ -121,18 +178,27 @@ class Brain:
             self._writable_again(ended)
         return result
 
-    def _write(self, change: Callable[[sqlite3.Connection, Outbox, float], T], durable: bool) -> T:
+    def _write(
+        self, change: Callable[[sqlite3.Connection, Outbox, float], T], durable: bool,
+        shared: bool,
+    ) -> T:  # fmt: skip
         if durable:
-            return self._group.run(change)
-        outbox = Outbox()
-        try:
-            with self.db.tx(durable) as conn:
-                result = change(conn, outbox, time.time())
-        except BaseException:
-            close_failed(self.db)
-            raise
-        after_commit(self._committed, outbox)  # committed: the answer is a success
-        return result
+            return self._group.run(change, shared)
+        for tries_left in range(MOVED_TRIES - 1, -1, -1):
+            outbox = Outbox()
+            try:
+                with self.db.tx(durable, exclusive=not shared) as conn:
+                    result = change(conn, outbox, time.time())
+            except BaseException as exc:
+                close_failed(self.db)
+                # PostgreSQL: another brain moved its row first, or a deadlock the server
+                # broke (groupcommit.py): run again from fresh reads, a few times
+                if tries_left and (isinstance(exc, RowMoved) or retried_failure(exc)):
+                    continue
+                raise
+            after_commit(self._committed, outbox)  # committed: the answer is a success
+            return result
+        raise AssertionError("unreachable: the last try returns or raises")
 
     # ---- a store that cannot be written ---------------------------------------------------
     def held_alerts(self) -> list[alerts.Held]:
@@ -199,6 +265,7 @@ class Brain:
     def _wake_claims(self) -> None:
         with self.work_ready:
             self.work_ready.notify_all()
+        self.claim_waiters.wake()
 
     def wait_for_work(self, timeout_s: float) -> None:
         with self.work_ready:
@@ -279,8 +346,7 @@ class Brain:
     def begin_shutdown(self) -> None:
         """Answer pending long-polls now, so a stop does not wait out their timeouts."""
         self.closing.set()
-        with self.work_ready:
-            self.work_ready.notify_all()
+        self._wake_claims()
 
     def stop(self) -> None:
         self._stopped.set()

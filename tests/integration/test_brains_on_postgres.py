@@ -6,7 +6,7 @@ claims and reports side by side; the one holding the timers lock is SIGKILLed mi
 together with a worker whose task is running. The plan must still finish with every task
 completed exactly once: the other brain answers every request, takes over the timers
 (its reaper reaps the dead worker's lease, which nothing else would) and hands out nothing
-twice (the store's writes are serial across brains, pg.py).
+twice (a claim locks its candidates FOR UPDATE SKIP LOCKED, pg.py).
 """
 
 from __future__ import annotations

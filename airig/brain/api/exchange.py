@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio.to_thread
 from fastapi import HTTPException
 
 from airig.brain import leases, timing
@@ -197,7 +198,7 @@ def poll(
 
     deadline = time.monotonic() + min(body.wait_s, brain.settings.max_claim_wait_s)
     while True:
-        found = first if first is not None else brain.write(lease)
+        found = first if first is not None else brain.write(lease, shared=True)
         first = None
         hold.unreserve()  # room waited for and not used goes back at once
         if found:
@@ -217,12 +218,10 @@ def poll(
             brain.wait_for_work(min(left, 1.0))
 
 
-def run_exchange(
+def _first(
     brain: Brain, worker_id: str, body: ExchangeRequest, hold: Hold
-) -> ExchangeResponse:
-    """One exchange: the reports, then the claim, in one transaction; long-poll if empty.
-    The payloads it renders are charged to ``hold``, which the caller gives back once
-    the answer's JSON is built."""
+) -> tuple[list[ReportResult], list[Leased], WorkerView | None]:
+    """The exchange's transaction: the reports, then the claim's first try."""
     wanted = body.claim
     view = worker_view(brain, worker_id, wanted) if wanted else None
 
@@ -234,9 +233,74 @@ def run_exchange(
             return done, []
         return done, claim(conn, outbox, now, brain, worker_id, view, wanted, hold)
 
-    reported, leased = brain.write(change)
+    # shared: the reports and the claim are row-locked writes (pg.py), beside other brains'
+    reported, leased = brain.write(change, shared=True)
     stale = sum(result.status == 409 for result in reported)
     if stale:
         brain.metrics.stale_reports.inc(stale)
+    return reported, leased, view
+
+
+def run_exchange(
+    brain: Brain, worker_id: str, body: ExchangeRequest, hold: Hold
+) -> ExchangeResponse:
+    """One exchange: the reports, then the claim, in one transaction; long-poll if empty.
+    The payloads it renders are charged to ``hold``, which the caller gives back once
+    the answer's JSON is built. In a thread of its own, long-poll included (the app
+    built without the fast path, tests); the brain serves ``run_exchange_async``."""
+    reported, leased, view = _first(brain, worker_id, body, hold)
+    wanted = body.claim
     found = poll(brain, worker_id, view, wanted, hold, leased) if wanted and view else []
     return ExchangeResponse(results=reported, assignments=found)
+
+
+async def run_exchange_async(
+    brain: Brain, worker_id: str, body: ExchangeRequest, hold: Hold
+) -> ExchangeResponse:
+    """``run_exchange`` as the event loop serves it: each transaction in a worker thread,
+    the long-poll's waits on the loop (``poll_async``)."""
+    reported, leased, view = await anyio.to_thread.run_sync(_first, brain, worker_id, body, hold)
+    wanted = body.claim
+    found = (
+        await poll_async(brain, worker_id, view, wanted, hold, leased) if wanted and view else []
+    )
+    return ExchangeResponse(results=reported, assignments=found)
+
+
+async def poll_async(
+    brain: Brain,
+    worker_id: str,
+    view: WorkerView,
+    body: ClaimRequest,
+    hold: Hold,
+    first: list[Leased] | None = None,
+) -> list[Assignment]:
+    """``poll`` without a thread held while it waits: a worker thread for each claim's
+    transaction only, the wait for work a future on the event loop
+    (``Brain.claim_waiters``). Idle workers long-polling held every one of AnyIO's 40
+    threads, and renewals and completion reports queued behind them past their leases."""
+
+    def lease(conn: sqlite3.Connection, outbox: Outbox, now: float) -> list[Leased]:
+        return claim(conn, outbox, now, brain, worker_id, view, body, hold)
+
+    def claim_write(change: Callable[[sqlite3.Connection, Outbox, float], list[Leased]]) -> Any:
+        return brain.write(change, shared=True)
+
+    deadline = time.monotonic() + min(body.wait_s, brain.settings.max_claim_wait_s)
+    while True:
+        found = first if first is not None else await anyio.to_thread.run_sync(claim_write, lease)
+        first = None
+        hold.unreserve()  # room waited for and not used goes back at once
+        if found:
+            return [_assignment(*leased) for leased in found]
+        left = deadline - time.monotonic()
+        if left <= 0 or brain.closing.is_set():
+            return []
+        if hold.refused:
+            # The in-flight bytes are full (rare): this wait holds a thread, as before.
+            with timing.spend("long_poll"):
+                if not await anyio.to_thread.run_sync(hold.wait, left):
+                    return []
+            continue
+        with timing.spend("long_poll"):
+            await brain.claim_waiters.wait(min(left, 1.0))

@@ -4,8 +4,9 @@ Every task a worker runs passes through this one route, and in the dispatch benc
 FastAPI's per-request machinery (middleware stack, dependency solving, a second
 serialisation pass) cost the brain more CPU than the transaction itself. This ASGI
 wrapper answers that route directly: same authentication (worker tokens only), same
-request model, same handler (``exchange.run_exchange``, in a worker thread because
-it commits and may long-poll), the same error body (``airig/common/http_errors.py``).
+request model, same handler (``exchange.run_exchange_async``: its transactions in worker
+threads, its long-poll's waits on the event loop, so idle workers hold no thread), the
+same error body (``airig/common/http_errors.py``).
 Every other path goes to the FastAPI app untouched; the FastAPI route stays for the
 OpenAPI schema.
 
@@ -19,14 +20,13 @@ bytes alone, one copy, written as fast as the worker reads.
 
 from __future__ import annotations
 
-import anyio.to_thread
 from fastapi import FastAPI, HTTPException
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import from_json
 from starlette.types import Receive, Scope, Send
 
 from airig.brain.api.auth import bearer_from_scope, identify_token
-from airig.brain.api.exchange import run_exchange
+from airig.brain.api.exchange import run_exchange_async
 from airig.brain.api.guard import EXCHANGE_BODY
 from airig.brain.inflight import Hold
 from airig.brain.service import Brain
@@ -85,9 +85,7 @@ class ExchangeFastPath:
         del raw  # the request's objects stay while the exchange runs, not the bytes too
         brain: Brain = state.brain
         try:
-            answer = await anyio.to_thread.run_sync(
-                run_exchange, brain, principal.name, request, hold
-            )
+            answer = await run_exchange_async(brain, principal.name, request, hold)
         except HTTPException as exc:
             return _error(exc.status_code, str(exc.detail), headers_retry_after(exc.headers))
         except StoreUnwritable as exc:  # 507 / 503 with the fix (api/unwritable.py)

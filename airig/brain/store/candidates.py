@@ -77,6 +77,14 @@ def group_heads(
         next_head = next_head.replace("ORDER BY", f"AND {condition} ORDER BY")
         group_size = group_size.replace(" LIMIT ?", f" AND {condition} LIMIT ?")
     pg = dialect.is_pg(conn)
+    # PostgreSQL, brains side by side: each head is locked as it is read and a head
+    # another brain's claim holds is passed over for the next task of its group (SKIP
+    # LOCKED, below LIMIT 1: the next unlocked one), so two claims never pick one task
+    # and neither waits for the other. The heads not leased stay locked until this
+    # transaction ends; another claim meanwhile takes the next task of their group.
+    lock = dialect.for_update(conn, skip_locked=True)
+    if lock:
+        next_head += lock
     for task_class in sorted(classes):
         for model in _models(conn, task_class):
             head, size_of = next_head, group_size

@@ -73,8 +73,12 @@ class Database:
         return conn
 
     @contextmanager
-    def tx(self, durable: bool = True, timed: bool = True) -> Iterator[sqlite3.Connection]:
+    def tx(
+        self, durable: bool = True, timed: bool = True, exclusive: bool = True
+    ) -> Iterator[sqlite3.Connection]:
         """One write transaction; rolled back whole on any exception.
+
+        ``exclusive`` is PostgreSQL's (``pg.py``): SQLite's writes are all one at a time.
 
         ``durable=False`` commits without waiting for the disk (synchronous=NORMAL for this
         commit only): for liveness facts (heartbeats, lease renewals) that a power cut may

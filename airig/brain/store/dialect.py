@@ -34,6 +34,23 @@ def is_pg(conn: Any) -> bool:
     return of(conn) == POSTGRESQL
 
 
+def locks_rows(conn: Any) -> bool:
+    """Whether ``conn`` is in a PostgreSQL write transaction that other brains' may run
+    beside (``pg.PgDatabase``: only the store-wide write lock's holder runs alone). Its
+    reads of rows it will change must lock them; SQLite's one writer never needs to."""
+    return is_pg(conn) and bool(getattr(conn, "locks_rows", False))
+
+
+def for_update(conn: Any, skip_locked: bool = False) -> str:
+    """The row-lock clause a write transaction's SELECT ends with on PostgreSQL, "" on
+    SQLite. ``skip_locked``: rows another transaction holds are passed over (a claim's
+    candidates, the reaper's and the retries' rows: another brain is at them), else waited
+    for (a fenced write's one task: its state after the other's commit decides)."""
+    if not locks_rows(conn):
+        return ""
+    return " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
+
+
 def json_text(conn: Any, column: str, key: str) -> str:
     """A top-level key of a JSON object held as TEXT, as text (NULL where absent).
 

@@ -16,6 +16,8 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+from airig.brain.store import dialect
+
 # Rows kept: (task types) x (models) x (GPU models) of a real fleet is a few hundred; a
 # worker or a plan that invents names cannot grow the table past this.
 MAX_KEYS = 2000
@@ -25,6 +27,9 @@ FIGURES = (
     "load_p90_s", "vram_peak_mb", "tokens_per_s", "failure_rate",
 )  # fmt: skip
 _COLUMNS = ("task_type", "model", "gpu", *FIGURES)
+# pg_try_advisory_xact_lock's first key (an int4) for "one estimates row being saved"; the
+# second is the row's key hashed by the server.
+SAVE_LOCK = 0x61697265  # "aire"
 
 
 def every(conn: sqlite3.Connection) -> list[sqlite3.Row]:
@@ -50,6 +55,18 @@ def save(
 ) -> None:  # fmt: skip
     """Writes one row's figures and window, new or updated; a new row past ``MAX_KEYS``
     drops the row updated longest ago."""
+    if dialect.locks_rows(conn):
+        # Brains completing side by side (PostgreSQL, pg.py): every completion of one
+        # (type, model, GPU) writes this one row, and a transaction holding it until its
+        # commit while it waits for another row made deadlocks between two brains'
+        # batches. A save that finds the row's key taken by another transaction is left
+        # out: one observation fewer in a bounded window, never a wait.
+        got = conn.execute(
+            "SELECT pg_try_advisory_xact_lock((?)::int4, hashtext(?))",
+            (SAVE_LOCK, "\x1f".join(key)),
+        ).fetchone()[0]
+        if not got:
+            return
     names = ", ".join(_COLUMNS)
     marks = ", ".join("?" for _ in (*_COLUMNS, "window_json"))
     updates = ", ".join(f"{name} = excluded.{name}" for name in (*FIGURES, "window_json"))

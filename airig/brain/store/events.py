@@ -316,6 +316,9 @@ CATCH_UP_ROWS = 2000
 CATCH_UP_READS = 10
 RETRY_S = 5.0
 MARK_BYTES = 64  # the mark is rewritten in place at this size: a write that never grows it
+# PostgreSQL: how long the file waits for an event id a transaction still holds (its
+# commit), before it counts as one a rolled-back write used (EventLog's gap_wait_s).
+GAP_WAIT_S = 10.0
 
 Reader = Callable[[], AbstractContextManager[sqlite3.Connection]]
 
@@ -332,7 +335,7 @@ class EventLog:
     def __init__(
         self, events_file: Path, training_file: Path, known_secrets: tuple[str, ...] = (),
         max_bytes: int = 0, keep: int = 5, clock: Callable[[], float] = time.time,
-        read: Reader | None = None, retry_s: float = RETRY_S,
+        read: Reader | None = None, retry_s: float = RETRY_S, gap_wait_s: float = 0.0,
     ) -> None:  # fmt: skip
         self.events_file = events_file
         self.training_file = training_file
@@ -344,6 +347,12 @@ class EventLog:
         self._lock = threading.Lock()
         self._read = read
         self._retry_s = retry_s
+        # PostgreSQL, brains writing side by side: ids are handed out at the INSERT and
+        # committed in any order, so the table may show 101 while 100's transaction is
+        # still open. The file waits for such a hole up to this long (then it is an id a
+        # rolled-back write used: passed over). 0: SQLite's one writer, no holes to wait on.
+        self._gap_wait_s = gap_wait_s
+        self._gap: tuple[int, float] | None = None  # (the missing id, first seen missing)
         self._cursor = 0  # the id of the last event the file holds
         self._offset: int | None = None  # the file's size after it; None: not a plain file
         self._owed = False  # committed events the file lacks, to write from the table
@@ -429,10 +438,34 @@ class EventLog:
                     log.info("the events log %s has caught up with the store", self.events_file)
                 self._owed = False
                 return
-            text = "".join(line + "\n" for _, line in rows)
-            if not self._write_events(text, rows[-1][0]):
+            whole = self._before_hole(rows)
+            if whole:
+                text = "".join(line + "\n" for _, line in whole)
+                if not self._write_events(text, whole[-1][0]):
+                    return
+            if len(whole) < len(rows):  # a hole: the rest after its commit (or its wait)
+                self._owed, self._retry_at = True, 0.0
                 return
         self._owed, self._retry_at = True, 0.0  # more to come: the next write goes on
+
+    def _before_hole(self, rows: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        """The rows up to the first missing id (``gap_wait_s``), or all of them once that
+        id has been missing for ``gap_wait_s``."""
+        if not self._gap_wait_s:
+            return rows
+        expected = self._cursor + 1
+        for index, (event_id, _) in enumerate(rows):
+            if event_id != expected:
+                now = time.monotonic()
+                if self._gap is None or self._gap[0] != expected:
+                    self._gap = (expected, now)
+                if now - self._gap[1] < self._gap_wait_s:
+                    return rows[:index]
+                log.info("event ids %d-%d never committed: passed over", expected, event_id - 1)
+                self._gap = None
+                expected = event_id  # and the rows after it, up to the next hole
+            expected += 1
+        return rows
 
     def _write_events(self, text: str, last: int) -> bool:
         path = self.events_file

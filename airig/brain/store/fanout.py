@@ -38,8 +38,10 @@ def group_of(conn: sqlite3.Connection, task: sqlite3.Row) -> sqlite3.Row | None:
     """The group row an item task belongs to, or None."""
     if task["fanout_group"] is None:
         return None
+    # PostgreSQL: locked, so two items ending at once in two brains end their group once
+    # (the second reads the items after the first's commit: states._item_ended)
     row: sqlite3.Row | None = conn.execute(
-        "SELECT * FROM tasks WHERE plan_id = ? AND key = ? AND type = ?",
+        "SELECT * FROM tasks WHERE plan_id = ? AND key = ? AND type = ?" + dialect.for_update(conn),
         (task["plan_id"], task["fanout_group"], GROUP_TYPE),
     ).fetchone()
     return row

@@ -32,14 +32,29 @@ from typing import Any
 from airig.brain import timing
 from airig.brain.store.db import Database
 from airig.brain.store.events import Outbox
+from airig.brain.store.states import RowMoved
 
 Change = Callable[[Any, Outbox, float], Any]
 log = logging.getLogger("airig.brain.store.groupcommit")
+# PostgreSQL, brains writing side by side (pg.py): a write whose task another brain moved
+# first is run again from a fresh read (states.RowMoved), and a batch the server rolled
+# back to break a deadlock (40P01) or a serialization failure (40001) is run again whole,
+# each a few times before its error goes to its callers. Neither happens on SQLite.
+MOVED_TRIES = 5
+BATCH_TRIES = 3
+RETRIED_SQLSTATES = ("40P01", "40001")
+
+
+def retried_failure(exc: BaseException) -> bool:
+    """A failure the server ended the whole transaction for that running it again may
+    not meet (a deadlock it broke, a serialization failure)."""
+    return getattr(exc, "sqlstate", None) in RETRIED_SQLSTATES
 
 
 @dataclass
 class Pending:
     change: Change
+    shared: bool = False  # runs beside other brains' writes (pg.py): no store-wide lock
     outbox: Outbox = field(default_factory=Outbox)
     result: Any = None
     error: BaseException | None = None
@@ -56,14 +71,16 @@ class GroupCommit:
         self._leading = False
         self._inside = threading.local()
 
-    def run(self, change: Change) -> Any:
-        """``change(conn, outbox, now)`` committed durably; its result, or its exception."""
+    def run(self, change: Change, shared: bool = False) -> Any:
+        """``change(conn, outbox, now)`` committed durably; its result, or its exception.
+        ``shared``: safe beside other brains' writes by row locks (``pg.py``): a batch of
+        such writes only takes no store-wide lock on PostgreSQL."""
         if getattr(self._inside, "active", False):
             # A write from inside a write would wait for itself: it was an error before too.
             raise RuntimeError("a brain write cannot start inside another write")
         with timing.store_call() as clock:
             asked = time.perf_counter()
-            item = self._run(change)
+            item = self._run(change, shared)
             if clock is not None:
                 # Its wait: for the batch before it, the lock, and the writes ahead of it.
                 waited = time.perf_counter() - asked - item.statements_s - item.commit_s
@@ -74,8 +91,8 @@ class GroupCommit:
             raise item.error
         return item.result
 
-    def _run(self, change: Change) -> Pending:
-        item = Pending(change)
+    def _run(self, change: Change, shared: bool) -> Pending:
+        item = Pending(change, shared)
         with self._cond:
             self._queue.append(item)
             while self._leading and not item.done:
@@ -94,29 +111,43 @@ class GroupCommit:
 
     def _commit(self, batch: list[Pending]) -> None:
         try:
-            self._transaction(batch)
+            for attempt in range(BATCH_TRIES):
+                if attempt:
+                    log.info("a batch the store rolled back (a deadlock it broke) runs again")
+                    for item in batch:
+                        item.error, item.result, item.outbox = None, None, Outbox()
+                if not self._transaction(batch):
+                    break
         finally:
             for item in batch:
                 if item.error is None:
                     after_commit(self.publish, item.outbox)
                 item.done = True
 
-    def _transaction(self, batch: list[Pending]) -> None:
+    def _transaction(self, batch: list[Pending]) -> bool:
+        """The batch in one transaction; True when the server rolled it back for a
+        failure worth running it again for (``retried_failure``)."""
         self._inside.active = True
         undone: BaseException | None = None  # the error SQLite rolled the batch back for
+        exclusive = not all(item.shared for item in batch)
         try:
-            with self.db.tx(timed=False) as conn:
+            with self.db.tx(timed=False, exclusive=exclusive) as conn:
                 for item in batch:
                     began = time.perf_counter()
                     conn.execute("SAVEPOINT brain_write")
-                    try:
-                        item.result = item.change(conn, item.outbox, time.time())
-                    except BaseException as exc:  # noqa: BLE001 - handed to its own caller
-                        item.error = exc
-                        if not conn.in_transaction:
-                            undone = exc
-                            raise
-                        conn.execute("ROLLBACK TO brain_write")
+                    for tries_left in range(MOVED_TRIES - 1, -1, -1):
+                        try:
+                            item.result = item.change(conn, item.outbox, time.time())
+                            break
+                        except BaseException as exc:  # noqa: BLE001 - to its own caller
+                            item.error = exc
+                            if not conn.in_transaction or retried_failure(exc):
+                                undone = exc
+                                raise
+                            conn.execute("ROLLBACK TO brain_write")
+                            if not isinstance(exc, RowMoved) or not tries_left:
+                                break
+                            item.error, item.outbox = None, Outbox()  # again, from fresh reads
                     if not conn.in_transaction:
                         # A change that swallowed such an error: what follows would run
                         # outside any transaction, so the batch ends here, failed.
@@ -133,8 +164,10 @@ class GroupCommit:
             for item in batch:
                 item.error = item.error or undone or exc
             close_failed(self.db)
+            return retried_failure(undone or exc)
         finally:
             self._inside.active = False
+        return False
 
 
 def close_failed(db: Database) -> None:

@@ -8,12 +8,21 @@ modules run on either engine; where the two dialects differ the SQL says so itse
 
 ``PgDatabase`` is ``db.Database``'s contract (``tx``, ``read``, ``writer``, ``lookup``,
 ``close``) on a small pool of connections:
-- **Writes are serial across every brain on the database** (``pg_advisory_xact_lock``,
-  taken first in each write transaction, released by its commit): the store's
-  read-modify-write sequences (a claim reads candidates, then leases them; a complete
-  checks the fence, then writes) were written for SQLite's one writer, and the lock keeps
-  exactly that contract for N brains on one database, with no statement of theirs
-  changed. Reads never take it (MVCC snapshots, as WAL gives on SQLite).
+- **A write transaction is exclusive unless its caller says it is not**
+  (``tx(exclusive=False)``). An exclusive one takes the store-wide advisory lock
+  (``pg_advisory_xact_lock(WRITE_LOCK)``, first, released by its commit), so the store's
+  read-modify-write sequences written for SQLite's one writer (a plan's submit, a cancel,
+  the reaper's pass, retention, registration) run one at a time across every brain. The
+  hot writes a worker sends (the exchange's reports and claim, a claim's long poll, a
+  lease renewal, a heartbeat) take no such lock: they run beside each other in every
+  brain at once, safe by row locks instead (``dialect.for_update``): a claim's candidate
+  rows ``FOR UPDATE SKIP LOCKED`` (another brain's claim passes over them), a fenced
+  write's task ``FOR UPDATE`` (it decides on the row as the other write left it), a
+  child's row before its readiness is judged, and every state move a conditional UPDATE
+  from the state it was read in (``states.RowMoved`` otherwise: the write is run again).
+  An exclusive transaction runs beside those too: it is exclusive only among the
+  exclusive ones, and its task writes are held to the same row rules. Reads never take
+  a lock (MVCC snapshots, as WAL gives on SQLite).
 - ``durable=False`` is ``synchronous_commit = off`` for that transaction only: the same
   trade as SQLite's synchronous=NORMAL (a crash may lose the last liveness writes, never
   corrupts, and the next durable commit's flush covers them).
@@ -42,8 +51,9 @@ from airig.brain.store import migrations
 from airig.brain.store.db import Database
 
 log = logging.getLogger("airig.brain.store")
-# pg_advisory_xact_lock's key for "a write transaction of the brain's store": the store's
-# one-writer rule across brains (UPGRADE_LOCK is the schema's; these must differ).
+# pg_advisory_xact_lock's key for "an exclusive write transaction of the brain's store":
+# the one-writer rule across brains for the writes that keep it (the module's docstring;
+# UPGRADE_LOCK is the schema's; these must differ).
 WRITE_LOCK = 0x61697269675F7772  # "airig_wr"
 # pg_try_advisory_lock's key for "this brain runs the timers": a session lock, held while
 # its connection lives, so a killed brain's is released by the server and the next brain's
@@ -289,6 +299,7 @@ class PgConnection:
     store's BEGIN/COMMIT are its own statements, as with ``isolation_level=None``."""
 
     dialect = "postgresql"
+    locks_rows = False  # the write connection's: its transactions lock what they change
 
     def __init__(self, conninfo: str, *, read_only: bool = False) -> None:
         try:
@@ -365,6 +376,7 @@ class PgDatabase(Database):
         self._lock = threading.RLock()
         self._local = threading.local()
         self._pg = PgConnection(self._pginfo)
+        self._pg.locks_rows = True  # dialect.for_update: other brains write beside it
         self._pg_lookup = PgConnection(self._pginfo, read_only=True)
         self._pg_lookup_lock = threading.Lock()
         self._pg_readers: queue.SimpleQueue[PgConnection] = queue.SimpleQueue()
@@ -461,16 +473,20 @@ class PgDatabase(Database):
             return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]), 0
 
     @contextmanager
-    def tx(self, durable: bool = True, timed: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction, serial with every other brain's; rolled back whole on
-        any exception."""
+    def tx(
+        self, durable: bool = True, timed: bool = True, exclusive: bool = True
+    ) -> Iterator[sqlite3.Connection]:
+        """One write transaction, rolled back whole on any exception. ``exclusive``: serial
+        with every other brain's exclusive ones (the module's docstring says which are
+        not)."""
         with timing.store_call() if timed else nullcontext() as clock:
             asked = time.perf_counter()
             with self._lock:
                 conn = self._pg
                 conn.execute("BEGIN")
                 try:
-                    conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+                    if exclusive:
+                        conn.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
                     held = time.perf_counter()
                     if not durable:
                         conn.execute("SET LOCAL synchronous_commit = off")

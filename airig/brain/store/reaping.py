@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from airig.brain.store import dialect
+
 
 def extend_live_leases(conn: sqlite3.Connection, now: float, lease_s: float) -> int:
     """Every live lease runs at least ``lease_s`` from ``now``; how many there are."""
@@ -21,19 +23,22 @@ def extend_live_leases(conn: sqlite3.Connection, now: float, lease_s: float) -> 
 
 
 def over_time(conn: sqlite3.Connection, now: float) -> list[sqlite3.Row]:
-    """Leased or running attempts past their deadline, whole rows."""
+    """Leased or running attempts past their deadline, whole rows (PostgreSQL: locked, a
+    row another brain is writing (its worker's report) left to the next pass)."""
     return conn.execute(
         """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING')
-           AND attempt_deadline < ?""",
+           AND attempt_deadline < ?"""
+        + dialect.for_update(conn, skip_locked=True),
         (now,),
     ).fetchall()
 
 
 def lease_expired(conn: sqlite3.Connection, now: float) -> list[sqlite3.Row]:
-    """Leased or running attempts whose lease ran out, whole rows."""
+    """Leased or running attempts whose lease ran out, whole rows (locked as ``over_time``)."""
     return conn.execute(
         """SELECT * FROM tasks WHERE state IN ('LEASED', 'RUNNING')
-           AND lease_expires_at < ?""",
+           AND lease_expires_at < ?"""
+        + dialect.for_update(conn, skip_locked=True),
         (now,),
     ).fetchall()
 
@@ -44,8 +49,10 @@ def renew_lease(conn: sqlite3.Connection, task_id: int, expires: float) -> None:
 
 
 def leases_of(conn: sqlite3.Connection, worker_id: str) -> list[sqlite3.Row]:
-    """The worker's leased or running attempts, whole rows (``leases.drop_leases``)."""
+    """The worker's leased or running attempts, whole rows (``leases.drop_leases``;
+    locked on PostgreSQL: a report of one of them in another brain is waited for)."""
     return conn.execute(
-        "SELECT * FROM tasks WHERE worker_id = ? AND state IN ('LEASED', 'RUNNING')",
+        "SELECT * FROM tasks WHERE worker_id = ? AND state IN ('LEASED', 'RUNNING')"
+        + dialect.for_update(conn),
         (worker_id,),
     ).fetchall()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from airig.brain.store import fanout
+from airig.brain.store import dialect, fanout
 from airig.brain.store.events import Outbox, record
 from airig.brain.store.retry import INFRA, RetryPolicy
 from airig.common.protocol import TaskState as S
@@ -40,10 +40,21 @@ class InvalidTransition(Exception):
     """A programming error: the state machine does not allow this move."""
 
 
+class RowMoved(Exception):
+    """PostgreSQL: another brain's transaction changed the task between this one's read
+    and its write (the write found the row in another state). Nothing of the change may
+    stand: the caller runs it again from a fresh read (``groupcommit.py``)."""
+
+
 def get_task(conn: sqlite3.Connection, task_id: int) -> sqlite3.Row | None:
+    """The task's row; inside a PostgreSQL write transaction, locked until its commit
+    (a fenced write decides on this row: another brain's write to it waits, and this
+    one reads the row as that one left it)."""
     if not 0 < task_id < 2**63:  # SQLite integers are 64-bit; larger ids name no task
         return None
-    return conn.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+    return conn.execute(
+        "SELECT * FROM tasks WHERE id = ?" + dialect.for_update(conn), (task_id,)
+    ).fetchone()
 
 
 def require_task(conn: sqlite3.Connection, task_id: int) -> sqlite3.Row:
@@ -79,9 +90,21 @@ def transition(
     _escape_nul(columns)
     assignments = ", ".join(f"{name} = ?" for name in columns)
     # RETURNING gives the new row without a second query (SQLite >= 3.35).
-    updated = conn.execute(
-        f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING *", (*columns.values(), task["id"])
-    ).fetchone()
+    if dialect.locks_rows(conn):
+        # Brains write side by side on PostgreSQL: the move only from the state it was
+        # read in (a claim and a retry's promotion both moving one READY row would hand
+        # it out twice); another state means another brain moved it first (RowMoved).
+        updated = conn.execute(
+            f"UPDATE tasks SET {assignments} WHERE id = ? AND state = ? RETURNING *",
+            (*columns.values(), task["id"], task["state"]),
+        ).fetchone()
+        if updated is None:
+            raise RowMoved(f"task {task['id']} left {task['state']} before this write")
+    else:
+        updated = conn.execute(
+            f"UPDATE tasks SET {assignments} WHERE id = ? RETURNING *",
+            (*columns.values(), task["id"]),
+        ).fetchone()
     details = {"from": task["state"], "to": to, "worker_id": updated["worker_id"]}
     details["reason"] = columns.get("reason")
     details.update(event or {})
@@ -151,6 +174,16 @@ def release_dependents(
     """Dependents whose every upstream has succeeded become READY; their new rows."""
     # A group is never READY: its items wait on its dependencies themselves, and a
     # ``from`` group is expanded by the caller (planner/fanout.py).
+    if dialect.locks_rows(conn):
+        # Two siblings completing at once in two brains: under READ COMMITTED neither
+        # sees the other's success, and their child would stay PENDING. Each locks the
+        # waiting children first; the second waits for the first's commit, and its next
+        # statement (a new snapshot) sees both upstreams done: READY once.
+        conn.execute(
+            """SELECT t.id FROM tasks t JOIN deps d ON d.task_id = t.id
+               WHERE d.depends_on = ? AND t.state = 'PENDING' ORDER BY t.id FOR UPDATE OF t""",
+            (task["id"],),
+        ).fetchall()
     rows = conn.execute(
         """SELECT t.* FROM tasks t JOIN deps d ON d.task_id = t.id
            WHERE d.depends_on = ? AND t.state = 'PENDING' AND t.type != 'group' AND NOT EXISTS (
@@ -252,8 +285,11 @@ def promote_due(conn: sqlite3.Connection, outbox: Outbox, now: float) -> None:
     if outbox.memo.get("promoted_at") == now:
         return
     outbox.memo["promoted_at"] = now
+    # PostgreSQL: rows another brain is promoting (or cancelling) are left to it
     rows = conn.execute(
-        "SELECT * FROM tasks WHERE state = 'RETRY_WAIT' AND not_before <= ?", (now,)
+        "SELECT * FROM tasks WHERE state = 'RETRY_WAIT' AND not_before <= ?"
+        + dialect.for_update(conn, skip_locked=True),
+        (now,),
     ).fetchall()
     for row in rows:
         transition(conn, outbox, row, S.READY, now, "task_ready", ready_at=now)

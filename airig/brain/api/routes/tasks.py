@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
+import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from airig.brain import leases
@@ -39,12 +40,13 @@ FENCED: dict[int | str, dict[str, Any]] = {
 
 
 @router.post("/claims", response_model=Assignment, responses={204: {"description": "no work"}})
-def claim(body: ClaimRequest, brain: BrainDep, worker: WorkerDep) -> Response:
-    """Long-poll for one task (``max_tasks`` is for ``/v1/exchange``)."""
+async def claim(body: ClaimRequest, brain: BrainDep, worker: WorkerDep) -> Response:
+    """Long-poll for one task (``max_tasks`` is for ``/v1/exchange``): its waits on the
+    event loop, its transactions in worker threads (``exchange.poll_async``)."""
     body = body.model_copy(update={"max_tasks": 1})
-    view = exchange.worker_view(brain, worker.name, body)
+    view = await anyio.to_thread.run_sync(exchange.worker_view, brain, worker.name, body)
     with brain.inflight.hold() as hold:  # given back once its JSON is built
-        found = exchange.poll(brain, worker.name, view, body, hold)
+        found = await exchange.poll_async(brain, worker.name, view, body, hold)
         if not found:
             return Response(status_code=204)
         return Response(found[0].model_dump_json(), media_type="application/json")
@@ -76,7 +78,8 @@ def _fenced(
         return change(conn, outbox, now, task)
 
     try:
-        return brain.write(guarded, durable)
+        # shared: a fenced write locks its task's row (pg.py), beside other brains' writes
+        return brain.write(guarded, durable, shared=True)
     except leases.StaleLease as exc:
         brain.metrics.stale_reports.inc()
         raise HTTPException(409, str(exc)) from None

@@ -121,7 +121,8 @@ def heartbeat(body: HeartbeatRequest, brain: BrainDep, worker: WorkerDep) -> dic
 
     # Liveness and telemetry, renewed every interval: not worth an fsync each (a power cut
     # loses at most the last beats; the next durable commit makes them durable anyway).
-    brain.write(change, durable=False)
+    # shared: its own worker's row and its thermal facts, beside other brains' writes
+    brain.write(change, durable=False, shared=True)
     return {"ok": True, "heartbeat_interval_s": brain.settings.heartbeat_interval_s}
 
 
