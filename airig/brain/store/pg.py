@@ -377,6 +377,13 @@ class PgDatabase(Database):
         self._local = threading.local()
         self._pg = PgConnection(self._pginfo)
         self._pg.locks_rows = True  # dialect.for_update: other brains write beside it
+        # Liveness writes (a renewal, a heartbeat: shared, not durable) on a connection of
+        # their own: they waited behind the group commit's batches of claims and reports
+        # on the one above, past their leases at 500 workers. Row-locked like every shared
+        # write, so beside this brain's batches as beside another brain's.
+        self._side_lock = threading.Lock()
+        self._pg_side = PgConnection(self._pginfo)
+        self._pg_side.locks_rows = True
         self._pg_lookup = PgConnection(self._pginfo, read_only=True)
         self._pg_lookup_lock = threading.Lock()
         self._pg_readers: queue.SimpleQueue[PgConnection] = queue.SimpleQueue()
@@ -479,10 +486,11 @@ class PgDatabase(Database):
         """One write transaction, rolled back whole on any exception. ``exclusive``: serial
         with every other brain's exclusive ones (the module's docstring says which are
         not)."""
+        side = not exclusive and not durable
         with timing.store_call() if timed else nullcontext() as clock:
             asked = time.perf_counter()
-            with self._lock:
-                conn = self._pg
+            with self._side_lock if side else self._lock:
+                conn = self._pg_side if side else self._pg
                 conn.execute("BEGIN")
                 try:
                     if exclusive:
@@ -491,6 +499,7 @@ class PgDatabase(Database):
                     if not durable:
                         conn.execute("SET LOCAL synchronous_commit = off")
                     self._local.writing = getattr(self._local, "writing", 0) + 1
+                    self._local.conn = conn  # what this thread's reads see meanwhile
                     try:
                         yield cast(sqlite3.Connection, conn)
                     finally:
@@ -526,7 +535,7 @@ class PgDatabase(Database):
         """One snapshot (REPEATABLE READ) of the last commit; inside this thread's own
         write transaction, that transaction's connection."""
         if getattr(self._local, "writing", 0):
-            yield cast(sqlite3.Connection, self._pg)
+            yield cast(sqlite3.Connection, self._local.conn)
             return
         with timing.store_call() as clock:
             asked = time.perf_counter()
@@ -570,5 +579,7 @@ class PgDatabase(Database):
             for _ in range(self._pg_made):  # waits for reads under way to end
                 self._pg_readers.get().close()
             self._pg_made = 0
+        with self._side_lock:
+            self._pg_side.close()
         with self._lock:
             self._pg.close()
