@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import threading
 import time
@@ -25,7 +26,7 @@ from airig.brain.ops.notify import Notifier, parse_urls
 from airig.brain.scheduling import reaper
 from airig.brain.scheduling.placement import Placement
 from airig.brain.settings import BrainSettings
-from airig.brain.store import dialect, events, retention
+from airig.brain.store import dialect, events, restored, retention
 from airig.brain.store.engines import open_store
 from airig.brain.store.events import EventLog, Outbox
 from airig.brain.store.groupcommit import (
@@ -42,6 +43,7 @@ from airig.common.errors import ConfigError
 from airig.common.jsonlog import utc_iso
 
 T = TypeVar("T")
+log = logging.getLogger("airig.brain.service")
 
 
 class ClaimWaiters:
@@ -154,6 +156,7 @@ class Brain:
         self._reaper: reaper.Reaper | None = None
         self.escalations: Sender | None = None
         self.started_at = 0.0  # set by start: workers count as silent only from then
+        self._restore_owed = False  # a restore's marker the store could not take yet
 
     def write(
         self,
@@ -276,6 +279,9 @@ class Brain:
         self.started_at = time.time()
         self.notifier.start()
         self.db.listen_work(self._wake_claims, self._stopped)
+        # Before any worker can reach this brain: a restored store's leases are the old
+        # kit's, released (no retry spent), not failed when their workers register again.
+        self.release_restored()
         # Started on a full or read-only store: the reaper's pass extends them once it can.
         with contextlib.suppress(StoreUnwritable):
             self.write(lambda conn, outbox, now: reaper.extend_live_leases(
@@ -300,6 +306,34 @@ class Brain:
             self._prober = reaper.Reaper(self.probe_once, self.settings.probe_interval_s)
             self._prober.start()
 
+    def release_restored(self) -> None:
+        """A restore's marker beside BRAIN_DB (``store/restored.py``): every leased or
+        running task released in one write, then the marker removed. A store that cannot
+        take the write leaves it owed to the reaper's passes; a marker that cannot be
+        removed is said once, and never applied twice (its fingerprint is in the store)."""
+        marker = restored.find(self.settings.db_path.parent)
+        self._restore_owed = False
+        if marker is None:
+            return
+        if marker.problem is not None:
+            log.warning("restore marker %s: %s; releasing the restored store's leases all "
+                        "the same", marker.path, marker.problem)  # fmt: skip
+        try:
+            released = self.write(lambda conn, outbox, now: restored.release(
+                conn, outbox, now, marker))  # fmt: skip
+        except StoreUnwritable:
+            self._restore_owed = True  # the reaper's next pass tries again
+            return
+        if released is not None:
+            log.info("restored from %s: %d leased or running task(s) released", marker.archive,
+                     released)  # fmt: skip
+        problem = restored.remove(marker)
+        if problem is not None:
+            log.warning(
+                "cannot remove restore marker %s (%s): its leases were released once and "
+                "will not be again; remove it by hand", marker.path, problem,
+            )  # fmt: skip
+
     def _leading(self, tick: Callable[[], None]) -> Callable[[], None]:
         def tick_if_leading() -> None:
             if self.db.leads():
@@ -314,6 +348,8 @@ class Brain:
             self.write(self.scheduling.hold_waiting)
 
     def reap_once(self) -> None:
+        if self._restore_owed:
+            self.release_restored()
         if self.store_health.episode is not None:
             # Renewals cannot be saved: a lease that ran out meanwhile is no sign its
             # worker died. Extended instead of expired, which also tries the store.

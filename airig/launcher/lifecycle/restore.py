@@ -24,7 +24,10 @@ In two halves, so nothing is half-started:
    stops before that (a full disk included), the next `up` finishes it. The store's
    snapshot was taken before `backup` recorded the archive with the brain, so the
    archive restored from is recorded in the restored store here (``record_restored``):
-   `status` and the dashboard then show it as the last backup, not "No backup yet".
+   `status` and the dashboard then show it as the last backup, not "No backup yet". Beside
+   the store, on either engine, goes ``restored.json``: the brain's cue that the attempts
+   the snapshot caught leased or running are the old kit's, released at its start rather
+   than failed when a worker of the same name registers (airig/brain/store/restored.py).
 
 Models the archive does not hold are pulled and verified by `up`'s init containers, as on
 a first `up`.
@@ -41,12 +44,14 @@ cluster with the restored password, and ``apply_pending`` loads the dump there w
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sqlite3
 import tarfile
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -77,6 +82,10 @@ from airig.launcher.settings import Settings, load_settings
 
 PENDING = "restore.json"
 STATE_VOLUME = "brain-state"
+# Beside the store in the state volume: the brain's cue that its store was restored, so
+# the attempts leased in the backup's snapshot are released, not failed, at its start
+# (airig/brain/store/restored.py MARKER, the same name).
+RESTORED_MARKER = "restored.json"
 # What a restore keeps in memory of the checkout's files, at most: a kit's .env is a few
 # KB, its state files (append-only logs) a few MB after years
 ENV_MAX = 1 << 20
@@ -438,6 +447,8 @@ def _spool_and_put(settings: Settings, docker: Docker, archive: Path, volumes: l
                 info.size, info.mode, info.uid, info.gid = store.stat().st_size, 0o644, owner, owner
                 with store.open("rb") as data:
                     tars[STATE_VOLUME].addfile(info, data)
+            if STATE_VOLUME in tars:  # the SQLite snapshot's or, beside it, a dump's kit
+                _add_marker(tars[STATE_VOLUME], archive, manifest)
         finally:
             for handle in tars.values():
                 with contextlib.suppress(OSError):
@@ -445,6 +456,21 @@ def _spool_and_put(settings: Settings, docker: Docker, archive: Path, volumes: l
         _put(settings, docker, {v: Path(tmp) / f"{v}.tar" for v in volumes})
         if dump.is_file():
             pg_store.load(settings, docker, dump, archive, manifest, archive_sha256(archive), say)
+
+
+def _add_marker(tar: tarfile.TarFile, archive: Path, manifest: Manifest) -> None:
+    """``restored.json`` into the state volume's tar, whichever engine the store is on:
+    which archive, when its snapshot was taken, and a nonce (each restore's marker is
+    a new one: the brain records the marker it applied and never applies it twice)."""
+    body = json.dumps({
+        "archive": archive.name, "created_at": manifest.created_at,
+        "restored_at": time.time(), "restore": uuid.uuid4().hex,
+    }).encode()  # fmt: skip
+    info = tarfile.TarInfo(RESTORED_MARKER)
+    owner = OWNERS[STATE_VOLUME]  # the brain removes it once applied
+    info.size, info.mode, info.uid, info.gid = len(body), 0o644, owner, owner
+    info.mtime = int(time.time())
+    tar.addfile(info, io.BytesIO(body))
 
 
 def record_restored(store: Path, archive: Path, manifest: Manifest) -> bool:

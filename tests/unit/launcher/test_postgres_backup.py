@@ -39,7 +39,12 @@ from airig.launcher.lifecycle.backup_archive import (
     check_name,
     describe,
 )
-from airig.launcher.lifecycle.restore import PENDING, apply_pending, prepare
+from airig.launcher.lifecycle.restore import (
+    PENDING,
+    RESTORED_MARKER,
+    apply_pending,
+    prepare,
+)
 from airig.launcher.views.doctor import postgres_check
 
 PG_ENV = b"AIRIG_PROJECT_PREFIX=airig\nBRAIN_ADMIN_TOKEN=secret-0123456789\n" \
@@ -248,7 +253,11 @@ def test_a_backup_restores_into_the_fresh_database_of_the_next_up(tmp_path, stor
     target = Postgres(store.cluster, fresh, tmp_path / "fresh-volume")
     said: list[str] = []
     settings = SimpleNamespace(state_dir=root / ".airig", project_prefix="airig", image="i:t")
-    assert apply_pending(settings, RestoreEngine(target), said.append)
+    writer = RestoreEngine(target)
+    assert apply_pending(settings, writer, said.append)
+    # the brain's cue that its store was restored: the backup's leases released at its start
+    marker, owner = writer.files("brain-state")[RESTORED_MARKER]
+    assert json.loads(marker)["archive"] == hostile.name and owner == 10001
     with psycopg.connect(dsn(store.cluster, fresh)) as conn:
         assert conn.execute("SELECT count(*) FROM plans").fetchone() == (2,)
         assert conn.execute("SELECT payload FROM tasks WHERE id = 3").fetchone() == (
