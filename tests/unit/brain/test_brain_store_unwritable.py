@@ -338,6 +338,7 @@ def test_the_containers_healthcheck_says_why_the_brain_is_degraded(tmp_path, mon
     import urllib.error
 
     from airig.brain import __main__ as main
+    from airig.common import healthcheck
 
     said = {"status": "degraded", "detail": "the brain's store is full: 0 B free on /state"}
 
@@ -345,8 +346,9 @@ def test_the_containers_healthcheck_says_why_the_brain_is_degraded(tmp_path, mon
         body = io.BytesIO(json.dumps(said).encode())
         raise urllib.error.HTTPError(url, 503, "Service Unavailable", {}, body)
 
-    monkeypatch.setattr(main.urllib.request, "urlopen", degraded)
-    assert main.check(h.make_settings(tmp_path)) == 1
+    monkeypatch.setattr(healthcheck.urllib.request, "urlopen", degraded)
+    monkeypatch.setenv("BRAIN_LISTEN_PORT", str(h.make_settings(tmp_path).listen_port))
+    assert main.main(["--check"]) == 1
     err = capsys.readouterr().err
     assert err == "brain unhealthy: HTTP 503: the brain's store is full: 0 B free on /state\n"
 
