@@ -13,7 +13,8 @@ b. the seed's video pipeline, transcribe -> segment (LLM) -> embed, over 50 vide
    all queued at once (b) and arriving one per minute (b2);
 c. a priority mix on 2 GPUs: a steady stream of priority-7 LLM tasks, one priority-2
    Whisper task that would starve behind it, and one priority-10 embedding task.
-e. learned estimates against the guesses from the models' names (sim_learned.py).
+e. learned estimates against the guesses from the models' names (sim_learned.py); e4
+   model-wide against per-GPU learned costs on mismatched GPUs.
 
 Runs in a few seconds. Exit status 1 when a target is missed.
 """
@@ -201,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = check_targets(rows)
     # (e): learned estimates against the guesses from the names (sim_learned.py)
     rows += [row for name in sim_learned.BURSTS for row in sim_learned.rows(name, args.seed)]
-    notes = [seed_sweep(range(1, 21)), *sim_learned.sweep(range(1, 21))]
+    rows += sim_learned.mixed_rows(args.seed)  # (e4): the same, on mismatched GPUs
+    notes = [seed_sweep(range(1, 21)), *sim_learned.sweep(range(1, 21)),
+             sim_learned.mixed_sweep(range(1, 21))]  # fmt: skip
     print(markdown(rows))
     print("\n".join([*verdicts, *notes]))
     if args.json:

@@ -17,6 +17,13 @@ model's window of observations, recency-weighted medians), fed to the costs with
   restart); it learns as tasks finish;
 - learned estimates: the history one earlier run of the same workload (another seed)
   left in the store.
+
+(e4) the same 7B stream and 14B burst on mismatched GPUs: one card loads the 14B in about
+5 s, two older ones in about 40 s (a slower bus and disk). The history is kept per
+(model, GPU model) as the brain keeps it, and fed to the costs per GPU and model-wide as
+``scheduling/estimates.py`` feeds them; "model-wide costs" claims without the worker's GPU
+label (every card weighs a swap by the same figure: the brain before its costs were per
+GPU), "per-GPU costs" with it.
 """
 
 from __future__ import annotations
@@ -24,13 +31,14 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from sim_bound import lower_bound  # noqa: E402
-from sim_engine import ModelSpec, SimGpu, SimTask, Simulation  # noqa: E402
+from sim_engine import ModelSpec, Pick, Policy, SimGpu, SimTask, Simulation  # noqa: E402
 from sim_policies import OrderedClaims, ResidencyClaims  # noqa: E402
 
 from airig.brain.scheduling import learned  # noqa: E402
@@ -150,6 +158,133 @@ def sweep(seeds: range) -> list[str]:
     return notes
 
 
+# (e4): GPU id -> its GPU model; the new card loads the 14B in ~5 s, the old ones in ~40 s
+NEW, OLD = "new card", "old card"
+CARDS = {0: NEW, 1: OLD, 2: OLD}
+CARD_LOADS = {NEW: {BIG: (4.0, 6.0)}, OLD: {}}  # else MODELS' ranges
+MIXED = "e4. 7B stream + 14B burst, the 14B loading in 5 s on 1 GPU and 40 s on 2, 3 GPUs"
+Window = dict[str, list[float]]
+
+
+def card_models(label: str) -> dict[str, ModelSpec]:
+    return {name: replace(spec, load_s=CARD_LOADS[label].get(name, spec.load_s))
+            for name, spec in MODELS.items()}  # fmt: skip
+
+
+class MixedGpus(Simulation):
+    """Each card loads a model in its own time; the observer hears which card ran it."""
+
+    def __init__(self, tasks: list[SimTask], policy: Policy, seed: int,
+                 learner: PerGpuClaims | None = None) -> None:  # fmt: skip
+        gpus = [SimGpu(i, CARD_MB, ("llm",)) for i in range(GPUS)]
+        copies = [SimTask(**vars(t)) for t in tasks]
+        super().__init__(gpus, MODELS, copies, policy, self.heard if learner else None, seed)
+        self.learner, self.base = learner, self.models
+        self.per_card = {gpu_id: card_models(label) for gpu_id, label in CARDS.items()}
+        self.finishing = 0
+
+    def start(self, gpu: SimGpu, pick: Pick, now: float) -> None:
+        self.models = self.per_card[gpu.id]  # the load drawn from this card's range
+        try:
+            super().start(gpu, pick, now)
+        finally:
+            self.models = self.base
+
+    def finish(self, gpu: SimGpu, task: SimTask, load_s: float | None, now: float) -> None:
+        self.finishing = gpu.id
+        super().finish(gpu, task, load_s, now)
+
+    def heard(self, model: str, load_s: float | None, run_s: float) -> None:
+        if self.learner is not None:
+            self.learner.observe_on(CARDS[self.finishing], model, load_s, run_s)
+
+
+class PerGpuClaims(ResidencyClaims):
+    """The residency policy with estimates learned per (model, GPU model), fed to the costs
+    per GPU label and model-wide (samples-weighted) as ``scheduling/estimates.py`` feeds
+    them. ``per_gpu`` False: claims carry no GPU label, so every card gets the model-wide
+    figure."""
+
+    def __init__(self, history: dict[tuple[str, str], Window] | None = None,
+                 per_gpu: bool = True) -> None:  # fmt: skip
+        super().__init__(MODELS, POLICY, CARDS if per_gpu else None)
+        self.windows = {key: dict(window) for key, window in (history or {}).items()}
+        for model in {model for model, _ in self.windows}:
+            self._learn(model)
+
+    def observe(self, model: str, load_s: float | None, run_s: float) -> None:
+        raise AssertionError("MixedGpus reports through observe_on")
+
+    def observe_on(self, label: str, model: str, load_s: float | None, run_s: float) -> None:
+        seen = Observation(run_s=run_s, load_s=load_s)
+        self.windows[(model, label)] = learned.fold(self.windows.get((model, label), {}), seen)
+        self._learn(model)
+
+    def _learn(self, model: str) -> None:
+        rows = [(label, len(window["run"]), learned.figures(learned.fold(window, Observation())))
+                for (name, label), window in self.windows.items() if name == model]  # fmt: skip
+        for label in [None, *sorted({label for label, _, _ in rows})]:
+            mine = [(n, f) for lab, n, f in rows if label is None or lab == label]
+            for column, costs in (("load_p50_s", self.costs.reload),
+                                  ("run_p50_s", self.costs.runtime)):  # fmt: skip
+                pairs = [(float(f[column]), n) for n, f in mine if f[column] is not None]
+                if pairs:  # weighted by samples, as estimates.py's _weighted
+                    value = sum(v * n for v, n in pairs) / sum(n for _, n in pairs)
+                    costs.learn(model, value, label)
+
+
+def mixed_history(seed: int) -> dict[tuple[str, str], Window]:
+    claims = PerGpuClaims()
+    MixedGpus(misjudged(random.Random(seed + 1000), 8, 0), claims, seed + 1000, claims).run()
+    return claims.windows
+
+
+def mixed_rows(seed: int) -> list[dict]:
+    """sim.py's table rows for (e4): model-wide against per-GPU costs, both learned."""
+    tasks = misjudged(random.Random(seed), 8, 0)
+    fast = {**MODELS, **card_models(NEW)}  # the bound with the fastest card's loads
+    bound = lower_bound(tasks, fast, GPUS)
+    past = mixed_history(seed)
+    out = []
+    for label, claims in (
+        ("residency, guesses", PerGpuClaims()),
+        ("residency, learned, model-wide costs", PerGpuClaims(past, per_gpu=False)),
+        ("residency, learned, per-GPU costs", PerGpuClaims(past)),
+        ("FIFO", None),
+    ):
+        if claims is None:
+            result = MixedGpus(tasks, OrderedClaims(MODELS, by_priority=False), seed).run()
+        else:
+            result = MixedGpus(tasks, claims, seed, claims).run()
+        waits = [t.claimed_at - t.ready_at for t in result.tasks.values()]
+        out.append({
+            "scenario": MIXED, "policy": label, "makespan_s": round(result.makespan_s),
+            "lower_bound_s": round(bound), "x_bound": round(result.makespan_s / bound, 3),
+            "loads": result.loads, "load_s": round(result.load_s),
+            "max_wait_s": round(max(waits)), "low_priority_wait_s": None,
+            "urgent_wait_s": None,
+        })  # fmt: skip
+    fifo_s = out[-1]["makespan_s"]
+    for row in out:
+        row["fifo_speedup"] = round(fifo_s / row["makespan_s"], 2)
+    return out
+
+
+def mixed_gain(found: list[dict]) -> float:
+    """Makespan with model-wide costs over makespan with per-GPU costs (> 1: it helped)."""
+    by = {r["policy"]: r["makespan_s"] for r in found}
+    return round(by["residency, learned, model-wide costs"]
+                 / by["residency, learned, per-GPU costs"], 3)  # fmt: skip
+
+
+def mixed_sweep(seeds: range) -> str:
+    gains = sorted(mixed_gain(mixed_rows(seed)) for seed in seeds)
+    return (
+        f"(e4) model-wide / per-GPU costs over seeds {seeds.start}-{seeds.stop - 1}: "
+        f"{gains[0]}-{gains[-1]}x (median {gains[len(gains) // 2]})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=7)
@@ -160,7 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         for row in found:
             print(row)
         print(f"guesses / learned estimates: {gain(found)}x")
+    found = mixed_rows(args.seed)
+    for row in found:
+        print(row)
+    print(f"model-wide / per-GPU costs: {mixed_gain(found)}x")
     print("\n".join(sweep(range(1, args.sweep + 1))))
+    print(mixed_sweep(range(1, args.sweep + 1)))
     return 0
 
 

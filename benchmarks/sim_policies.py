@@ -21,8 +21,14 @@ from airig.brain.scheduling.residency import (
 
 
 class ResidencyClaims:
-    def __init__(self, models: dict[str, ModelSpec], policy: ResidencyPolicy) -> None:
+    def __init__(
+        self, models: dict[str, ModelSpec], policy: ResidencyPolicy,
+        labels: dict[int, str] | None = None,
+    ) -> None:  # fmt: skip
         self.models, self.policy, self.costs = models, policy, Costs()
+        # GPU id -> its GPU model's label, as the brain keys its learned costs (None: the
+        # model-wide costs, every card alike)
+        self.labels = dict(labels or {})
         # the models a shared server holds loaded (Simulation.server_loaded): every worker
         # whose requests go there reports them resident, as the kit's workers report the
         # shared Whisper's loaded models (airig/worker/runner.py resident_models)
@@ -42,6 +48,7 @@ class ResidencyClaims:
             resident=tuple(ResidentModel(name, at, mb) for name, (at, mb) in gpu.resident.items())
             + shared,
             vram_total_mb=gpu.vram_mb,
+            gpu=self.labels.get(gpu.id),
         )
         holders: dict[str, int] = {}
         for other in gpus:
