@@ -1,11 +1,14 @@
 """With the kit up for real: models verified and repaired, and plans run by the brain and
-workers across a worker kill and a brain restart; the operator dashboard at the end."""
+workers across a worker kill and a brain restart; the operator dashboard at the end, and
+the report over what this kit ran (issue 40 §2), from the CLI and on its dashboard page."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import wave
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -255,3 +258,57 @@ def test_dashboard_shows_the_kits_workers_and_a_plan_succeeding(up_kit):
         assert "qwen2.5" in page.wait_css('[data-models="available"]', timeout=30)
         assert page.session_token() == token
         assert not [url for url in page.requested_urls() if token in url]
+
+
+def test_the_report_counts_what_this_kit_ran_and_its_page_plots_it(up_kit):
+    """`report --json` on the kit that ran this module's plans (issue 40 §2): its tasks done
+    and failed per type are what the brain's plans say, the killed worker's task shows as
+    a retry, and the dashboard's Report page plots the same total."""
+    listed = requests.get(f"{BRAIN}/v1/plans", headers=auth(up_kit), timeout=10).json()
+    listed = listed["plans"] if isinstance(listed, dict) else listed
+    assert listed
+    done_by_type: Counter[str] = Counter()
+    failed_by_type: Counter[str] = Counter()
+    for entry in listed:
+        plan = wait_plan(up_kit, entry["id"], timeout=120)
+        for task in plan["tasks"]:
+            if task["state"] == "SUCCEEDED":
+                done_by_type[task["type"]] += 1
+            elif task["state"] == "FAILED":
+                failed_by_type[task["type"]] += 1
+    ran = up_kit.run("report", "--since", "1d", "--json", timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    report = json.loads(ran.stdout)
+    rows = [row for bucket in report["buckets"] for row in bucket["tasks"]]
+    reported_done: Counter[str] = Counter()
+    reported_failed: Counter[str] = Counter()
+    for row in rows:
+        reported_done[row["type"]] += row["done"]
+        reported_failed[row["type"]] += row["failed"]
+    assert reported_done == done_by_type, (rows, done_by_type)
+    assert +reported_failed == +failed_by_type, (rows, failed_by_type)
+    assert report["truncated"] == []
+    # the task whose worker was killed mid-run was retried once at least (its lease lapsed)
+    assert sum(row["retries"] for row in rows if row["type"] == "noop") >= 1, rows
+    noop = [row for row in rows if row["type"] == "noop" and row["done"]]
+    assert all(row["run_p50_s"] is not None and row["run_p50_s"] >= 0 for row in noop), noop
+
+    from integration.dashboard_browser import Dashboard, browser_missing, chromium
+
+    if why := browser_missing():
+        pytest.skip(why)
+    total = sum(done_by_type.values())
+    with chromium() as driver:
+        page = Dashboard(driver, BRAIN)
+        page.open()
+        page.sign_in(up_kit.env()["BRAIN_ADMIN_TOKEN"])
+        page.go("report")
+        page.wait(lambda d: d.execute_script(
+            "const s = document.querySelector('[data-plot=tasks]');"
+            "return !!window.Plotly && !!s && !!s.data"
+            " && s.data.find((t) => t.name === 'done').y.reduce((a, b) => a + b, 0)"
+            f" === {total}"
+        ), 60, f"the Report page's tasks plot summing to {total} done")  # fmt: skip
+        page.screenshot("dashboard-e2e-report.png")
+        errors = [e for e in page.console_errors() if "Applying inline style" not in e]
+        assert errors == [], errors
