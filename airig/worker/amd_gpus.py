@@ -14,11 +14,13 @@ list, empty when the machine has none), ``amdsmi_get_gpu_vram_usage(handle)`` (a
 
 The worker's GPU indexes are the host's (``WORKER_GPU``). A worker's container on an AMD
 host is given ``/dev/kfd`` and only its cards' render nodes (``launcher/compose/plan.py``,
-``_pin``), so AMD SMI there lists just those, in the host's order; on the bare host it
-lists every card. So, as ``gpus.py`` does for NVML: as many cards listed as the worker
-owns are its cards, relabelled with the host indexes; otherwise the owned ones are picked
-by index. A card it owns that is not listed, or whose figures are not plausible, gives no
-reading at all (a partial sum would teach the brain a smaller peak than the true one).
+``_pin``), but the SMI tools read sysfs, which a container sees whole: ROCm's own reports
+(ROCm/ROCm-docker#49, ROCm/legacy-rocm-build#994) show rocm-smi listing every card of the
+host in such a container. So, as ``gpus.py`` does for NVML: as many cards listed as the
+worker owns are its cards, relabelled with the host indexes; otherwise (every card of the
+host listed, in the host's order) the owned ones are picked by index. A card it owns that
+is not listed, or whose figures are not plausible, gives no reading at all (a partial sum
+would teach the brain a smaller peak than the true one).
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def smi(monkeypatch):
     return install
 
 
-def test_a_pinned_container_reports_its_card_under_the_host_index(smi):
+def test_a_container_listing_only_its_card_reports_it_under_the_host_index(smi):
     fake = smi([("Radeon RX 6800 XT", 16368, [1200])])  # host GPU 2, the one node mapped
     [gpu] = probe_gpus([2])
     assert (gpu.index, gpu.name, gpu.vram_total_mb, gpu.vram_free_mb) == (
@@ -103,7 +103,8 @@ def test_a_pinned_container_reports_its_card_under_the_host_index(smi):
     assert fake.initialised == 0  # shut down again
 
 
-def test_on_the_host_the_owned_cards_are_picked_by_index(smi):
+def test_where_every_card_of_the_host_is_listed_the_owned_ones_are_picked_by_index(smi):
+    # on the bare host, and in a container where AMD SMI reads the whole sysfs
     smi([(f"Radeon #{i}", 8192, [100 * i]) for i in range(4)])
     assert [(g.index, g.name, g.vram_free_mb) for g in probe_gpus([1, 3])] == [
         (1, "Radeon #1", 8092), (3, "Radeon #3", 7892),
