@@ -317,8 +317,11 @@ CATCH_UP_READS = 10
 RETRY_S = 5.0
 MARK_BYTES = 64  # the mark is rewritten in place at this size: a write that never grows it
 # PostgreSQL: how long the file waits for an event id a transaction still holds (its
-# commit), before it counts as one a rolled-back write used (EventLog's gap_wait_s).
-GAP_WAIT_S = 10.0
+# commit), before it counts as one a rolled-back write used (EventLog's gap_wait_s), and
+# how often it reads the table again meanwhile (not at every commit: each read is up to
+# CATCH_UP_ROWS rows, and commits come hundreds a second).
+GAP_WAIT_S = 5.0
+GAP_RETRY_S = 0.25
 
 Reader = Callable[[], AbstractContextManager[sqlite3.Connection]]
 
@@ -444,7 +447,7 @@ class EventLog:
                 if not self._write_events(text, whole[-1][0]):
                     return
             if len(whole) < len(rows):  # a hole: the rest after its commit (or its wait)
-                self._owed, self._retry_at = True, 0.0
+                self._owed, self._retry_at = True, time.monotonic() + GAP_RETRY_S
                 return
         self._owed, self._retry_at = True, 0.0  # more to come: the next write goes on
 
