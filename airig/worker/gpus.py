@@ -1,5 +1,5 @@
-"""GPU telemetry from NVML (nvidia-ml-py), else from AMD SMI (``amd_gpus.py``); no driver
-simply means no GPUs."""
+"""GPU telemetry from NVML (nvidia-ml-py), else from AMD SMI (``amd_gpus.py``), else from
+the amdgpu driver's sysfs files (``amd_sysfs.py``); no driver simply means no GPUs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from airig.common.protocol import GpuInfo
 from airig.worker.amd_gpus import probe_amd_gpus
+from airig.worker.amd_sysfs import probe_sysfs_gpus
 
 log = logging.getLogger("airig.worker.gpus")
 MIB = 1024 * 1024
@@ -44,7 +45,8 @@ def _one(pynvml, index: int) -> GpuInfo:
 
 def probe_gpus(host_indexes: int | Sequence[int] | None = None) -> list[GpuInfo]:
     """This worker's GPUs, labelled with their host indexes: NVIDIA's from NVML, else
-    AMD's from AMD SMI (same labelling, ``amd_gpus.py``); [] without a driver.
+    AMD's from AMD SMI (same labelling, ``amd_gpus.py``), else from amdgpu's sysfs files
+    (``amd_sysfs.py``); [] without a driver.
 
     ``host_indexes``: the cards the worker owns (WORKER_GPU), None for every visible one.
     When NVML sees exactly as many cards as the worker owns (a pinned container sees only
@@ -55,7 +57,8 @@ def probe_gpus(host_indexes: int | Sequence[int] | None = None) -> list[GpuInfo]
     wanted = [host_indexes] if isinstance(host_indexes, int) else list(host_indexes or [])
     visible = _nvml_visible()
     if visible is None:  # no NVIDIA driver (or no card): an AMD host, maybe
-        return probe_amd_gpus(wanted)
+        # amdsmi when ROCm brings it, else the amdgpu driver's sysfs files (every AMD host)
+        return probe_amd_gpus(wanted) or probe_sysfs_gpus(wanted)
     if not wanted:
         return visible
     if len(visible) == len(wanted):

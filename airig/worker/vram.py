@@ -7,13 +7,14 @@ Two sources, the more exact first:
   ``GET /api/ps`` (what the model takes on the GPU; less than its size when part of it
   runs on the CPU), the largest seen during the attempt;
 - any other task on a GPU worker: the cards the worker owns (``gpus.py``: NVML on NVIDIA,
-  AMD SMI's ``amdsmi_get_gpu_vram_usage`` on AMD, ``amd_gpus.py``), the most VRAM in use
+  AMD SMI's ``amdsmi_get_gpu_vram_usage`` on AMD, ``amd_gpus.py``, else amdgpu's sysfs
+  ``mem_info_vram_used``, ``amd_sysfs.py``), the most VRAM in use
   during the attempt less what was in use when it began: the attempt's own growth, its
   model's load included when the attempt loaded it. A model already resident is not
   counted, so the figure never exceeds what the task needed (the brain's check then never
   refuses a load that would fit).
 
-No source (a CPU worker, no driver, no ``amdsmi`` module, Ollama not answering) is no
+No source (a CPU worker, no driver, no readable card, Ollama not answering) is no
 figure: the report leaves the field out, as an older worker's does. A sampler failure
 never fails the attempt.
 """
@@ -37,7 +38,7 @@ Probe = Callable[[], int | None]
 
 
 def cards_used_mb(gpu_indexes: Sequence[int] | None) -> Probe:
-    """VRAM in use on the worker's cards now (MiB), None without NVML or AMD SMI."""
+    """VRAM in use on the worker's cards now (MiB), None without a reading (``gpus.py``)."""
 
     def probe() -> int | None:
         gpus = probe_gpus(gpu_indexes)

@@ -20,7 +20,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airig.launcher.hardware.pci import normalize_address, read_text
+# KFD's topology is read in common: the worker numbers its AMD cards from it too
+from airig.common.amd_sysfs import KfdNode as KfdNode
+from airig.common.amd_sysfs import gfx_target as gfx_target
+from airig.common.amd_sysfs import kfd_node as kfd_node
+from airig.common.amd_sysfs import normalize_address, read_kfd_nodes
 
 # RDNA2 consumer targets ROCm does not ship kernels for run the gfx1030 ones.
 _HSA_OVERRIDES = {
@@ -30,16 +34,6 @@ _HSA_OVERRIDES = {
     "gfx1035": "10.3.0",
     "gfx1036": "10.3.0",
 }
-
-
-@dataclass(frozen=True)
-class KfdNode:
-    """One GPU node of /sys/class/kfd/kfd/topology/nodes."""
-
-    gfx_target: str | None  # "gfx1030"
-    pci_address: str | None
-    render_node: str | None  # "renderD128"
-    is_apu: bool  # the node has CPU cores as well as SIMDs
 
 
 @dataclass(frozen=True)
@@ -85,53 +79,6 @@ def owner_gid(path: Path) -> int | None:
         return os.stat(path).st_gid
     except OSError:
         return None
-
-
-def read_kfd_nodes(sysfs_root: Path) -> list[KfdNode]:
-    """GPU nodes (simd_count > 0) of the KFD topology; CPU-only nodes are skipped."""
-    nodes_dir = sysfs_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
-    if not nodes_dir.is_dir():
-        return []
-    nodes = []
-    for properties_file in sorted(nodes_dir.glob("*/properties")):
-        props = parse_properties(read_text(properties_file) or "")
-        if props.get("simd_count", 0) > 0:
-            nodes.append(kfd_node(props))
-    return nodes
-
-
-def parse_properties(text: str) -> dict[str, int]:
-    """KFD writes one "name value" pair of integers per line."""
-    props = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        with contextlib.suppress(ValueError):
-            props[name] = int(value)
-    return props
-
-
-def kfd_node(props: dict[str, int]) -> KfdNode:
-    location = props.get("location_id")
-    address = None
-    if location:  # (bus << 8) | (device << 3) | function
-        bus, devfn = location >> 8, location & 0xFF
-        address = f"{props.get('domain', 0):04x}:{bus:02x}:{devfn >> 3:02x}.{devfn & 7:x}"
-    minor = props.get("drm_render_minor")
-    return KfdNode(
-        gfx_target=gfx_target(props.get("gfx_target_version", 0)),
-        pci_address=address,
-        render_node=f"renderD{minor}" if minor else None,
-        is_apu=props.get("cpu_cores_count", 0) > 0,
-    )
-
-
-def gfx_target(version: int) -> str | None:
-    """KFD's decimal major*10000 + minor*100 + stepping → LLVM's "gfx" + major + hex digits."""
-    if version <= 0:
-        return None
-    major, rest = divmod(version, 10000)
-    minor, stepping = divmod(rest, 100)
-    return f"gfx{major}{minor:x}{stepping:x}"
 
 
 def hsa_override_for(target: str | None) -> str | None:

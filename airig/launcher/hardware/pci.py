@@ -21,6 +21,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# the sysfs readers both sides share: the worker reads the same files for its VRAM
+from airig.common.amd_sysfs import APU_VRAM_LIMIT, read_hex, read_int
+from airig.common.amd_sysfs import normalize_address as normalize_address
+
 DISPLAY_CLASS = 0x03
 GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 # Names for the non-GPU display chips users meet most, so the report can say what it saw.
@@ -35,7 +39,6 @@ OTHER_VENDOR_NAMES = {
     0x80EE: "VirtualBox",
     0x1414: "Microsoft Hyper-V",
 }
-APU_VRAM_LIMIT = 2 * 1024**3
 
 
 @dataclass(frozen=True)
@@ -160,22 +163,6 @@ def pci_bus(address: str) -> int | None:
         return None
 
 
-def normalize_address(address: str) -> str:
-    """One spelling for sysfs and NVML: NVML writes "00000000:01:00.0", sysfs "0000:01:00.0".
-
-    The domain is read as a number, not cut to 4 digits: behind Intel VMD it is wider
-    (sysfs "10000:e1:00.0", NVML "00010000:E1:00.0"), and cutting it would make one card
-    look like two. Printed with at least 4 digits, as the kernel does.
-    """
-    parts = address.strip().lower().split(":")
-    if len(parts) == 2:
-        parts.insert(0, "0")
-    # a name that is not a PCI address (a test's, a future format's) is compared as written
-    if len(parts) == 3 and parts[0] and all(c in "0123456789abcdef" for c in parts[0]):
-        parts[0] = f"{int(parts[0], 16):04x}"
-    return ":".join(parts)
-
-
 def driver_name(device_dir: Path) -> str | None:
     link = device_dir / "driver"
     try:
@@ -186,26 +173,3 @@ def driver_name(device_dir: Path) -> str | None:
 
 def hex4(value: int | None) -> str | None:
     return None if value is None else f"0x{value:04x}"
-
-
-def read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="ascii", errors="replace").strip()
-    except OSError:
-        return None
-
-
-def read_hex(path: Path) -> int | None:
-    text = read_text(path)
-    try:
-        return int(text, 16) if text else None
-    except ValueError:
-        return None
-
-
-def read_int(path: Path) -> int | None:
-    text = read_text(path)
-    try:
-        return int(text) if text else None
-    except ValueError:
-        return None

@@ -19,7 +19,7 @@ import pytest
 
 from airig.common.protocol import Assignment, CompleteRequest
 from airig.executors.context import ExecContext, ExecResult
-from airig.worker import amd_gpus
+from airig.worker import amd_gpus, amd_sysfs
 from airig.worker.gpus import probe_gpus
 from airig.worker.runner import Worker
 from airig.worker.settings import WorkerSettings
@@ -83,8 +83,10 @@ class FakeSmi(types.ModuleType):
 
 @pytest.fixture
 def smi(monkeypatch):
-    """Install a FakeSmi as ``amdsmi``; NVML absent (an AMD host)."""
+    """Install a FakeSmi as ``amdsmi``; NVML absent (an AMD host); amdgpu's sysfs files
+    (the fallback, ``amd_sysfs.py``) absent too, whatever this machine has."""
     monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setattr(amd_sysfs, "SYSFS_ROOT", Path("/nonexistent-sysfs"))
 
     def install(cards, **kwargs) -> FakeSmi:
         fake = FakeSmi(cards, **kwargs)
@@ -152,6 +154,7 @@ def test_an_amdsmi_whose_library_is_missing_prints_nothing_and_is_absent(
     (package / "__init__.py").write_text(f"print('Unable to find libamd_smi.so')\n{failure}\n")
     monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVIDIA driver either
+    monkeypatch.setattr(amd_sysfs, "SYSFS_ROOT", tmp_path / "no-sysfs")  # nor amdgpu's files
     monkeypatch.syspath_prepend(str(tmp_path))
     assert amd_gpus.load_amdsmi() is None
     assert probe_gpus([0]) == []
