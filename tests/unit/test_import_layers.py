@@ -175,11 +175,12 @@ def layers(edges: dict[str, set[str]]) -> int:
 # planner/ shape plans; escalation/ hands tasks out; reactions.py is what the brain does
 # with a type's tasks (index, planner, training sample); leases.py ties a claim together;
 # service.py is the running brain; api/ is the HTTP edge; __main__ starts it.
-BRAIN_BASE = {"settings", "inflight", "timing", "dashboard"}
+BRAIN_BASE = {"settings", "inflight", "timing", "dashboard", "waiters"}
 BRAIN_ROOMS: dict[str, set[str]] = {
     "settings": set(),
     "inflight": set(),
     "timing": set(),
+    "waiters": set(),  # long-polling claims on the event loop
     "store": set(),
     "ops": {"store"},
     "scheduling": {"store"},
