@@ -33,10 +33,10 @@ from airig.brain.store.groupcommit import (
     GroupCommit,
     after_commit,
     close_failed,
-    retried_failure,
+    moved_or_retried,
+    retrying,
 )
 from airig.brain.store.retry import RetryPolicy
-from airig.brain.store.states import RowMoved
 from airig.brain.store.unwritable import Episode, StoreHealth, StoreUnwritable
 from airig.brain.waiters import ClaimWaiters
 from airig.common.errors import ConfigError
@@ -146,21 +146,21 @@ class Brain:
     ) -> T:  # fmt: skip
         if durable:
             return self._group.run(change, shared)
-        for tries_left in range(MOVED_TRIES - 1, -1, -1):
+
+        def attempt() -> tuple[T, Outbox]:
             outbox = Outbox()
             try:
                 with self.db.tx(durable, exclusive=not shared) as conn:
-                    result = change(conn, outbox, time.time())
-            except BaseException as exc:
+                    return change(conn, outbox, time.time()), outbox
+            except BaseException:
                 close_failed(self.db)
-                # PostgreSQL: another brain moved its row first, or a deadlock the server
-                # broke (groupcommit.py): run again from fresh reads, a few times
-                if tries_left and (isinstance(exc, RowMoved) or retried_failure(exc)):
-                    continue
                 raise
-            after_commit(self._committed, outbox)  # committed: the answer is a success
-            return result
-        raise AssertionError("unreachable: the last try returns or raises")
+
+        # PostgreSQL: another brain moved its row first, or a deadlock the server broke
+        # (groupcommit.py): run again from fresh reads, a few times
+        result, outbox = retrying(attempt, moved_or_retried, MOVED_TRIES)
+        after_commit(self._committed, outbox)  # committed: the answer is a success
+        return result
 
     # ---- a store that cannot be written ---------------------------------------------------
     def held_alerts(self) -> list[alerts.Held]:

@@ -152,6 +152,9 @@ class Database:
             yield self._lookup
 
     dialect = "sqlite"  # dialect.of(): the SQL this store's connections speak
+    # Group-commit batches at once (groupcommit.py): SQLite has one writer, so one batch,
+    # shared and exclusive writes together; PostgreSQL's shared ones run several (pg.py).
+    shared_writers = 1
 
     def announce_work(self) -> None:
         """Other brains' waiting claims woken (PostgreSQL): a SQLite store has one brain."""

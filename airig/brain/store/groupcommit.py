@@ -12,6 +12,11 @@ caller, exactly as its own transaction would have; the others commit. Each calle
 its answer only after the commit that holds its write is durable. Writes that arrive
 while a commit is under way queue for the next batch, whose first writer then leads.
 
+On PostgreSQL the shared writes (a worker's claims and reports, ``pg.py``) have lanes of
+their own: up to ``Database.shared_writers`` leaders at once, each batch on a write
+connection of its own (``pg_writers.py``), while the exclusive writes keep one leader and
+the store-wide lock. SQLite has one lane: one writer, one batch at a time.
+
 A write that committed is answered as committed, whatever happens after the COMMIT: its
 events log line (``events.EventLog``, which catches the file up from the events table)
 is owed, not the write. Answering it as failed made a client that retries store it again.
@@ -21,13 +26,15 @@ batch holds and every writer in it gets that error.
 
 from __future__ import annotations
 
+import functools
 import logging
+import random
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from airig.brain import timing
 from airig.brain.store.db import Database
@@ -35,6 +42,7 @@ from airig.brain.store.events import Outbox
 from airig.brain.store.states import RowMoved
 
 Change = Callable[[Any, Outbox, float], Any]
+T = TypeVar("T")
 log = logging.getLogger("airig.brain.store.groupcommit")
 # PostgreSQL, brains writing side by side (pg.py): a write whose task another brain moved
 # first is run again from a fresh read (states.RowMoved), and a batch the server rolled
@@ -43,12 +51,32 @@ log = logging.getLogger("airig.brain.store.groupcommit")
 MOVED_TRIES = 5
 BATCH_TRIES = 3
 RETRIED_SQLSTATES = ("40P01", "40001")
+AGAIN_S = 0.005  # the most a batch rolled back for a deadlock waits before it runs again
 
 
 def retried_failure(exc: BaseException) -> bool:
     """A failure the server ended the whole transaction for that running it again may
     not meet (a deadlock it broke, a serialization failure)."""
     return getattr(exc, "sqlstate", None) in RETRIED_SQLSTATES
+
+
+def moved_or_retried(exc: BaseException) -> bool:
+    """A write's own transaction worth running again: its row moved (``RowMoved``) or
+    the server rolled it back (``retried_failure``)."""
+    return isinstance(exc, RowMoved) or retried_failure(exc)
+
+
+def retrying(attempt: Callable[[], T], again: Callable[[BaseException], bool], tries: int) -> T:
+    """``attempt()``'s result; run again, up to ``tries`` times in all, while it raises an
+    error ``again`` accepts. The last try's error, or one ``again`` refuses, is raised."""
+    for tries_left in range(tries - 1, -1, -1):
+        try:
+            return attempt()
+        except BaseException as exc:
+            if tries_left and again(exc):
+                continue
+            raise
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 @dataclass
@@ -58,17 +86,38 @@ class Pending:
     outbox: Outbox = field(default_factory=Outbox)
     result: Any = None
     error: BaseException | None = None
+    taken: bool = False  # in a leader's batch
     done: bool = False
     statements_s: float = 0.0  # its own change, inside the batch's transaction
     commit_s: float = 0.0  # the batch's COMMIT
+
+
+class _Undone(Exception):
+    """A batch's transaction failed whole; its cause is the failure it was rolled back for."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+@dataclass
+class _Lane:
+    """Writes queued for a batch, and the leaders committing batches of them now."""
+
+    limit: int  # leaders at once: each runs its batch on a write connection of its own
+    queue: list[Pending] = field(default_factory=list)
+    leaders: int = 0
 
 
 class GroupCommit:
     def __init__(self, db: Database, publish: Callable[[Outbox], None]) -> None:
         self.db, self.publish = db, publish
         self._cond = threading.Condition()
-        self._queue: list[Pending] = []
-        self._leading = False
+        self._exclusive = _Lane(1)
+        # SQLite: one lane for every write. PostgreSQL: the shared writes a lane of their
+        # own, as many leaders as the store has writers for them (pg_writers.py).
+        writers = db.shared_writers
+        self._shared = _Lane(writers) if writers > 1 else self._exclusive
         self._inside = threading.local()
 
     def run(self, change: Change, shared: bool = False) -> Any:
@@ -93,40 +142,58 @@ class GroupCommit:
 
     def _run(self, change: Change, shared: bool) -> Pending:
         item = Pending(change, shared)
+        lane = self._shared if shared else self._exclusive
         with self._cond:
-            self._queue.append(item)
-            while self._leading and not item.done:
+            lane.queue.append(item)
+            while not item.taken and lane.leaders >= lane.limit:
                 self._cond.wait()
-            if not item.done:
-                self._leading = True
-                batch, self._queue = self._queue, []
-        if not item.done:
-            try:
-                self._commit(batch)
-            finally:
-                with self._cond:
-                    self._leading = False
-                    self._cond.notify_all()
+            if item.taken:  # another leader runs it
+                while not item.done:
+                    self._cond.wait()
+                return item
+            lane.leaders += 1
+            batch, lane.queue = lane.queue, []
+            for queued in batch:
+                queued.taken = True
+        try:
+            self._commit(batch)
+        finally:
+            with self._cond:
+                lane.leaders -= 1
+                self._cond.notify_all()
         return item
 
     def _commit(self, batch: list[Pending]) -> None:
+        tries = 0
+
+        def attempt() -> None:
+            nonlocal tries
+            if tries:
+                log.info("a batch the store rolled back (a deadlock it broke) runs again")
+                # Not at once: the batch the deadlock let through is waking to take the
+                # rows this one held, and taking them first again met it again.
+                time.sleep(random.uniform(0.0, AGAIN_S))
+                for item in batch:
+                    item.error, item.result, item.outbox = None, None, Outbox()
+            tries += 1
+            failed = self._transaction(batch)
+            if failed is not None:
+                raise _Undone(failed)
+
         try:
-            for attempt in range(BATCH_TRIES):
-                if attempt:
-                    log.info("a batch the store rolled back (a deadlock it broke) runs again")
-                    for item in batch:
-                        item.error, item.result, item.outbox = None, None, Outbox()
-                if not self._transaction(batch):
-                    break
+            retrying(attempt, lambda exc: retried_failure(getattr(exc, "cause", exc)), BATCH_TRIES)
+        except _Undone:
+            pass  # each write of the batch holds its own error
         finally:
             for item in batch:
                 if item.error is None:
                     after_commit(self.publish, item.outbox)
                 item.done = True
 
-    def _transaction(self, batch: list[Pending]) -> bool:
-        """The batch in one transaction; True when the server rolled it back for a
-        failure worth running it again for (``retried_failure``)."""
+    def _transaction(self, batch: list[Pending]) -> BaseException | None:
+        """The batch in one transaction. When its commit fails, each write gets its error
+        and the failure the batch was rolled back for is the answer (``retried_failure``:
+        worth running it again)."""
         self._inside.active = True
         undone: BaseException | None = None  # the error SQLite rolled the batch back for
         exclusive = not all(item.shared for item in batch)
@@ -135,19 +202,17 @@ class GroupCommit:
                 for item in batch:
                     began = time.perf_counter()
                     conn.execute("SAVEPOINT brain_write")
-                    for tries_left in range(MOVED_TRIES - 1, -1, -1):
-                        try:
-                            item.result = item.change(conn, item.outbox, time.time())
-                            break
-                        except BaseException as exc:  # noqa: BLE001 - to its own caller
-                            item.error = exc
-                            if not conn.in_transaction or retried_failure(exc):
-                                undone = exc
-                                raise
-                            conn.execute("ROLLBACK TO brain_write")
-                            if not isinstance(exc, RowMoved) or not tries_left:
-                                break
-                            item.error, item.outbox = None, Outbox()  # again, from fresh reads
+                    try:
+                        item.result = retrying(
+                            functools.partial(self._change, conn, item),
+                            lambda exc: isinstance(exc, RowMoved) and conn.in_transaction,
+                            MOVED_TRIES,
+                        )
+                    except BaseException as exc:  # noqa: BLE001 - to its own caller
+                        item.error = exc
+                        if not conn.in_transaction or retried_failure(exc):
+                            undone = exc
+                            raise
                     if not conn.in_transaction:
                         # A change that swallowed such an error: what follows would run
                         # outside any transaction, so the batch ends here, failed.
@@ -163,11 +228,24 @@ class GroupCommit:
             # of a ROLLBACK that found the transaction already gone.
             for item in batch:
                 item.error = item.error or undone or exc
-            close_failed(self.db)
-            return retried_failure(undone or exc)
+            if exclusive or self._shared is self._exclusive:
+                close_failed(self.db)  # pg_writers.py rolls back its own connections
+            return undone or exc
         finally:
             self._inside.active = False
-        return False
+        return None
+
+    @staticmethod
+    def _change(conn: Any, item: Pending) -> Any:
+        """One try of ``item``'s change in its savepoint, from fresh reads: what it did is
+        undone when it raises, unless the transaction itself is gone."""
+        item.outbox = Outbox()
+        try:
+            return item.change(conn, item.outbox, time.time())
+        except BaseException as exc:
+            if conn.in_transaction and not retried_failure(exc):
+                conn.execute("ROLLBACK TO brain_write")
+            raise
 
 
 def close_failed(db: Database) -> None:

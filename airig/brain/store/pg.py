@@ -22,7 +22,10 @@ modules run on either engine; where the two dialects differ the SQL says so itse
   from the state it was read in (``states.RowMoved`` otherwise: the write is run again).
   An exclusive transaction runs beside those too: it is exclusive only among the
   exclusive ones, and its task writes are held to the same row rules. Reads never take
-  a lock (MVCC snapshots, as WAL gives on SQLite).
+  a lock (MVCC snapshots, as WAL gives on SQLite). Being safe beside other brains' writes,
+  the shared durable ones are safe beside each other in one brain too: the group commit's
+  batches of them run on a few write connections at once (``pg_writers.py``), the
+  exclusive ones on the store-wide lock's connection, one at a time.
 - ``durable=False`` is ``synchronous_commit = off`` for that transaction only: the same
   trade as SQLite's synchronous=NORMAL (a crash may lose the last liveness writes, never
   corrupts, and the next durable commit's flush covers them).
@@ -49,6 +52,7 @@ from psycopg.adapt import Dumper, Loader
 from airig.brain import timing
 from airig.brain.store import migrations
 from airig.brain.store.db import Database
+from airig.brain.store.pg_writers import SHARED_WRITERS, Writers
 
 log = logging.getLogger("airig.brain.store")
 # pg_advisory_xact_lock's key for "an exclusive write transaction of the brain's store":
@@ -342,6 +346,11 @@ class PgConnection:
     def in_transaction(self) -> bool:
         return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
 
+    @property
+    def lost(self) -> bool:
+        """Closed, or dropped by the server or the network: no statement can run on it."""
+        return self._conn.closed or self._conn.broken
+
 
 def _conninfo(parsed: Any) -> str:
     """libpq's connection string from the URL's parts, each quoted by psycopg: a URL
@@ -363,6 +372,7 @@ class PgDatabase(Database):
     every method of it, none of its SQLite connections."""
 
     dialect = "postgresql"
+    shared_writers = SHARED_WRITERS  # the group commit's leaders of shared batches at once
 
     def __init__(self, url: str) -> None:  # noqa: D107 - no super(): its files are SQLite's
         # Before the first connection, as on SQLite: made or upgraded, a newer one refused.
@@ -384,6 +394,11 @@ class PgDatabase(Database):
         self._side_lock = threading.Lock()
         self._pg_side = PgConnection(self._pginfo)
         self._pg_side.locks_rows = True
+        # Shared durable writes (claims, reports) on connections of their own, several
+        # batches at once (pg_writers.py): they queued behind each other on the one above.
+        self._writers = Writers[PgConnection](
+            lambda: PgConnection(self._pginfo), self.shared_writers
+        )
         self._pg_lookup = PgConnection(self._pginfo, read_only=True)
         self._pg_lookup_lock = threading.Lock()
         self._pg_readers: queue.SimpleQueue[PgConnection] = queue.SimpleQueue()
@@ -486,11 +501,9 @@ class PgDatabase(Database):
         """One write transaction, rolled back whole on any exception. ``exclusive``: serial
         with every other brain's exclusive ones (the module's docstring says which are
         not)."""
-        side = not exclusive and not durable
         with timing.store_call() if timed else nullcontext() as clock:
             asked = time.perf_counter()
-            with self._side_lock if side else self._lock:
-                conn = self._pg_side if side else self._pg
+            with self._write_connection(durable, exclusive) as conn:
                 conn.execute("BEGIN")
                 try:
                     if exclusive:
@@ -513,6 +526,21 @@ class PgDatabase(Database):
                     clock.spent["commit"] += time.perf_counter() - committing
                     clock.spent["statements"] += committing - held
                     clock.spent["store_wait"] += held - asked
+
+    @contextmanager
+    def _write_connection(self, durable: bool, exclusive: bool) -> Iterator[PgConnection]:
+        """The connection a write transaction runs on: an exclusive one on the store-wide
+        lock's (one at a time in this brain too), a shared liveness write on its own, a
+        shared durable batch on whichever of the writers is free."""
+        if exclusive:
+            with self._lock:
+                yield self._pg
+        elif not durable:
+            with self._side_lock:
+                yield self._pg_side
+        else:
+            with self._writers.take() as conn:
+                yield conn
 
     def _pg_reader(self) -> PgConnection:
         """An idle read connection; a new one while fewer than POOL are open."""
@@ -579,6 +607,7 @@ class PgDatabase(Database):
             for _ in range(self._pg_made):  # waits for reads under way to end
                 self._pg_readers.get().close()
             self._pg_made = 0
+        self._writers.close()
         with self._side_lock:
             self._pg_side.close()
         with self._lock:
