@@ -78,6 +78,7 @@ def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
         _skips.append((report.nodeid, _skip_reason(report)))
+    _rest_finished(report)  # parallel runs, below
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
@@ -161,6 +162,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return super()._split_scope(nodeid)
 
     return DockerLanes(config, log)
+
+
+# AIRIG_CI_REST_DONE=<file>: .ci/run's repeated passes (the lower bounds, the store on
+# PostgreSQL) wait for this file. The controller touches it when every test outside
+# tests/e2e/ has finished, while the lanes' kits still run: from then on the kits leave
+# most of the CPU idle (their health checks' intervals, their timers), and the passes
+# take it instead of starting after the last kit.
+_rest: set[str] | None = None  # the node ids outside tests/e2e/ not finished yet
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    global _rest
+    if _rest is None and os.environ.get("AIRIG_CI_REST_DONE"):
+        _rest = {nodeid for nodeid in ids if not nodeid.startswith(E2E)}
+        _rest_done_when_empty()
+
+
+def _rest_finished(report: pytest.TestReport) -> None:
+    if _rest and report.when == "teardown":
+        _rest.discard(report.nodeid)
+        _rest_done_when_empty()
+
+
+def _rest_done_when_empty() -> None:
+    if _rest is not None and not _rest:
+        Path(os.environ["AIRIG_CI_REST_DONE"]).touch()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -280,6 +308,22 @@ def reachable_tmp() -> Iterator[Path]:
 
 
 # ------------------------------------------------------------------ PostgreSQL
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Which test runs now, and whether it is marked ``store`` where it must be
+    (``pg_stores.check_marked``): set around its whole run, so a brain made by a fixture
+    of a wider scope in its setup is checked too."""
+    import pg_stores
+
+    must = item.nodeid.startswith(pg_stores.MUST_MARK)
+    marked = not must or item.get_closest_marker(pg_stores.MARK) is not None
+    pg_stores.running = (item.nodeid, marked)
+    try:
+        return (yield)
+    finally:
+        pg_stores.running = None
+
+
 @pytest.fixture(autouse=True)
 def _pg_store_databases() -> Iterator[None]:
     """``AIRIG_TEST_STORE=postgresql`` (tests/pg_stores.py): the databases this test's

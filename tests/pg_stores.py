@@ -8,6 +8,12 @@ the schema's DDL. A test that starts a second brain on the same folder (a restar
 same database again, as it would get the same file.
 
 Unset (the default), nothing here runs and no server is needed.
+
+Only the tests marked ``store`` run in that pass (``.ci/run``: ``-m store``): a test whose
+brain never opens a store through ``make_settings`` would run the very same code twice.
+The mark cannot be forgotten: in every run, a test under ``tests/unit/brain/`` that opens
+a store through ``make_settings`` without it fails (``check_marked``), so the PostgreSQL
+pass never silently loses one.
 """
 
 from __future__ import annotations
@@ -22,6 +28,12 @@ _lock = threading.Lock()
 _cluster = None
 _template = ""
 _by_folder: dict[str, str] = {}
+# The test running now, as tests/conftest.py sets it: its node id, and whether it must be
+# marked ``store`` (it is under tests/unit/brain/) and is. None outside a test (a
+# subprocess's brain, a fixture of a wider scope).
+running: tuple[str, bool] | None = None
+MARK = "store"
+MUST_MARK = "tests/unit/brain/"
 
 
 def wanted() -> bool:
@@ -29,6 +41,21 @@ def wanted() -> bool:
     if engine not in ("sqlite", "postgresql"):
         raise RuntimeError(f"{ENV} must be sqlite or postgresql, not {engine!r}")
     return engine == "postgresql"
+
+
+def check_marked() -> None:
+    """Refuse a store opened through ``make_settings`` by a test under ``MUST_MARK`` that is
+    not marked ``store``: the PostgreSQL pass, which runs only the marked ones, would never
+    run it on PostgreSQL."""
+    if running is None:
+        return
+    nodeid, marked = running
+    if not marked:
+        raise RuntimeError(
+            f"{nodeid} opens a brain store (make_settings) but is not marked {MARK!r}, so "
+            f"the PostgreSQL pass would skip it; fix: add `pytestmark = pytest.mark.{MARK}` "
+            "to its module (tests/pg_stores.py)"
+        )
 
 
 def url_for(folder: Path) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,11 @@ def make_settings(tmp: Path, **overrides: Any) -> BrainSettings:
         "BRAIN_RETRY_CAP_S": 4,
         "BRAIN_INFRA_RETRIES": 2,
     }
+    # Under pytest (tests/conftest.py imported it): a test that opens its store here must
+    # be marked for the PostgreSQL pass. A subprocess has tests/unit only, and no pg_stores.
+    stores = sys.modules.get("pg_stores")
+    if stores is not None and "BRAIN_DATABASE_URL" not in overrides:
+        stores.check_marked()
     if os.environ.get("AIRIG_TEST_STORE") and "BRAIN_DATABASE_URL" not in overrides:
         import pg_stores  # tests/: only with it set (a subprocess has tests/unit only)
 

@@ -80,50 +80,95 @@ def test_an_unknown_option_is_one_line_and_a_fix(tree, option):
     assert calls(tree) == []
 
 
-def run_tail(tree: Path, main_rc: int, images_rc: int, lint_rc: int, lower_rc: int):
+def run_tail(tree: Path, main_rc: int, images_rc: int, lint_rc: int, lower_rc: int,
+             pg_rc: int):  # fmt: skip
     """`.ci/run` from its pytest step on, with its real background-job functions: python3
-    exits `main_rc`, and the jobs started before it (debootstrap, images, lint, lower
-    bounds) print a line and exit with theirs."""
+    exits `main_rc`, and the jobs started before it (debootstrap, images, lint, and the two
+    repeated passes, which wait for pytest's rest as the real ones do) print a line and
+    exit with theirs."""
     script = (ROOT / ".ci" / "run").read_text()
     jobs = script[script.index("declare -A job_pid") : script.index("trap stop_jobs EXIT")]
     tail = script[script.index('step "Tests: python -m pytest"') :]
     stand_in(tree / "tools" / "python3", f'echo "python3 $*" >>"$CALLS"; exit {main_rc}')
-    stand_in(tree / ".ci" / "lower-bounds", 'echo "lower-bounds $*" >>"$CALLS"; exit 4')
-    started = "".join(
-        f'bg {name} \'echo "{name} log"; sleep 0.2; exit {rc}\'\n'
-        for name, rc in [("debootstrap", 0), ("images", images_rc), ("lint", lint_rc),
-                         ("lower", lower_rc)]
-    )  # fmt: skip
+    rest_done = tree / "rest-done"
+    started = ""
+    for name, rc in [("debootstrap", 0), ("images", images_rc), ("lint", lint_rc),
+                     ("lower", lower_rc), ("pg", pg_rc)]:  # fmt: skip
+        body = f'echo "{name} log"; sleep 0.2; exit {rc}'
+        if name in ("lower", "pg"):
+            # as the real passes: nothing before the file; a lost touch gives up after
+            # 10 s with 99, and fails the test
+            body = (
+                f"for _ in $(seq 100); do [ -e {rest_done} ] && break; sleep 0.1; done\n"
+                f"[ -e {rest_done} ] || exit 99\n"
+                f'echo "{name} after the rest" >>"$CALLS"\n{body}'
+            )
+        stand_in(tree / "jobs" / name, body)
+        started += f"bg {name} {tree / 'jobs' / name}\n"
     harness = "set -euo pipefail\nstep() { printf '\\n== %s\\n' \"$*\"; }\n"
+    harness += f"rest_done={rest_done}\n"
     (tree / "tail.sh").write_text(harness + jobs + "trap stop_jobs EXIT\n" + started + tail)
     return run(tree, "tail.sh")
 
 
 @pytest.mark.parametrize(
-    ("main_rc", "images_rc", "lint_rc", "lower_rc", "expected"),
+    ("main_rc", "images_rc", "lint_rc", "lower_rc", "pg_rc", "expected"),
     [
-        (0, 0, 0, 0, 4), (0, 0, 0, 1, 1), (1, 0, 0, 0, 1), (1, 0, 0, 5, 1),
-        (0, 0, 1, 0, 1), (0, 2, 0, 0, 2), (5, 1, 1, 1, 5), (0, 0, 3, 4, 3),
+        (0, 0, 0, 0, 0, 0), (0, 0, 0, 4, 0, 4), (0, 0, 0, 0, 1, 1), (1, 0, 0, 0, 0, 1),
+        (1, 0, 0, 5, 0, 1), (0, 0, 1, 0, 0, 1), (0, 2, 0, 0, 0, 2), (5, 1, 1, 1, 1, 5),
+        (0, 0, 3, 4, 6, 3),
     ],
 )  # fmt: skip
 def test_ci_fails_when_a_background_job_fails(tree, main_rc, images_rc, lint_rc, lower_rc,
-                                              expected):  # fmt: skip
-    done = run_tail(tree, main_rc, images_rc, lint_rc, lower_rc)
+                                              pg_rc, expected):  # fmt: skip
+    done = run_tail(tree, main_rc, images_rc, lint_rc, lower_rc, pg_rc)
     assert done.returncode == expected, done.stdout + done.stderr
     ran = calls(tree)
-    assert ran[0] == "python3 -m pytest -p no:cacheprovider"  # the newest releases first
-    # the lower bounds' tests (a stand-in that fails) run once their venv was made, then
-    # the brain's tests on PostgreSQL (the python3 stand-in: main_rc again)
-    on_pg = "python3 -m pytest -p no:cacheprovider -q tests/unit/brain"
-    assert ran[1:] == ([] if lower_rc else ["lower-bounds --test"]) + [on_pg]
-    assert ("error: the brain's tests on PostgreSQL failed" in done.stdout) == bool(main_rc)
-    for name in ("debootstrap", "images", "lint", "lower"):
+    assert ran[0] == "python3 -m pytest -p no:cacheprovider"  # the newest releases
+    # pytest's end touches the file the repeated passes wait for, however it ended
+    assert sorted(ran[1:]) == ["lower after the rest", "pg after the rest"]
+    assert not (tree / "rest-done").exists()  # removed once the passes are done
+    for name in ("debootstrap", "images", "lint", "lower", "pg"):
         assert f"{name} log" in done.stdout  # what each background job printed is shown
     assert ("error: python -m pytest failed" in done.stdout) == bool(main_rc)
     assert ("error: building the test images failed" in done.stdout) == bool(images_rc)
     assert ("error: mypy or ruff failed" in done.stdout) == bool(lint_rc)
-    assert ("the lower bounds' venv was not made" in done.stdout) == bool(lower_rc)
-    assert "error: the lower bounds failed" in done.stdout  # the --test stand-in exits 4
+    assert ("error: the lower bounds failed" in done.stdout) == bool(lower_rc)
+    assert ("error: the brain's tests on PostgreSQL failed" in done.stdout) == bool(pg_rc)
+
+
+def test_the_repeated_passes_wait_for_pytests_rest_then_run_niced(tree):
+    """The real commands .ci/run starts for the lower bounds and the store on PostgreSQL:
+    the venv is made at once, no test runs before the file pytest's rest touches exists,
+    then both passes run, below the kits' priority, the PostgreSQL one on the marked tests."""
+    script = (ROOT / ".ci" / "run").read_text()
+    jobs = script[script.index("declare -A job_pid") : script.index("trap stop_jobs EXIT")]
+    block = script[script.index('rest_done="$(mktemp') : script.index('step "Tests: python')]
+    log = 'echo "$(basename "$0") $* [nice=$(nice)] [store=${AIRIG_TEST_STORE-}]" >>"$CALLS"'
+    stand_in(tree / "tools" / "python3", log)
+    stand_in(tree / ".ci" / "lower-bounds", log)
+    harness = (
+        "set -euo pipefail\n" + jobs + block
+        + 'echo "$rest_done" >rest-path\nsleep 1.5\necho checkpoint >>"$CALLS"\n'
+        + 'touch "$rest_done"\nwait "${job_pid[lower]}" "${job_pid[pg]}"\nrm -f "$rest_done"\n'
+    )  # fmt: skip
+    (tree / "passes.sh").write_text(harness)
+    done = run(tree, "passes.sh", machine_path=f"{tree / 'tools'}:{os.environ['PATH']}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = calls(tree)
+    base = os.nice(0)  # nice adds to the niceness this test runs at, up to 19
+
+    def niced(by: int) -> str:
+        return f"[nice={min(base + by, 19)}]"
+
+    # only the venv's install before the file; both passes after it
+    assert ran[0] == f"lower-bounds --install {niced(15)} [store=]"
+    assert ran[1] == "checkpoint"
+    assert sorted(ran[2:]) == [
+        f"lower-bounds --test {niced(10)} [store=]",
+        f"python3 -m pytest -p no:cacheprovider -q -m store tests/unit/brain {niced(10)}"
+        " [store=postgresql]",
+    ]
 
 
 def test_an_early_exit_stops_the_background_jobs(tree):

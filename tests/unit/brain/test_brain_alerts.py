@@ -12,6 +12,9 @@ from support import wait_until
 from airig.brain.ops.alerts import Notice
 from airig.brain.ops.notify import Notifier, parse_urls
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 T0 = 1000.0
 
 

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import brain_helpers as h
+import pytest
 import requests
 from fastapi.testclient import TestClient
 
 from airig.brain.api.app import create_app
 from airig.brain.ops.probes import ServiceProbes, Target
+
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
 
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 

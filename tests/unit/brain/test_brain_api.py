@@ -11,6 +11,9 @@ from fastapi.testclient import TestClient
 from airig.brain.api.app import create_app
 from airig.common.errors import ConfigError
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 PLAN = {"name": "p", "tasks": [{"id": "a", "type": "noop", "payload": {"echo": 1}}]}

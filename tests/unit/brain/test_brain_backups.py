@@ -14,6 +14,9 @@ from airig.brain.api.app import create_app
 from airig.brain.ops import alerts
 from airig.brain.store import backups
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 RECORD = {"archive": "airig-backup-20261125T080000Z.tar.gz", "bytes": 1234,
           "sha256": "a" * 64, "created_at": 1_800_000_000.0, "models": False}  # fmt: skip

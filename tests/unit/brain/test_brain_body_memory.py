@@ -28,6 +28,9 @@ from airig.common import protocol
 from airig.common.jsonsafe import INT64_MAX, INT64_MIN, UnsafeJson, check_json_value
 from airig.common.protocol import CompleteRequest, ExchangeRequest
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 

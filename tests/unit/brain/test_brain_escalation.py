@@ -21,6 +21,9 @@ from airig.brain.store import escalations
 from airig.common.spotlight import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
 from tests.unit import brain_helpers as h
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ON = {"AIRIG_ESCALATION": "on", "AIRIG_GATEWAY_TOKEN": "gateway-token-for-tests"}
 
 

@@ -9,6 +9,9 @@ from fastapi.testclient import TestClient
 from airig.brain.api.app import create_app
 from airig.brain.api.fastpath import ExchangeFastPath
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 

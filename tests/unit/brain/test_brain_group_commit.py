@@ -12,6 +12,9 @@ from airig.brain.store.groupcommit import GroupCommit, Pending
 from airig.brain.store.unwritable import StoreUnwritable
 from tests.unit.brain_helpers import make_brain
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 
 def _kv(brain) -> None:
     with brain.db.tx() as conn:

@@ -20,6 +20,9 @@ from airig.brain.api.fastpath import ExchangeFastPath
 from airig.brain.store import engines
 from airig.common.protocol import ErrorBody, PlanErrorBody
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 

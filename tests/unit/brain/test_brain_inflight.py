@@ -28,6 +28,9 @@ from airig.brain.store import payloads
 from airig.common.protocol import ClaimRequest
 from airig.common.protocol import TaskState as S
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 T0 = 1000.0

@@ -22,6 +22,9 @@ from airig.common.protocol import TASK_CLASSES, ErrorBody
 from airig.common.task_schemas import DATA_PATH_PATTERN, relative_data_path
 from airig.common.task_types import PAYLOAD_SCHEMAS
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 

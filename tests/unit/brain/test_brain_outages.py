@@ -21,6 +21,9 @@ from airig.brain.store import queue, states
 from airig.brain.store.retry import INFRA, TASK, failure_kind
 from airig.common.protocol import FailRequest
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 T0 = 1000.0
 MODEL = "qwen2.5:7b"
 UNREACHABLE = "Ollama at http://ollama:11434 is unreachable"

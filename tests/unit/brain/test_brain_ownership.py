@@ -10,6 +10,9 @@ from fastapi.testclient import TestClient
 from airig.brain.api.app import create_app
 from tests.unit import brain_helpers as h
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 PLAN = {"name": "mine", "tasks": [{"id": "a", "type": "noop"}, {"id": "b", "type": "noop"}]}
 

@@ -9,6 +9,9 @@ import pytest
 
 from airig.common.protocol import GpuInfo
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 LLM, WHISPER = "qwen2.5:7b", "whisper-small.en"
 
 

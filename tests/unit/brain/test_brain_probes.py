@@ -13,6 +13,9 @@ from airig.brain.ops.probes import ServiceProbes, Target, parse_targets
 from airig.brain.service import Brain
 from airig.common.errors import ConfigError
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 OLLAMA = Target("ollama", "http://ollama:11434", on_gpu=True)
 COMFY = Target("comfyui", "http://comfyui:8188", on_gpu=True)
 WHISPER = Target("whisper", "http://whisper:8000", on_gpu=False)

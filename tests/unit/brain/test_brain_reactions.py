@@ -16,6 +16,9 @@ from airig.common import task_types
 from airig.common.protocol import CompleteRequest, FailRequest
 from airig.common.protocol import TaskState as S
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 T0 = 1000.0
 
 

@@ -20,6 +20,9 @@ from fastapi.testclient import TestClient
 from airig.brain.api.app import create_app
 from airig.brain.store import restored
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 ARCHIVE = "airig-backup-20261129-170000.tar.gz"
 LOGGER = "airig.brain.service"

@@ -16,6 +16,9 @@ from airig.brain.store import dialect, retention
 from airig.brain.store.events import EventLog, Outbox, record, rotate, rotated_files
 from airig.brain.store.results import task_dir
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 DAY = 86_400.0
 T0 = 1_000_000.0
 ADMIN = {"Authorization": "Bearer admin-secret-token"}

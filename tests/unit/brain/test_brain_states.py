@@ -10,6 +10,9 @@ from airig.brain.scheduling import reaper
 from airig.brain.store import states
 from airig.common.protocol import LeaseRef
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 T0 = 1000.0
 
 

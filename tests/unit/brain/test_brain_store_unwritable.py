@@ -25,6 +25,9 @@ from fastapi.testclient import TestClient
 from airig.brain.api.app import create_app
 from airig.brain.store import dialect, unwritable
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 # Big enough to need new pages of the store (a full one has none to give).

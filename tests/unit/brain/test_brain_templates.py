@@ -22,6 +22,9 @@ from airig.brain.api.fastpath import ExchangeFastPath
 from airig.brain.store import results
 from airig.common.protocol import TaskState as S
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 T0 = 1000.0
 MB = 1_000_000
 ADMIN = {"Authorization": "Bearer admin-secret-token"}

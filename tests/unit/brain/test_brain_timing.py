@@ -20,6 +20,9 @@ from airig.brain.store import events
 from airig.brain.store import plans as plan_store
 from airig.brain.store.events import Outbox
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 

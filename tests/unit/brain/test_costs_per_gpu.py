@@ -25,6 +25,9 @@ from airig.brain.scheduling.residency import (
 from airig.brain.scheduling.workers import WorkerView
 from airig.brain.store import workers
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 BIG, SMALL = "qwen2.5:14b", "qwen2.5:7b"
 FAST, SLOW = "Radeon RX 7900 XTX", "Radeon RX 6600"
 NOW = 100_000.0

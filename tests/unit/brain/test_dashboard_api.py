@@ -21,6 +21,9 @@ from airig.brain.store import queue as task_queue
 from airig.provision.cache import VerifyCache
 from airig.services import gate
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 REPO = Path(__file__).resolve().parents[3]

@@ -13,6 +13,9 @@ from fastapi.testclient import TestClient
 from airig.brain.api.app import create_app
 from airig.brain.api.routes import dashboard as routes_dashboard
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 REPO_JS = {p.name for p in routes_dashboard.STATIC.iterdir()}
 
 

@@ -8,6 +8,9 @@ from pydantic import ValidationError
 
 from airig.common.task_schemas import NAME_MAX, TranscribePayload, relative_data_path
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 
 @pytest.mark.parametrize(
     "value",

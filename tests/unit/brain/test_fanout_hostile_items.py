@@ -14,6 +14,9 @@ from airig.brain.plans.fanout import ItemError, glob_items, item_values, validat
 from airig.brain.plans.submit import insert_plan
 from airig.brain.plans.validate import Limits, PlanInvalid
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 TEMPLATE = [{"id": "a", "type": "noop", "payload": {"echo": "{{ item }}"}}]
 

@@ -30,6 +30,9 @@ from airig.brain.plans.validate import Limits, PlanInvalid
 from airig.brain.store import fanout, results
 from airig.common.protocol import CompleteRequest
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 MB = 1_000_000
 

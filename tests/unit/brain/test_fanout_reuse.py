@@ -20,6 +20,9 @@ from airig.brain.plans.validate import Limits, PlanInvalid
 from airig.brain.store import reuse as reuse_store
 from airig.common.protocol import CompleteRequest
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 
 

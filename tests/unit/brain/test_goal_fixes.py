@@ -14,6 +14,9 @@ from airig.launcher.cli.tasks import app
 from airig.launcher.lifecycle.up import planner_warning
 from airig.launcher.settings import load_settings
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 TOKEN = "admin-secret-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}

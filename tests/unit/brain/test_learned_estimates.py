@@ -23,6 +23,9 @@ from airig.brain.store import backups, workers
 from airig.brain.store import estimates as stored
 from airig.common.protocol import CompleteRequest, FailRequest
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 BIG, SMALL = "qwen2.5:14b", "qwen2.5:7b"
 GIB = 1024
 ADMIN = {"Authorization": "Bearer admin-secret-token"}

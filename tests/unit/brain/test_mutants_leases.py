@@ -18,6 +18,9 @@ from airig.brain.scheduling import reaper
 from airig.brain.store import payloads, states
 from airig.common.protocol import CompleteRequest, FailRequest
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 T0 = 1000.0
 WHISPER = "whisper-small.en"
 QWEN = "qwen2.5:7b"

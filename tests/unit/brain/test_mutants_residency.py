@@ -24,6 +24,9 @@ from airig.brain.scheduling.residency import (
     swap_fields,
 )
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 NOW = 100_000.0
 A, B, C = "model-a", "model-b", "model-c"  # no size in the name: 60 s guessed reload
 POLICY = ResidencyPolicy()  # the documented defaults: 60 s aging step, 900 s max wait

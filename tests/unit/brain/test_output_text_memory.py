@@ -34,6 +34,9 @@ from airig.brain.store import results
 from airig.common.jsonsafe_text import LARGE, MAX_STRINGS, OutputText, defer_large
 from airig.common.protocol import ExchangeRequest
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 MB = 1_000_000
 HEAD = b'{"reports": [{"action": "complete", "task_id": 7, "attempt": 1, "lease_id": "x", '
 

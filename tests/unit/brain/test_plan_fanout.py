@@ -16,6 +16,9 @@ from airig.brain.plans.validate import Limits, PlanInvalid
 from airig.brain.store import fanout
 from airig.brain.store.shell_inputs import substitute as shell_substitute
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 

@@ -21,6 +21,9 @@ from airig.brain.plans.submit import insert_plan
 from airig.brain.plans.validate import Limits
 from airig.common.write_paths import filled_problem, folder_problem
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 FOLDER = "outputs/video-notes/talks"
 NOTE = {"path": FOLDER + "/{{ item.stem }}.md", "kind": "pages", "pages": "x"}

@@ -23,6 +23,9 @@ from airig.brain.store.engines import open_store
 from airig.common.protocol import PlanErrorBody
 from airig.common.protocol import TaskState as S
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 T0 = 1000.0
 
 

@@ -28,6 +28,9 @@ from airig.brain.plans.parse import PlanSyntaxError, detect_format, parse_plan
 from airig.brain.plans.submit import body_hash
 from airig.brain.plans.validate import Limits, PlanInvalid
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 MB = 1_000_000
 ADMIN = {"Authorization": "Bearer admin-secret-token", "Content-Type": "application/json"}
 CAP = Limits(plan_max_tasks=1000)

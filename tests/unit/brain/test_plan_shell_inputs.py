@@ -13,6 +13,9 @@ from airig.executors.base import run_task
 from airig.executors.context import TaskError
 from airig.executors.shell import MAX_VARIABLE_BYTES
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 # Everything a shell would run if it were spliced into the command, in every quoting.
 HOSTILE = (
     "a  b * $(touch p1) `touch p2`; touch p3 ' ; touch p4 ; ' \" ; touch p5 ; \" \\ $HOME\n"

@@ -21,6 +21,9 @@ from airig.brain.plans import zim
 from airig.brain.plans.fanout import validate_with_fanout
 from airig.brain.plans.validate import Limits, PlanInvalid
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 VIDEO = ("videos/talk.webm", "A talk", "video/webm", b"\x1a\x45\xdf\xa3 not much of a video")
 ENTRIES = "inputs/wiki/.wiki.zim.entries"

@@ -8,11 +8,16 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from airig.brain.planner import catalogue
 from airig.common.spotlight import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
 from airig.common.task_schemas import PlanPayload
 from airig.executors.plan import build_messages
 from tests.unit.brain_helpers import claim, make_brain, submit
+
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
 
 NOW = 1000.0
 # What a model could read as a delimiter (spotlight's own rule, written out here so the

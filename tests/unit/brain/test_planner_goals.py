@@ -10,6 +10,9 @@ import pytest
 from airig.brain.planner import catalogue, goals
 from tests.unit.brain_helpers import claim, do, make_brain, noop, row, state_of, submit
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 NOW = 1000.0
 
 

@@ -9,6 +9,9 @@ import pytest
 from airig.brain.planner.grow import GrowthRefused, add_subtasks, subtask_key
 from tests.unit.brain_helpers import make_brain, noop, row, state_of, submit
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 
 def grow(brain, plan_id, parent_key, proposed, origin="plan", tainted=False, now=1001.0):
     def change(conn, outbox, _):

@@ -20,6 +20,9 @@ from airig.common.task_schemas import PlanPayload
 from airig.executors.plan import build_messages
 from tests.unit import brain_helpers as h
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 NOW = 1000.0
 DRAFT = {"name": "d", "tasks": [{"id": "x", "type": "shell", "payload": {"command": "id"}}]}
 SAFE_DRAFT = {"name": "d", "tasks": [{"id": "x", "type": "noop", "payload": {"echo": 1}}]}

@@ -19,6 +19,9 @@ from airig.brain.store import escalations, report
 from airig.brain.store.events import store_line
 from airig.common.protocol import CompleteRequest
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 DAY = report.DAY_S
 BASE = 20_000 * DAY  # 2024-10-04, a midnight UTC (a Friday)

@@ -21,6 +21,9 @@ from airig.brain.plans.validate import Limits, PlanInvalid, validate_plan
 from airig.brain.scheduling.workers import WorkerView
 from tests.unit import brain_helpers as h
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ON = {"AIRIG_ESCALATION": "on", "AIRIG_GATEWAY_TOKEN": "gateway-token-for-tests"}
 SMALL, LARGE = "qwen2.5:7b", "qwen2.5:14b"
 ADMIN = {"Authorization": "Bearer admin-secret-token"}

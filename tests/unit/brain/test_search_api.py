@@ -17,6 +17,9 @@ from airig.brain.api.app import create_app
 from airig.brain.api.routes import search as search_route
 from airig.brain.store import vectors
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 EMBED = "nomic-embed-text"
 RUNTIME = Path(__file__).resolve().parents[2] / "standins" / "ollama" / "runtime.py"

@@ -21,6 +21,9 @@ from airig.brain.api.fastpath import ExchangeFastPath
 from airig.brain.api.routes import search as search_route
 from airig.brain.store import vectors
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 BOOT = {"Authorization": "Bearer bootstrap-secret-token"}
 EMBED = "nomic-embed-text"

@@ -9,6 +9,9 @@ import pytest
 
 from airig.brain.store import vectors
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 EMBED = "nomic-embed-text"
 TRUSTED = vectors.Writer()  # an admin's plan (no owner recorded), a trusted rig
 UNTRUSTED = vectors.Writer(untrusted=True)

@@ -15,6 +15,9 @@ from airig.brain.api.app import create_app
 from airig.brain.api.routes.keyframes import pick, seconds
 from tests import image_samples as samples
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 FRAMES = [{"path": "outputs/frames/talk/0001.png", "t": 0.0},
           {"path": "outputs/frames/talk/0002.gif", "t": 90.0}]  # fmt: skip

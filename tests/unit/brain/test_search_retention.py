@@ -25,6 +25,9 @@ from support import NOBODY, unprivileged
 
 from airig.brain.store import retention, vectors
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 DAY = 86_400.0
 T0 = 1_000_000.0
 EMBED = "nomic-embed-text"

@@ -22,6 +22,9 @@ from airig.brain.store.db import Database
 from airig.brain.store.left_behind import PlansLeftBehind
 from airig.common.jsonlog import JsonFormatter
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 MIGRATE = "python start_services.py migrate-store"
 
 

@@ -17,6 +17,9 @@ from airig.brain.api.app import create_app
 from airig.brain.store import training
 from airig.brain.store.events import rotate
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ADMIN = {"Authorization": "Bearer admin-secret-token"}
 LLM = {"type": "llm", "model": "m"}
 KEYS = ("a", "b", "c", "d")

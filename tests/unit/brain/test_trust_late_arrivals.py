@@ -16,6 +16,9 @@ from airig.brain.escalation.sender import Sender
 from airig.brain.planner.grow import add_subtasks
 from tests.unit import brain_helpers as h
 
+# Its brains open their store through make_settings: the PostgreSQL pass runs it too.
+pytestmark = pytest.mark.store
+
 ON = {"AIRIG_ESCALATION": "on", "AIRIG_GATEWAY_TOKEN": "gateway-token-for-tests"}
 SECRET = "PASSWORD=hunter2-TOPSECRET"
 
