@@ -98,6 +98,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    if len(_spans.spans) > 1:  # lanes beside the rest: how long each took
+        terminalreporter.section("lanes (tests/e2e_lanes.py) and the rest")
+        for line in _spans.lines():
+            terminalreporter.line(line)
     disallowed = _disallowed()
     if disallowed:
         terminalreporter.section("skips no rule allows (AIRIG_STRICT_SKIPS=1)", red=True)
@@ -181,9 +185,47 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
 
 
 def _rest_finished(report: pytest.TestReport) -> None:
+    _spans.note(report)
     if _rest and report.when == "teardown":
         _rest.discard(report.nodeid)
         _rest_done_when_empty()
+
+
+class Spans:
+    """When each lane of kits and the rest of the tests ran (first setup to last teardown,
+    wall clock): printed at the end of a run, so the lanes can be balanced by what they
+    took on the machine that ran them, not by a guess."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, tuple[float, float, int]] = {}
+
+    def note(self, report: pytest.TestReport) -> None:
+        start, stop = getattr(report, "start", None), getattr(report, "stop", None)
+        if start is None or stop is None:
+            return
+        if report.nodeid.startswith(E2E):
+            from e2e_lanes import lane_for
+
+            name = f"lane {lane_for(report.nodeid).name}"
+        else:
+            name = "the rest"
+        first, last, count = self.spans.get(name, (start, stop, 0))
+        counted = count + (report.when == "call")
+        self.spans[name] = (min(first, start), max(last, stop), counted)
+
+    def lines(self) -> list[str]:
+        import time
+
+        def clock(at: float) -> str:
+            return time.strftime("%H:%M:%S", time.localtime(at))
+
+        return [
+            f"{name}: {clock(first)}-{clock(last)} ({(last - first) / 60:.1f} min, {count} tests)"
+            for name, (first, last, count) in sorted(self.spans.items())
+        ]
+
+
+_spans = Spans()
 
 
 def _rest_done_when_empty() -> None:

@@ -34,3 +34,36 @@ def test_a_parallel_run_touches_the_file_when_its_rest_is_done(tmp_path: Path) -
     assert child.returncode == 0, child.stdout + child.stderr
     assert ran.read_text() == "ran"  # the probe ran, and saw no file
     assert done.exists()
+
+
+def test_the_lanes_spans_are_from_first_setup_to_last_teardown() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "tests" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["root_conftest"] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["root_conftest"]
+    spans = module.Spans()
+
+    def report(nodeid: str, when: str, start: float, stop: float):  # noqa: ANN202
+        import pytest
+
+        return pytest.TestReport(nodeid, ("", 0, ""), {}, "passed", None, when, [],
+                                 start=start, stop=stop)  # fmt: skip
+
+    base = 1_700_000_000.0
+    tests = [(0, "tests/e2e/test_kit_watch.py::t"), (600, "tests/e2e/test_kit_pull.py::t"),
+             (5, "tests/unit/test_x.py::t")]  # fmt: skip
+    for at, nodeid in tests:
+        for offset, when in enumerate(("setup", "call", "teardown")):
+            spans.note(report(nodeid, when, base + at + offset * 10, base + at + offset * 10 + 9))
+    spans.note(report("tests/e2e/test_kit_watch.py::u", "call", base + 900, base + 960))
+    lines = spans.lines()
+    assert [line.split(":", 1)[0] for line in lines] == ["lane a", "lane b", "the rest"]
+    assert lines[0].endswith("(16.0 min, 2 tests)")  # 0 to 960 s, two calls
+    assert lines[1].endswith("(0.5 min, 1 tests)")  # 600 to 629 s
+    assert lines[2].endswith("(0.5 min, 1 tests)")
