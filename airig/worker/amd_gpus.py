@@ -13,7 +13,7 @@ list, empty when the machine has none), ``amdsmi_get_gpu_vram_usage(handle)`` (a
 (or a subclass) on failure, and a field the board does not report can read ``"N/A"``.
 
 The worker's GPU indexes are the host's (``WORKER_GPU``). A worker's container on an AMD
-host is given ``/dev/kfd`` and only its cards' render nodes (``launcher/compose/plan.py``,
+host is given ``/dev/kfd`` and only its cards' render nodes (``launcher/compose/gpu_workers.py``,
 ``_pin``), but the SMI tools read sysfs, which a container sees whole: ROCm's own reports
 (ROCm/ROCm-docker#49, ROCm/legacy-rocm-build#994) show rocm-smi listing every card of the
 host in such a container. So, as ``gpus.py`` does for NVML: as many cards listed as the

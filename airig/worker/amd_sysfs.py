@@ -13,7 +13,7 @@ position among the host's usable AMD cards (``airig/common/amd_sysfs.py``,
 ``amd_host_order``, the launcher's rule read from the same files). The worker does not
 know ``AIRIG_IGPU``; when the order with and without the integrated cards differ, the one
 whose render nodes for the owned indexes are in this container's ``/dev/dri`` (the
-launcher maps exactly those, ``compose/plan.py`` ``_pin``) is taken, and neither or both
+launcher maps exactly those, ``compose/gpu_workers.py`` ``_pin``) is taken, and neither or both
 is no reading. That check holds always: a card whose render node the container lacks is
 not this worker's (a CPU worker, a rig whose cards changed since ``up``).
 

@@ -1,11 +1,12 @@
 """Builds the kit's own image for the e2e tests, once, before their kits start.
 
-Each e2e kit's `up` would build it on first use (airig/launcher/lifecycle/up.py `_build`),
-and that build (about a minute of CPU) sat in the first e2e module's setup, on the run's
-critical path and once per lane of kits started together. Built here ahead of them
-(.ci/run in the background beside the unit tests, or the e2e fixture `test_images`), with
-the label `up` checks (`image_source.source_hash` of the same sources and build arguments
-the kits' `.env` gives): their `up` then finds it current and builds nothing.
+Each e2e kit's `up` would build it on first use (airig/launcher/lifecycle/builds.py,
+`ImageBuilds.kit_images`), and that build (about a minute of CPU) sat in the first e2e
+module's setup, on the run's critical path and once per lane of kits started together.
+Built here ahead of them (.ci/run in the background beside the unit tests, or the e2e
+fixture `test_images`), with the label `up` checks (`image_source.source_hash` of the
+same sources and build arguments the kits' `.env` gives): their `up` then finds it current
+and builds nothing.
 
 Usage: python3 tests/images/build_kit.py   (a no-op when the image is current)
 """

@@ -11,7 +11,8 @@ from typing import Any
 
 from airig.common.errors import DockerError, HardwareError
 from airig.launcher.compose.docker import Docker
-from airig.launcher.compose.plan import GpuSlot, amd_host_env, intel_host_env
+from airig.launcher.compose.gpu_workers import GpuSlot
+from airig.launcher.compose.plan import amd_host_env, intel_host_env
 from airig.launcher.gpu_info import GpuInfo
 from airig.launcher.hardware import HardwareReport, detect, kfd_visible, nvml_visible
 from airig.launcher.hardware.decide import decide_profile

@@ -35,16 +35,11 @@ from airig.launcher.compose.container import (
 )
 from airig.launcher.compose.docker import PROJECT_LABEL, Docker, engine_errors
 from airig.launcher.compose.plan import (
-    CUDA_BUILD_ARG,
     ESCALATION_PROFILE,
-    VULKAN_BUILD,
     ComposePlan,
     StackPlan,
     build_plan,
-    cuda_image,
-    cuda_workers,
     project_names,
-    vulkan_build,
 )
 from airig.launcher.compose.postgres import VOLUME as POSTGRES_VOLUME
 from airig.launcher.compose.pull import pull_missing
@@ -52,6 +47,7 @@ from airig.launcher.compose.stack_env import remove_written, stack_env_path, sta
 from airig.launcher.hardware.choice import Choice, choose_profile, probe_images
 from airig.launcher.images import ImageSelection, comfyui_flag_clash
 from airig.launcher.lifecycle.backup_archive import BackupError
+from airig.launcher.lifecycle.builds import ImageBuilds
 from airig.launcher.lifecycle.comfy_volumes import (
     COMPUTE_STACK,
     LEGACY_VOLUME,
@@ -59,7 +55,6 @@ from airig.launcher.lifecycle.comfy_volumes import (
     USER_VOLUMES,
 )
 from airig.launcher.lifecycle.comfy_volumes import prepare as prepare_comfyui
-from airig.launcher.lifecycle.image_source import image_hash, source_hash
 from airig.launcher.lifecycle.preflight import (
     Check,
     disk_check,
@@ -88,16 +83,6 @@ VOLUMES = {
     # moves them (comfy_volumes.py)
     "models": ["ollama-models", MODELS_VOLUME, LEGACY_VOLUME, "whisper-models"],
 }
-# The service whose build: makes the kit's image; a joined rig has no brain, and its
-# workers' build: is the same (the x-airig anchor).
-IMAGE_SERVICE = ("03-agents", "brain")
-# A failed build of the NVIDIA workers' image (03-agents/ocr-cuda.sh) and the way around it.
-CUDA_BUILD_HINT = (
-    "it downloads onnxruntime-gpu and NVIDIA's CUDA 12 / cuDNN 9 wheels from PyPI (or "
-    "AIRIG_PIP_INSTALL_ARGS' index): check the network and free disk, or set "
-    "AIRIG_OCR_CUDA=off in .env (NVIDIA workers then read OCR on the CPU)"
-)
-JOINED_IMAGE_SERVICE = "worker-cpu"
 # The escalation gateway's service in 03-agents (profile `escalation`).
 GATEWAY_SERVICE = "gateway"
 # 02-compute's init containers, whose JSON lines become the progress bars
@@ -162,7 +147,7 @@ class Launcher:
         if not dry_run and _vulkan_unbuilt(choice):
             # Ollama's Vulkan image is judged by what Vulkan sees inside it: build it now,
             # then probe (hardware/vulkan.py) before anything is written or started
-            self._build_vulkan(choice)
+            self.builds().vulkan(choice)
             choice = choose_profile(self.settings, self.docker, strict=True)
         self._say_profile(choice)
         # .airig/images.lock: start the digests that ran before, not what a tag names now
@@ -272,23 +257,6 @@ class Launcher:
         self._load_retried = True
         return self.up(dry_run, reprove)
 
-    def _build_vulkan(self, choice: Choice) -> None:
-        vulkan = vulkan_build(self.settings, choice.profile, choice.images)
-        if vulkan is None:
-            return
-        if not self.docker.has_image(vulkan.base):
-            self.console.print(f"[bold]Pulling[/] {escape(vulkan.base)} (Ollama's Vulkan base) …")
-            self.docker.pull_image(vulkan.base)
-        self.console.print(
-            f"[bold]Building[/] {escape(vulkan.image)} (Ollama with Mesa's Vulkan) …"
-        )
-        context = self.settings.root / COMPUTE_STACK / VULKAN_BUILD
-        hint = (
-            f"check this machine reaches Ubuntu's package archive ({context.name}/Dockerfile "
-            "installs Mesa from it), or set OLLAMA_BACKEND=cpu in .env"
-        )
-        self.docker.build_image(context, vulkan.image, {"OLLAMA_BASE": vulkan.base}, hint)
-
     def _retire_gateway(self, plan: ComposePlan) -> None:
         """With AIRIG_ESCALATION=off, stop a gateway an earlier `up` started. Compose leaves
         running a service whose profile is no longer active (`--remove-orphans` only removes
@@ -308,41 +276,13 @@ class Launcher:
                     continue  # removed since it was listed: nothing left to stop
             self.console.print("Stopped the escalation gateway (AIRIG_ESCALATION is off).")
 
-    def _build(self, plan: ComposePlan) -> None:
-        args = {
-            "AIRIG_BASE_IMAGE": self.settings.base_image,
-            "AIRIG_PIP_INSTALL_ARGS": self.settings.pip_install_args,
-        }
-        self._build_image(plan, self.settings.image, _image_service(plan), args, "the kit's image")
-        workers = cuda_workers(plan)
-        if not workers:  # not gpu-nvidia, no NVIDIA card, or AIRIG_OCR_CUDA=off
-            return
-        # The NVIDIA workers' image: the same sources, OCR_CUDA=1 (its own hash, so either
-        # image is rebuilt only when its own inputs change). A failure stops `up` here,
-        # before any stack starts, with the way to run without it.
-        self._build_image(
-            plan, cuda_image(self.settings.image), workers[0],
-            {**args, CUDA_BUILD_ARG: "1"}, "the NVIDIA workers' image", CUDA_BUILD_HINT,
-        )  # fmt: skip
+    def builds(self) -> ImageBuilds:
+        """The image builds of this `up` (builds.py), through this launcher's adapter."""
+        return ImageBuilds(self.settings, self.docker, self.console)
 
-    def _build_image(
-        self, plan: ComposePlan, image: str, service: str, args: dict[str, str], what: str,
-        hint: str = "",
-    ) -> None:  # fmt: skip
-        """Build ``service``'s image unless the engine has it with these inputs' hash;
-        ``hint``: the fix a failed build is said with (else Compose's)."""
-        wanted = source_hash(self.settings.root, args)
-        with engine_errors(f"inspecting the image {image}"):
-            built = image_hash(self.docker.sdk(), image)
-        if built == wanted:
-            return
-        self.console.print(f"[bold]Building[/] {what} {escape(image)} …")
-        try:
-            self.docker.build(
-                plan.stack(IMAGE_SERVICE[0]), [service], {"AIRIG_SOURCE_HASH": wanted}
-            )
-        except DockerError as exc:
-            raise DockerError(exc.message, hint or exc.hint) from None
+    def _build(self, plan: ComposePlan) -> None:
+        # one seam for `start`: tests that start stacks without an engine replace it
+        self.builds().kit_images(plan)
 
     def commands(self, plan: ComposePlan) -> list[str]:
         """The exact commands `up` runs, in order (for --dry-run)."""
@@ -353,32 +293,7 @@ class Launcher:
         for stack in plan.stacks:  # launcher/compose/pull.py: which services, from compose config
             pull = self.docker.command(stack, "pull", "--policy", "missing", "SERVICE")
             lines.append(f"{pull}   # per image it runs that the engine lacks, one at a time")
-        build = plan.stack(IMAGE_SERVICE[0])
-        lines.append(
-            self.docker.command(
-                build,
-                "build",
-                "--quiet",
-                "--build-arg",
-                "AIRIG_SOURCE_HASH=<hash>",
-                _image_service(plan),
-            )
-            + "   # only when the sources changed"
-        )
-        workers = cuda_workers(plan)
-        if workers:  # one build serves every NVIDIA worker: they share the image
-            lines.append(
-                self.docker.command(
-                    build,
-                    "build",
-                    "--quiet",
-                    "--build-arg",
-                    "AIRIG_SOURCE_HASH=<hash>",
-                    workers[0],
-                )
-                + f"   # {cuda_image(self.settings.image)}, the NVIDIA workers' "
-                f"({CUDA_BUILD_ARG}=1), only when the sources changed"
-            )
+        lines += self.builds().commands(plan)
         for stack in plan.stacks:
             lines.append(
                 self.docker.command(
@@ -693,10 +608,6 @@ def image_lines(images: ImageSelection) -> list[str]:
 def host_port(mapping: str) -> int:
     """The host side of a published port, ``IP:PORT->PORT/PROTO`` (IPv6: ``:::PORT->…``)."""
     return int(mapping.partition("->")[0].rpartition(":")[2])
-
-
-def _image_service(plan: ComposePlan) -> str:
-    return JOINED_IMAGE_SERVICE if plan.join_brain_url else IMAGE_SERVICE[1]
 
 
 def _all_healthy(services: list[ContainerState]) -> bool:

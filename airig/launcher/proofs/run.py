@@ -28,7 +28,7 @@ MAX_OUTPUT = 256 * 1024  # bytes of log read back: a chatty image cannot fill th
 
 
 def run_options(gpu: GpuInfo, gids: tuple[int, ...] = ()) -> dict[str, Any]:
-    """The devices Compose gives a service pinned to ``gpu`` (plan.py ``_pin``): NVIDIA
+    """The devices Compose gives a service pinned to ``gpu`` (gpu_workers.py ``_pin``): NVIDIA
     by device id through the nvidia driver; AMD /dev/kfd and the card's render node;
     Intel the render node; with the groups that own them."""
     if gpu.vendor == "nvidia":

@@ -6,12 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airig.launcher.compose.gpu_workers import GpuSlot, amd_group_add
 from airig.launcher.compose.plan import (
     AMD_COMPUTE_SERVICES,
-    GpuSlot,
     StackPlan,
     amd_compute_overlay,
-    amd_group_add,
     amd_host_env,
     build_plan,
     plan_for_running,

@@ -17,7 +17,7 @@ from hardware_fakes import (
     rtx3060,
 )
 
-from airig.launcher.compose.plan import amd_group_add
+from airig.launcher.compose.gpu_workers import amd_group_add
 from airig.launcher.hardware import HardwareReport, decide_profile, detect
 from airig.launcher.hardware.choice import detected_env, gpu_slots
 from airig.launcher.hardware.decide import DOCKER_FIX, ROCM_FIX, TOOLKIT_FIX, ProfileDecision

@@ -27,21 +27,19 @@ from test_postgres_kit import config, needs_compose
 
 import airig.launcher.hardware.choice
 from airig.common.errors import DockerError, HardwareError
+from airig.launcher.compose.gpu_workers import CUDA_BUILD_ARG, CUDA_IMAGE, GpuSlot, cuda_image
 from airig.launcher.compose.plan import (
-    CUDA_BUILD_ARG,
-    CUDA_IMAGE,
     HOST_ENV,
-    GpuSlot,
     amd_host_env,
     build_plan,
-    cuda_image,
     cuda_workers,
     intel_host_env,
 )
 from airig.launcher.hardware import detect
 from airig.launcher.hardware.decide import TOOLKIT_FIX
+from airig.launcher.lifecycle.builds import CUDA_BUILD_HINT
 from airig.launcher.lifecycle.image_source import INPUTS, LABEL, source_hash
-from airig.launcher.lifecycle.up import CUDA_BUILD_HINT, Launcher
+from airig.launcher.lifecycle.up import Launcher
 from airig.launcher.settings import PROFILES, load_settings
 
 DOCKERFILE = ROOT / "03-agents" / "Dockerfile"

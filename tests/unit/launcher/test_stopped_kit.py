@@ -10,14 +10,8 @@ from pathlib import Path
 from support import write_env
 
 from airig.launcher.compose import plan as plans
-from airig.launcher.compose.plan import (
-    GpuSlot,
-    VulkanBuild,
-    build_plan,
-    gpu_workers_overlay,
-    plan_for_running,
-    vulkan_compute_overlay,
-)
+from airig.launcher.compose.gpu_workers import GpuSlot, VulkanBuild, gpu_workers_overlay
+from airig.launcher.compose.plan import build_plan, plan_for_running, vulkan_compute_overlay
 from airig.launcher.lifecycle.up import Launcher
 from airig.launcher.settings import STACKS, load_settings
 

@@ -69,13 +69,13 @@ def engine_facts(
     return collect._facts(stack, container, docker, 3600)  # type: ignore[arg-type]
 
 
-# ollama-gpu0 on an Intel or AMD card through Vulkan (plan.py _gpu_ollama with a VulkanBuild)
+# ollama-gpu0 on an Intel or AMD card through Vulkan (gpu_workers.py _gpu_ollama with a VulkanBuild)
 VULKAN_OLLAMA = engine_facts(
     "ollama-gpu0", "airig/ollama-vulkan:0.20.6",
     [*OLLAMA_KIT_ENV, "OLLAMA_VULKAN=1", *OLLAMA_IMAGE_ENV],
     devices=[device("/dev/dri/renderD128")],
 )  # fmt: skip
-# the same slot on an NVIDIA card (plan.py _pin: device_ids)
+# the same slot on an NVIDIA card (gpu_workers.py _pin: device_ids)
 CUDA_OLLAMA = engine_facts(
     "ollama-gpu0", "ollama/ollama:0.20.6", [*OLLAMA_KIT_ENV, *OLLAMA_IMAGE_ENV],
     requests=[nvidia(["0"])],

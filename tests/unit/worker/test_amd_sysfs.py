@@ -69,7 +69,8 @@ class AmdHost(FakeHost):
         return self.sys / "bus" / "pci" / "devices" / address
 
     def container(self, *minors: int) -> Path:
-        """A worker container's /dev: /dev/kfd and only its render nodes (plan.py ``_pin``)."""
+        """A worker container's /dev: /dev/kfd and only its render nodes
+        (compose/gpu_workers.py ``_pin``)."""
         dev = self.sys.parent / f"dev-{'-'.join(map(str, minors)) or 'cpu'}"
         (dev / "dri").mkdir(parents=True, exist_ok=True)
         (dev / "kfd").touch()
