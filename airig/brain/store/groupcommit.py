@@ -86,8 +86,10 @@ class Pending:
     outbox: Outbox = field(default_factory=Outbox)
     result: Any = None
     error: BaseException | None = None
-    taken: bool = False  # in a leader's batch
     done: bool = False
+    # Set once: its batch is done, or it leads ``batch`` (handed over by the last leader).
+    wake: threading.Event = field(default_factory=threading.Event)
+    batch: list[Pending] | None = None
     statements_s: float = 0.0  # its own change, inside the batch's transaction
     commit_s: float = 0.0  # the batch's COMMIT
 
@@ -112,7 +114,7 @@ class _Lane:
 class GroupCommit:
     def __init__(self, db: Database, publish: Callable[[Outbox], None]) -> None:
         self.db, self.publish = db, publish
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # the lanes' queues and leaders
         self._exclusive = _Lane(1)
         # SQLite: one lane for every write. PostgreSQL: the shared writes a lane of their
         # own, as many leaders as the store has writers for them (pg_writers.py).
@@ -143,25 +145,31 @@ class GroupCommit:
     def _run(self, change: Change, shared: bool) -> Pending:
         item = Pending(change, shared)
         lane = self._shared if shared else self._exclusive
-        with self._cond:
+        with self._lock:
             lane.queue.append(item)
-            while not item.taken and lane.leaders >= lane.limit:
-                self._cond.wait()
-            if item.taken:  # another leader runs it
-                while not item.done:
-                    self._cond.wait()
-                return item
-            lane.leaders += 1
-            batch, lane.queue = lane.queue, []
-            for queued in batch:
-                queued.taken = True
+            if lane.leaders < lane.limit:
+                lane.leaders += 1
+                item.batch, lane.queue = lane.queue, []
+        if item.batch is None:
+            item.wake.wait()  # one wake-up per write, never one per batch for every writer
+        if item.batch is not None:
+            self._lead(lane, item.batch)
+        return item
+
+    def _lead(self, lane: _Lane, batch: list[Pending]) -> None:
+        """Commit ``batch``, then hand the writes queued meanwhile to the first of them,
+        who leads them as the next batch (or give the lane's place back: none queued)."""
         try:
             self._commit(batch)
         finally:
-            with self._cond:
-                lane.leaders -= 1
-                self._cond.notify_all()
-        return item
+            with self._lock:
+                following = lane.queue[0] if lane.queue else None
+                if following is not None:
+                    following.batch, lane.queue = lane.queue, []
+                else:
+                    lane.leaders -= 1
+            if following is not None:
+                following.wake.set()
 
     def _commit(self, batch: list[Pending]) -> None:
         tries = 0
@@ -189,6 +197,7 @@ class GroupCommit:
                 if item.error is None:
                     after_commit(self.publish, item.outbox)
                 item.done = True
+                item.wake.set()
 
     def _transaction(self, batch: list[Pending]) -> BaseException | None:
         """The batch in one transaction. When its commit fails, each write gets its error
