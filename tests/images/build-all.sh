@@ -27,12 +27,19 @@ lock="${TMPDIR:-/tmp}/airig-test-images.lock"
 exec 9<"$lock"   # read-only, as the fixture opens it: any user may lock it
 flock 9
 
+timed() {  # run the command; then say when it ended and what it took (the run's critical path)
+  local began=$SECONDS rc=0
+  bash -c "$1" || rc=$?
+  echo "  (ended $(date +%T), $((SECONDS - began)) s)"
+  return $rc
+}
+
 side_by_side() {  # run the commands at once; fail when any fails, with every output
   local cmd rc=0 pid
   local -a logs=() pids=()
   for cmd in "$@"; do
     logs+=("$(mktemp)")
-    bash -c "$cmd" >"${logs[-1]}" 2>&1 &
+    timed "$cmd" >"${logs[-1]}" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
@@ -42,7 +49,7 @@ side_by_side() {  # run the commands at once; fail when any fails, with every ou
 
 side_by_side "bash '$here/build-base.sh'" "bash '$here/build-vulkan.sh'"
 [ "$only" = 0 ] || exit 0
-bash "$here/wheelhouse.sh"
+timed "bash '$here/wheelhouse.sh'"
 # Three at once: the stand-ins (small COPY builds that wait on the engine's layer commits),
 # PostgreSQL's (apt-get from Debian's archive) and the kit's own (pip from the wheelhouse).
 # On a fresh machine the PostgreSQL image after the stand-ins was the images' critical
@@ -50,4 +57,4 @@ bash "$here/wheelhouse.sh"
 # before), and every e2e lane waits for all of them (benchmarks/README.md, the suite).
 side_by_side "bash '$here/../standins/build.sh' ${force[*]:-}" \
   "bash '$here/build-postgres.sh' ${force[*]:-}" "python3 '$here/build_kit.py'"
-bash "$here/registry.sh" push
+timed "bash '$here/registry.sh' push"
