@@ -1,14 +1,16 @@
 """The AMD cards of a host in the order the launcher numbers them, read from sysfs alone.
 
 Shared by both sides so they agree on what "GPU 1" is: the launcher's detection
-(``launcher/hardware``: ``pci.py``, ``amd.py``, ``choice.gpu_slots``) gives each usable
-AMD card a host index, its position among them, and the worker (``worker/amd_sysfs.py``)
-reads the VRAM of the cards its ``WORKER_GPU`` indexes name. The rule, as the launcher
-applies it: display-class (0x03) PCI functions of vendor 0x1002 in PCI address order,
-each kept only when the KFD topology lists it with a render node (``report.kfd_visible``),
-an integrated one (an APU: KFD node with CPU cores, or amdgpu's ``mem_info_vram_total`` at
-most 2 GiB) only with ``AIRIG_IGPU=on``. ``tests/unit/worker/test_amd_sysfs.py`` runs the
-launcher's detection and this on the same fake trees.
+(``launcher/hardware``: ``pci.py``, ``amd.py``) gives each usable AMD card a host index,
+its position among them (``choice.gpu_slots``), and the worker (``worker/amd_sysfs.py``)
+reads the VRAM of the cards its ``WORKER_GPU`` indexes name. The rule is ``host_order``,
+the one function both call (the launcher on its detected cards, ``choice.profile_gpus``;
+``amd_host_order`` on what it reads here): display-class (0x03) PCI functions of vendor
+0x1002 in PCI address order, each kept only when the KFD topology lists it with a render
+node, an integrated one (an APU: KFD node with CPU cores, or amdgpu's
+``mem_info_vram_total`` at most 2 GiB) only with ``AIRIG_IGPU=on``.
+``tests/unit/worker/test_amd_sysfs.py`` runs the launcher's detection and this on the
+same fake trees.
 
 Everything here reads sysfs only (no ROCm user space): files that are missing, not
 numbers, links that loop, all read as "unknown", never raise.
@@ -17,8 +19,10 @@ numbers, links that loop, all read as "unknown", never raise.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 AMD_VENDOR = 0x1002
 DISPLAY_CLASS = 0x03
@@ -46,8 +50,40 @@ class AmdCard:
     integrated: bool
 
 
+class AmdCandidate(Protocol):
+    """What the rule reads of one AMD card: the launcher's ``GpuInfo`` has both, as does
+    ``_Found`` here."""
+
+    @property
+    def render_node(self) -> str | None: ...
+
+    @property
+    def integrated(self) -> bool: ...
+
+
+CardT = TypeVar("CardT", bound=AmdCandidate)
+
+
+def host_order(cards: Iterable[CardT], igpu: bool) -> list[CardT]:
+    """The rule both sides number AMD cards by. ``cards``: the host's AMD cards in PCI
+    address order; kept: those the KFD topology gives a render node (one it does not list
+    is bound to vfio-pci, or its amdgpu failed: guessing a node would map another card),
+    an integrated one only with ``igpu`` (AIRIG_IGPU=on). A card's host index is its
+    position in the result."""
+    return [c for c in cards if c.render_node is not None and (igpu or not c.integrated)]
+
+
+@dataclass(frozen=True)
+class _Found:
+    """One AMD display function as sysfs shows it, before the rule."""
+
+    pci_address: str
+    render_node: str | None  # None: the KFD topology does not list it
+    integrated: bool
+
+
 def amd_host_order(sysfs_root: Path, igpu: bool) -> list[AmdCard]:
-    """The host's usable AMD cards, in the launcher's host-index order (module docstring).
+    """The host's usable AMD cards, in the launcher's host-index order (``host_order``).
     KFD nodes with no PCI entry, which the launcher numbers after these, are left out: they
     have no sysfs files to read."""
     devices_dir = Path(sysfs_root) / "bus" / "pci" / "devices"
@@ -56,7 +92,7 @@ def amd_host_order(sysfs_root: Path, igpu: bool) -> list[AmdCard]:
         entries = sorted(devices_dir.iterdir())
     except OSError:
         return []
-    cards = []
+    found = []
     for device_dir in entries:
         class_code = read_hex(device_dir / "class")
         if class_code is None or class_code >> 16 != DISPLAY_CLASS:
@@ -65,14 +101,15 @@ def amd_host_order(sysfs_root: Path, igpu: bool) -> list[AmdCard]:
             continue
         address = normalize_address(device_dir.name)
         node = nodes.get(address)
-        if node is None or node.render_node is None:
-            continue
         total = read_int(device_dir / "mem_info_vram_total")
-        integrated = node.is_apu or (total is not None and total <= APU_VRAM_LIMIT)
-        if integrated and not igpu:
-            continue
-        cards.append(AmdCard(address, node.render_node, integrated))
-    return cards
+        apu = node is not None and node.is_apu
+        integrated = apu or (total is not None and total <= APU_VRAM_LIMIT)
+        found.append(_Found(address, node.render_node if node else None, integrated))
+    return [
+        AmdCard(card.pci_address, card.render_node, card.integrated)
+        for card in host_order(found, igpu)
+        if card.render_node is not None  # host_order kept only these; said for the type
+    ]
 
 
 def read_kfd_nodes(sysfs_root: Path) -> list[KfdNode]:

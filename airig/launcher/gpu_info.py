@@ -28,5 +28,11 @@ class GpuInfo:
     gfx_target: str | None = None
     render_node: str | None = None
 
+    @property
+    def integrated(self) -> bool:
+        """Memory shared with the host (an APU, an Intel GPU on the root bus): such a GPU
+        does work only with AIRIG_IGPU=on (``amd_sysfs.host_order``, ``profile_gpus``)."""
+        return self.kind == "integrated"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from airig.common import amd_sysfs
 from airig.common.errors import DockerError, HardwareError
 from airig.launcher.compose.docker import Docker
 from airig.launcher.compose.gpu_workers import GpuSlot
 from airig.launcher.compose.plan import amd_host_env, intel_host_env
 from airig.launcher.gpu_info import GpuInfo
-from airig.launcher.hardware import HardwareReport, detect, kfd_visible, nvml_visible
+from airig.launcher.hardware import HardwareReport, detect, nvml_visible
 from airig.launcher.hardware.decide import decide_profile
 from airig.launcher.hardware.intel import intel_usable
 from airig.launcher.hardware.vulkan import VulkanProbe, run_probe
@@ -164,13 +165,16 @@ def profile_gpus(report: HardwareReport, profile: str, igpu: bool = False) -> li
     """The GPUs of the profile's vendor that its containers can use: discrete ones, and
     integrated ones when the user allows it (``igpu``)."""
     vendor = VENDOR_OF.get(profile)
+    if vendor == "amd":
+        # the rule the worker finds its cards by (airig/common/amd_sysfs.py): one rule, so
+        # the card `gpu_slots` numbers 1 is the one the worker reads as GPU 1
+        return amd_sysfs.host_order(report.gpus_of("amd"), igpu)
     return [
         g
         for g in report.gpus
         if g.vendor == vendor
-        and (g.kind != "integrated" or igpu)
+        and (not g.integrated or igpu)
         and nvml_visible(g)
-        and kfd_visible(g)
         and (vendor != "intel" or intel_usable(g, report.intel))
     ]
 
@@ -191,6 +195,7 @@ def gpu_slots(report: HardwareReport, profile: str, igpu: bool = False) -> list[
     chosen = profile_gpus(report, profile, igpu)
     slots = []
     for position, gpu in enumerate(chosen):
+        # NVIDIA: NVML's index; AMD and Intel: the position (AMD's: amd_sysfs.host_order)
         index = gpu.index if gpu.index is not None else position
         # KFD names the node ("renderD128"); compose maps a device path.
         node = f"/dev/dri/{gpu.render_node}" if gpu.render_node else ""

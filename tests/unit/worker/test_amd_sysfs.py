@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hardware_fakes import GIB, FakeDocker, FakeHost, FakeNvml
 
+from airig.common import amd_sysfs as shared_rule
 from airig.common.protocol import Assignment, CompleteRequest
 from airig.executors.context import ExecContext, ExecResult
 from airig.launcher.hardware import detect
@@ -107,8 +108,24 @@ def launcher_slots(host: AmdHost, igpu: bool) -> list[tuple[int, str]]:
     return [(s.index, s.render_node) for s in gpu_slots(report, "gpu-amd", igpu)]
 
 
+def spy_rule(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Who applies the shared numbering rule (``airig.common.amd_sysfs.host_order``): per
+    call, the type of the cards it numbered (the launcher's ``GpuInfo``, the worker's
+    sysfs reading ``_Found``)."""
+    calls: list[str] = []
+    rule = shared_rule.host_order
+
+    def spied(cards, igpu):
+        cards = list(cards)
+        calls.append(type(cards[0]).__name__ if cards else "")
+        return rule(cards, igpu)
+
+    monkeypatch.setattr(shared_rule, "host_order", spied)
+    return calls
+
+
 @pytest.mark.parametrize("igpu", [False, True])
-def test_the_worker_and_the_launcher_number_the_cards_alike(host, igpu):
+def test_the_worker_and_the_launcher_number_the_cards_alike(host, igpu, monkeypatch):
     # PCI order differs from render-minor and cardN order; an APU first, a card amdgpu
     # bound without a KFD node (the launcher skips it), an NVIDIA and an Intel card between
     host.amd(0x0C, 8 * GIB, 1 * GIB, 131)
@@ -122,7 +139,9 @@ def test_the_worker_and_the_launcher_number_the_cards_alike(host, igpu):
     host.amd(0x0B, 20 * GIB, 4 * GIB, 132)
     host.amd_nodes(render=("renderD128", "renderD129", "renderD130", "renderD131",
                            "renderD132", "renderD133", "renderD140"))  # fmt: skip
+    calls = spy_rule(monkeypatch)
     slots = launcher_slots(host, igpu)
+    assert calls == ["GpuInfo"]  # the launcher numbered its detected cards by the rule
     assert len(slots) == (4 if igpu else 3)
     used_mb = {"/dev/dri/renderD129": 256, "/dev/dri/renderD130": 2048,
                "/dev/dri/renderD131": 1024, "/dev/dri/renderD132": 4096}  # fmt: skip
@@ -130,6 +149,19 @@ def test_the_worker_and_the_launcher_number_the_cards_alike(host, igpu):
         minor = int(node.removeprefix("/dev/dri/renderD"))
         [(got, _, total, free)] = host.read([index], minor)
         assert (got, total - free) == (index, used_mb[node])
+    assert set(calls[1:]) == {"_Found"}  # and the worker its sysfs reading, by the same
+
+
+def test_a_changed_rule_renumbers_the_launcher_and_the_worker_alike(host, monkeypatch):
+    """The launcher keeps no numbering of its own: with the shared rule reversed its GPU 0
+    is the second card, and the worker given that card reads it as GPU 0."""
+    host.amd(0x03, 16 * GIB, 1 * GIB, 128).amd(0x0A, 24 * GIB, 5 * GIB, 129)
+    host.amd_nodes(render=("renderD128", "renderD129"))
+    assert launcher_slots(host, False) == [(0, "/dev/dri/renderD128"), (1, "/dev/dri/renderD129")]
+    rule = shared_rule.host_order
+    monkeypatch.setattr(shared_rule, "host_order", lambda cards, igpu: rule(cards, igpu)[::-1])
+    assert launcher_slots(host, False) == [(0, "/dev/dri/renderD129"), (1, "/dev/dri/renderD128")]
+    assert host.read([0], 129) == [(0, "AMD GPU 0x744c", 24576, 24576 - 5120)]
 
 
 def test_with_an_apu_beside_a_card_the_containers_render_node_decides(host):
