@@ -233,6 +233,18 @@ def _rest_done_when_empty() -> None:
         Path(os.environ["AIRIG_CI_REST_DONE"]).touch()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The e2e modules that start no kit first among the e2e tests (``e2e_lanes.EARLY``),
+    in the e2e tests' own places in the run: every other test keeps its place."""
+    from e2e_lanes import early_first
+
+    places = [index for index, item in enumerate(items) if item.nodeid.startswith(E2E)]
+    e2e = [items[index] for index in places]
+    order = early_first([item.nodeid for item in e2e])
+    for place, index in zip(places, order, strict=True):
+        items[place] = e2e[index]
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test on the real engine lives in tests/e2e/: the folder xdist runs on one worker."""
     if item.get_closest_marker("docker") and not item.nodeid.startswith(E2E):

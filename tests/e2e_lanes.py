@@ -89,6 +89,23 @@ MODULE_LANE = {
 }
 
 
+# Modules that start no kit: they need the base, Vulkan and stand-in images only
+# (tests/e2e/conftest.py `early_images`), which a fresh machine has minutes before the
+# kit's own image. They run first in their lane (tests/conftest.py orders them), while the
+# kits' modules of both lanes still wait for that image.
+EARLY = ("test_kit_gpu_proofs.py", "test_kit_vulkan_probe.py", "test_standin_images.py")
+
+
+def early_first(nodeids: list[str]) -> list[int]:
+    """The order to run the e2e node ids in: those of ``EARLY`` modules first, each group
+    in its own order (the indices into ``nodeids``)."""
+
+    def late(index: int) -> bool:
+        return Path(nodeids[index].split("::", 1)[0]).name not in EARLY
+
+    return sorted(range(len(nodeids)), key=late)
+
+
 def lane_for(module: str | Path) -> Lane:
     """The lane of the e2e module at ``module`` (a path or node id)."""
     name = Path(str(module).split("::", 1)[0]).name

@@ -91,6 +91,14 @@ def test_images() -> None:
     _run_script("tests/images/build-all.sh")
 
 
+@pytest.fixture(scope="session")
+def early_images() -> None:
+    """The base, Vulkan and stand-in images only (``build-all.sh --early``): the e2e modules
+    that start no kit (``e2e_lanes.EARLY``) wait for these and not for the kit's own image,
+    so they run first in their lane while it builds."""
+    _run_script("tests/images/build-all.sh", "--early")
+
+
 def registry() -> str:
     """The test registry's address as this lane names it (127.0.0.1:PORT or
     localhost:PORT: one registry), started if it is not running."""

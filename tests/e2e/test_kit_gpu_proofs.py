@@ -22,7 +22,8 @@ from airig.launcher.proofs.judge import FAILED, PASSED, TIMEOUT, judge
 from airig.launcher.proofs.run import run_options, run_proof
 from airig.launcher.proofs.scripts import spec_for
 
-pytestmark = pytest.mark.docker
+# its images, not the kit's own: first in its lane (e2e_lanes.EARLY)
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("early_images")]
 
 BASE = os.environ.get("AIRIG_TEST_BASE_IMAGE", "airig-test/base:bookworm")
 IMAGE = "airig-test/proof:test"

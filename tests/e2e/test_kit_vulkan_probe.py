@@ -23,7 +23,8 @@ from airig.launcher.hardware.choice import select_images, vulkan_settled
 from airig.launcher.hardware.vulkan import run_probe
 from airig.launcher.settings import load_settings
 
-pytestmark = pytest.mark.docker
+# its images, not the kit's own: first in its lane (e2e_lanes.EARLY)
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("early_images")]
 
 IMAGE = os.environ.get("AIRIG_TEST_VULKAN_IMAGE", "airig-test/vulkan:bookworm")
 AMD, RX580, GFX803 = 0x1002, 0x67DF, 80003

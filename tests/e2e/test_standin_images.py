@@ -12,7 +12,8 @@ import time
 import pytest
 from standins import conftest_helpers as helpers
 
-pytestmark = pytest.mark.docker
+# its images, not the kit's own: first in its lane (e2e_lanes.EARLY)
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("early_images")]
 
 
 def test_ollama_image_answers_ollama_list_inside_the_container():

@@ -83,7 +83,7 @@ def test_an_unknown_option_is_one_line_and_a_fix(tree, option):
 def run_tail(tree: Path, main_rc: int, images_rc: int, lint_rc: int, lower_rc: int,
              pg_rc: int):  # fmt: skip
     """`.ci/run` from its pytest step on, with its real background-job functions: python3
-    exits `main_rc`, and the jobs started before it (debootstrap, images, lint, and the two
+    exits `main_rc`, and the jobs started before it (the early images, images, lint, and the two
     repeated passes, which wait for pytest's rest as the real ones do) print a line and
     exit with theirs."""
     script = (ROOT / ".ci" / "run").read_text()
@@ -92,7 +92,7 @@ def run_tail(tree: Path, main_rc: int, images_rc: int, lint_rc: int, lower_rc: i
     stand_in(tree / "tools" / "python3", f'echo "python3 $*" >>"$CALLS"; exit {main_rc}')
     rest_done = tree / "rest-done"
     started = ""
-    for name, rc in [("debootstrap", 0), ("images", images_rc), ("lint", lint_rc),
+    for name, rc in [("early", 0), ("images", images_rc), ("lint", lint_rc),
                      ("lower", lower_rc), ("pg", pg_rc)]:  # fmt: skip
         body = f'echo "{name} log"; sleep 0.2; exit {rc}'
         if name in ("lower", "pg"):
@@ -128,7 +128,7 @@ def test_ci_fails_when_a_background_job_fails(tree, main_rc, images_rc, lint_rc,
     # pytest's end touches the file the repeated passes wait for, however it ended
     assert sorted(ran[1:]) == ["lower after the rest", "pg after the rest"]
     assert not (tree / "rest-done").exists()  # removed once the passes are done
-    for name in ("debootstrap", "images", "lint", "lower", "pg"):
+    for name in ("early", "images", "lint", "lower", "pg"):
         assert f"{name} log" in done.stdout  # what each background job printed is shown
     assert ("error: python -m pytest failed" in done.stdout) == bool(main_rc)
     assert ("error: building the test images failed" in done.stdout) == bool(images_rc)
