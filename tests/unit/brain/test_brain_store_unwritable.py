@@ -7,8 +7,9 @@ The store is made full and read-only at its write connection, with SQLite's own 
 ``max_page_count`` (SQLITE_FULL, the transaction rolled back by SQLite as on a full disk)
 and ``query_only`` (SQLITE_READONLY). On PostgreSQL (``AIRIG_TEST_STORE=postgresql``, and
 the ``pg_url`` tests below always) with the server's: a statement trigger on every table
-raising disk_full (53100), and ``default_transaction_read_only`` on the write connection
-(25006, as a standby answers). A real filesystem that fills up:
+raising disk_full (53100), and one raising read_only_sql_transaction (25006, as a standby
+answers): on every write connection, as the brain runs its writes on several (its shared
+durable ones on ``pg_writers.py``'s). A real filesystem that fills up:
 tests/integration/test_brain_store_full.py."""
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ UNLIMITED = 1073741823
 PG_FULL = """CREATE OR REPLACE FUNCTION airig_test_full() RETURNS trigger AS $$
 BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'
       USING ERRCODE = 'disk_full'; END $$ LANGUAGE plpgsql"""
+PG_READ_ONLY = """CREATE OR REPLACE FUNCTION airig_test_full() RETURNS trigger AS $$
+BEGIN RAISE EXCEPTION 'cannot execute a write in a read-only transaction'
+      USING ERRCODE = 'read_only_sql_transaction'; END $$ LANGUAGE plpgsql"""
 
 
 class Store:
@@ -51,12 +55,7 @@ class Store:
     def full(self) -> None:
         with self.brain.db.writer() as conn:
             if self.pg:  # every write the server is asked for fails as on a full disk
-                conn.execute(PG_FULL)
-                for table in self._pg_tables(conn):
-                    conn.execute(
-                        f"CREATE OR REPLACE TRIGGER airig_test_full BEFORE INSERT OR UPDATE"
-                        f" OR DELETE ON {table} EXECUTE FUNCTION airig_test_full()"
-                    )
+                self._pg_refuse(conn, PG_FULL)
             else:
                 pages = conn.execute("PRAGMA page_count").fetchone()[0]
                 conn.execute(f"PRAGMA max_page_count = {pages}")
@@ -65,21 +64,28 @@ class Store:
 
     def read_only(self) -> None:
         with self.brain.db.writer() as conn:
-            if self.pg:
-                conn.execute("SET default_transaction_read_only = on")
+            if self.pg:  # every write on any connection fails as on a standby
+                self._pg_refuse(conn, PG_READ_ONLY)
             else:
                 conn.execute("PRAGMA query_only = 1")
 
     def writable(self) -> None:
         with self.brain.db.writer() as conn:
             if self.pg:
-                conn.execute("SET default_transaction_read_only = off")
                 for table in self._pg_tables(conn):
                     conn.execute(f"DROP TRIGGER IF EXISTS airig_test_full ON {table}")
             else:
                 conn.execute(f"PRAGMA max_page_count = {UNLIMITED}")
                 conn.execute("PRAGMA query_only = 0")
         self.monkeypatch.undo()
+
+    def _pg_refuse(self, conn, function: str) -> None:
+        conn.execute(function)
+        for table in self._pg_tables(conn):
+            conn.execute(
+                f"CREATE OR REPLACE TRIGGER airig_test_full BEFORE INSERT OR UPDATE"
+                f" OR DELETE ON {table} EXECUTE FUNCTION airig_test_full()"
+            )
 
     @staticmethod
     def _pg_tables(conn) -> list[str]:
