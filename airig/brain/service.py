@@ -51,8 +51,9 @@ class Brain:
         self.settings = settings
         settings.results_dir.mkdir(parents=True, exist_ok=True)
         self.db = open_store(
-            settings.db_path, settings.database_url, start_empty=settings.start_empty
-        )
+            settings.db_path, settings.database_url, start_empty=settings.start_empty,
+            writers=settings.pg_writers,
+        )  # fmt: skip
         # Whether the store can be written (a full or read-only disk), from its writes.
         # On PostgreSQL the server's URL (masked): its disk is not the brain's to read.
         server = str(getattr(self.db, "where", ""))

@@ -33,6 +33,9 @@ class BrainSettings(BaseSettings):
     # holds plans (store/left_behind.py; without it the brain refuses and names
     # `migrate-store`).
     start_empty: bool = Field(False, alias="AIRIG_BRAIN_START_EMPTY")
+    # On PostgreSQL: the batches of workers' claims and reports committed at once, each on
+    # a connection of its own (store/pg_writers.py says why one is the default).
+    pg_writers: int = Field(1, alias="BRAIN_PG_WRITERS", ge=1, le=16)
     results_dir: Path = Field(Path("/results"), alias="BRAIN_RESULTS_DIR")
     # Event and training-sample logs; empty = next to the database.
     events_path: Path | None = Field(None, alias="BRAIN_EVENTS_LOG")

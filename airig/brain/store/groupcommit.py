@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from airig.brain import timing
 from airig.brain.store.db import Database
+from airig.brain.store.dialect import is_pg
 from airig.brain.store.events import Outbox
 from airig.brain.store.states import RowMoved
 
@@ -117,9 +118,10 @@ class GroupCommit:
         self._lock = threading.Lock()  # the lanes' queues and leaders
         self._exclusive = _Lane(1)
         # SQLite: one lane for every write. PostgreSQL: the shared writes a lane of their
-        # own, as many leaders as the store has writers for them (pg_writers.py).
-        writers = db.shared_writers
-        self._shared = _Lane(writers) if writers > 1 else self._exclusive
+        # own, as many leaders as the store has writers for them (pg_writers.py), even
+        # one: an exclusive batch waiting for another brain's store-wide lock must not
+        # hold this brain's claims and reports behind it.
+        self._shared = _Lane(db.shared_writers) if is_pg(db) else self._exclusive
         self._inside = threading.local()
 
     def run(self, change: Change, shared: bool = False) -> Any:

@@ -374,7 +374,8 @@ class PgDatabase(Database):
     dialect = "postgresql"
     shared_writers = SHARED_WRITERS  # the group commit's leaders of shared batches at once
 
-    def __init__(self, url: str) -> None:  # noqa: D107 - no super(): its files are SQLite's
+    # no super().__init__: its files are SQLite's
+    def __init__(self, url: str, *, writers: int = SHARED_WRITERS) -> None:  # noqa: D107
         # Before the first connection, as on SQLite: made or upgraded, a newer one refused.
         migrations.upgrade(url=url)
         # after upgrade(): it quiets Alembic's loggers before Alembic is first imported
@@ -396,9 +397,8 @@ class PgDatabase(Database):
         self._pg_side.locks_rows = True
         # Shared durable writes (claims, reports) on connections of their own, several
         # batches at once (pg_writers.py): they queued behind each other on the one above.
-        self._writers = Writers[PgConnection](
-            lambda: PgConnection(self._pginfo), self.shared_writers
-        )
+        self.shared_writers = writers
+        self._writers = Writers[PgConnection](lambda: PgConnection(self._pginfo), writers)
         self._pg_lookup = PgConnection(self._pginfo, read_only=True)
         self._pg_lookup_lock = threading.Lock()
         self._pg_readers: queue.SimpleQueue[PgConnection] = queue.SimpleQueue()

@@ -20,11 +20,13 @@ from contextlib import contextmanager
 from typing import Any, Generic, Protocol, TypeVar
 
 log = logging.getLogger("airig.brain.store")
-# Shared durable batches side by side in one brain. A 2-core brain runs about two batches'
-# statements at once; a third lets one batch wait on its commit's WAL flush, which the
-# server does without the brain's CPU. More only add row-lock waits between batches (a
-# child two reports make ready, the claims' group heads) and a server process each.
-SHARED_WRITERS = 3
+# Shared durable batches side by side in one brain (BRAIN_PG_WRITERS). One by default:
+# measured on a 2-core host, two brains at 500 workers (benchmarks/README.md, the fleet on
+# PostgreSQL), three at once were worse, not better (exchange p99 1002 and 667 ms against
+# 390 and 543 ms with one, in the same sitting, alternating): the batches' statements then
+# wait for a CPU instead of for the connection (the brains' threads waited 1.32 s per s for
+# one against 0.47). A brain with cores to spare may try more; the tests run three.
+SHARED_WRITERS = 1
 
 
 class WriteConnection(Protocol):

@@ -15,6 +15,7 @@ from collections import Counter
 
 import brain_helpers as h
 import psycopg
+import pydantic
 import pytest
 
 from airig.brain import leases
@@ -31,7 +32,8 @@ HELD_S = 1.0  # how long a write that should not wait may take before the test s
 
 @pytest.fixture
 def brain(tmp_path):
-    made = h.make_brain(tmp_path)
+    # three batches at once on PostgreSQL (one is the default there): the path under test
+    made = h.make_brain(tmp_path, BRAIN_PG_WRITERS=3)
     yield made
     made.db.close()
 
@@ -306,3 +308,23 @@ def test_retrying_runs_again_only_what_it_is_told_and_only_so_often():
     with pytest.raises(TimeoutError):
         retrying(flaky, lambda exc: False, 5)  # an error it refuses: raised at once
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "17", "-1", "three", ""])
+def test_a_writers_count_out_of_its_range_is_refused(tmp_path, value):
+    with pytest.raises(pydantic.ValidationError, match="BRAIN_PG_WRITERS"):
+        h.make_settings(tmp_path, BRAIN_PG_WRITERS=value)
+
+
+def test_one_writer_by_default_and_the_setting_on_postgresql_only(tmp_path, pg_url):
+    assert h.make_settings(tmp_path / "a").pg_writers == 1
+    on_pg = h.make_brain(tmp_path / "b", BRAIN_DATABASE_URL=pg_url, BRAIN_PG_WRITERS="2")
+    try:
+        assert on_pg.db.shared_writers == 2
+    finally:
+        on_pg.db.close()
+    on_sqlite = h.make_brain(tmp_path / "c", BRAIN_DATABASE_URL="", BRAIN_PG_WRITERS="5")
+    try:
+        assert on_sqlite.db.shared_writers == 1  # one writer: SQLite's rule
+    finally:
+        on_sqlite.db.close()
