@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import e2e_lanes
 import pytest
 from support import copy_kit, exec_context
 
@@ -78,7 +79,7 @@ def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and not hasattr(report, "wasxfail"):
         _skips.append((report.nodeid, _skip_reason(report)))
-    _rest_finished(report)  # parallel runs, below
+    _finished(report)  # parallel runs, below
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
@@ -112,7 +113,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 # ------------------------------------------------------------------ parallel runs
 ROOT = Path(__file__).resolve().parents[1]
-E2E = "tests/e2e/"  # how their node ids start (relative to the checkout, pytest's rootdir)
+E2E = e2e_lanes.E2E  # how their node ids start (relative to the checkout, pytest's rootdir)
 
 
 def _xdist(config: pytest.Config) -> bool:
@@ -170,9 +171,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 # AIRIG_CI_REST_DONE=<file>: .ci/run's repeated passes (the lower bounds, the store on
 # PostgreSQL) wait for this file. The controller touches it when every test outside
-# tests/e2e/ has finished, while the lanes' kits still run: from then on the kits leave
-# most of the CPU idle (their health checks' intervals, their timers), and the passes
-# take it instead of starting after the last kit.
+# tests/e2e/ has finished: the passes then take the CPU the lanes' last kits leave, rather
+# than waiting for them. (xdist gives a lane's worker other modules once its lane has two
+# tests left, so that moment is often near the lanes' end: benchmarks/README.md.)
 _rest: set[str] | None = None  # the node ids outside tests/e2e/ not finished yet
 
 
@@ -184,48 +185,14 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
         _rest_done_when_empty()
 
 
-def _rest_finished(report: pytest.TestReport) -> None:
+def _finished(report: pytest.TestReport) -> None:
     _spans.note(report)
     if _rest and report.when == "teardown":
         _rest.discard(report.nodeid)
         _rest_done_when_empty()
 
 
-class Spans:
-    """When each lane of kits and the rest of the tests ran (first setup to last teardown,
-    wall clock): printed at the end of a run, so the lanes can be balanced by what they
-    took on the machine that ran them, not by a guess."""
-
-    def __init__(self) -> None:
-        self.spans: dict[str, tuple[float, float, int]] = {}
-
-    def note(self, report: pytest.TestReport) -> None:
-        start, stop = getattr(report, "start", None), getattr(report, "stop", None)
-        if start is None or stop is None:
-            return
-        if report.nodeid.startswith(E2E):
-            from e2e_lanes import lane_for
-
-            name = f"lane {lane_for(report.nodeid).name}"
-        else:
-            name = "the rest"
-        first, last, count = self.spans.get(name, (start, stop, 0))
-        counted = count + (report.when == "call")
-        self.spans[name] = (min(first, start), max(last, stop), counted)
-
-    def lines(self) -> list[str]:
-        import time
-
-        def clock(at: float) -> str:
-            return time.strftime("%H:%M:%S", time.localtime(at))
-
-        return [
-            f"{name}: {clock(first)}-{clock(last)} ({(last - first) / 60:.1f} min, {count} tests)"
-            for name, (first, last, count) in sorted(self.spans.items())
-        ]
-
-
-_spans = Spans()
+_spans = e2e_lanes.Spans()  # each lane's span and the rest's, printed at the end
 
 
 def _rest_done_when_empty() -> None:

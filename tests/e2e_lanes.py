@@ -15,8 +15,10 @@ import (``LANE = lane_for(__file__)``) for its URLs and container names.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # The kit's default host ports (.env.example), which lane "a" keeps.
 DEFAULT_PORTS = {
@@ -110,3 +112,37 @@ def lane_for(module: str | Path) -> Lane:
     """The lane of the e2e module at ``module`` (a path or node id)."""
     name = Path(str(module).split("::", 1)[0]).name
     return LANES[MODULE_LANE.get(name, "a")]
+
+
+E2E = "tests/e2e/"  # how their node ids start (relative to the checkout)
+
+
+class Spans:
+    """When each lane of kits and the rest of the tests ran (first setup to last teardown,
+    wall clock): printed at the end of a run, so the lanes can be balanced by what they
+    took on the machine that ran them, not by a guess."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, tuple[float, float, int]] = {}
+
+    def note(self, report: Any) -> None:  # a pytest.TestReport
+        """Count ``report`` (any phase) in its lane's span or the rest's."""
+        start, stop = getattr(report, "start", None), getattr(report, "stop", None)
+        if start is None or stop is None:
+            return
+        if report.nodeid.startswith(E2E):
+            name = f"lane {lane_for(report.nodeid).name}"
+        else:
+            name = "the rest"
+        first, last, count = self.spans.get(name, (start, stop, 0))
+        counted = count + (report.when == "call")
+        self.spans[name] = (min(first, start), max(last, stop), counted)
+
+    def lines(self) -> list[str]:
+        def clock(at: float) -> str:
+            return time.strftime("%H:%M:%S", time.localtime(at))
+
+        return [
+            f"{name}: {clock(first)}-{clock(last)} ({(last - first) / 60:.1f} min, {count} tests)"
+            for name, (first, last, count) in sorted(self.spans.items())
+        ]

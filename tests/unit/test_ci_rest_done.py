@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from e2e_lanes import Spans
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = "AIRIG_REST_DONE_PROBE"
 
@@ -37,17 +39,7 @@ def test_a_parallel_run_touches_the_file_when_its_rest_is_done(tmp_path: Path) -
 
 
 def test_the_lanes_spans_are_from_first_setup_to_last_teardown() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "tests" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["root_conftest"] = module  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["root_conftest"]
-    spans = module.Spans()
+    spans = Spans()
 
     def report(nodeid: str, when: str, start: float, stop: float):  # noqa: ANN202
         import pytest

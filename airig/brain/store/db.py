@@ -153,7 +153,7 @@ class Database:
 
     dialect = "sqlite"  # dialect.of(): the SQL this store's connections speak
     # Group-commit batches at once (groupcommit.py): SQLite has one writer, so one batch,
-    # shared and exclusive writes together; PostgreSQL's shared ones run several (pg.py).
+    # shared and exclusive writes together; PostgreSQL's shared ones have their own (pg.py).
     shared_writers = 1
 
     def announce_work(self) -> None:

@@ -12,10 +12,11 @@ caller, exactly as its own transaction would have; the others commit. Each calle
 its answer only after the commit that holds its write is durable. Writes that arrive
 while a commit is under way queue for the next batch, whose first writer then leads.
 
-On PostgreSQL the shared writes (a worker's claims and reports, ``pg.py``) have lanes of
-their own: up to ``Database.shared_writers`` leaders at once, each batch on a write
-connection of its own (``pg_writers.py``), while the exclusive writes keep one leader and
-the store-wide lock. SQLite has one lane: one writer, one batch at a time.
+On PostgreSQL the shared writes (a worker's claims and reports, ``pg.py``) have a lane of
+their own: up to ``Database.shared_writers`` leaders at once (``BRAIN_PG_WRITERS``, one by
+default), each batch on a write connection of its own (``pg_writers.py``), while the
+exclusive writes keep one leader and the store-wide lock. SQLite has one lane: one
+writer, one batch at a time.
 
 A write that committed is answered as committed, whatever happens after the COMMIT: its
 events log line (``events.EventLog``, which catches the file up from the events table)
@@ -239,7 +240,7 @@ class GroupCommit:
             # of a ROLLBACK that found the transaction already gone.
             for item in batch:
                 item.error = item.error or undone or exc
-            if exclusive or self._shared is self._exclusive:
+            if exclusive or self._shared is self._exclusive:  # the store's one writer
                 close_failed(self.db)  # pg_writers.py rolls back its own connections
             return undone or exc
         finally:

@@ -24,8 +24,9 @@ modules run on either engine; where the two dialects differ the SQL says so itse
   exclusive ones, and its task writes are held to the same row rules. Reads never take
   a lock (MVCC snapshots, as WAL gives on SQLite). Being safe beside other brains' writes,
   the shared durable ones are safe beside each other in one brain too: the group commit's
-  batches of them run on a few write connections at once (``pg_writers.py``), the
-  exclusive ones on the store-wide lock's connection, one at a time.
+  batches of them run on write connections of their own (``pg_writers.py``:
+  ``BRAIN_PG_WRITERS`` at once, one by default), the exclusive ones on the store-wide
+  lock's connection, one at a time.
 - ``durable=False`` is ``synchronous_commit = off`` for that transaction only: the same
   trade as SQLite's synchronous=NORMAL (a crash may lose the last liveness writes, never
   corrupts, and the next durable commit's flush covers them).
@@ -372,7 +373,6 @@ class PgDatabase(Database):
     every method of it, none of its SQLite connections."""
 
     dialect = "postgresql"
-    shared_writers = SHARED_WRITERS  # the group commit's leaders of shared batches at once
 
     # no super().__init__: its files are SQLite's
     def __init__(self, url: str, *, writers: int = SHARED_WRITERS) -> None:  # noqa: D107
@@ -395,9 +395,10 @@ class PgDatabase(Database):
         self._side_lock = threading.Lock()
         self._pg_side = PgConnection(self._pginfo)
         self._pg_side.locks_rows = True
-        # Shared durable writes (claims, reports) on connections of their own, several
-        # batches at once (pg_writers.py): they queued behind each other on the one above.
-        self.shared_writers = writers
+        # Shared durable writes (claims, reports) on connections of their own, ``writers``
+        # batches at once (pg_writers.py): on the one above they waited behind exclusive
+        # batches, which wait for other brains' store-wide lock.
+        self.shared_writers = writers  # the group commit's leaders of shared batches
         self._writers = Writers[PgConnection](lambda: PgConnection(self._pginfo), writers)
         self._pg_lookup = PgConnection(self._pginfo, read_only=True)
         self._pg_lookup_lock = threading.Lock()

@@ -4,9 +4,10 @@ A worker's hot durable writes (the exchange's reports and claim: ``shared=True``
 ``Brain.write``) are safe beside each other by row locks (``pg.py``'s docstring), across
 brains and so within one brain as well. On one connection they still queued behind each
 other's batches: at 500 workers and two brains (benchmarks/fleet.py) that queue was the
-exchange's tail, store_wait p99 373 ms of its 476. Here each of a few group-commit leaders
-(``groupcommit.py``) takes a connection of its own, and their batches run side by side.
-The exclusive writes keep their one connection and the store-wide lock (``pg.py``).
+exchange's tail, store_wait p99 373 ms of its 476. Here each of up to ``size``
+group-commit leaders (``groupcommit.py``) takes a connection of its own, and their batches
+run side by side; the exclusive writes keep their one connection and the store-wide lock
+(``pg.py``). Measured, more than one did not pay on a 2-core host (``SHARED_WRITERS``).
 """
 
 from __future__ import annotations
