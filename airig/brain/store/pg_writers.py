@@ -93,7 +93,9 @@ class Writers(Generic[C]):
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 log.warning("could not roll back a failed commit", exc_info=True)
-        if conn.lost:  # the server or the network dropped it: the next write opens anew
+        # the server or the network dropped it, or its failed transaction would not end:
+        # the next write opens anew
+        if conn.lost or conn.in_transaction:
             conn.close()
             self._idle.put(None)
             return
